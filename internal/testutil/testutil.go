@@ -1,0 +1,106 @@
+// Package testutil gates nodeshim's privileged tests.
+//
+// A privileged test runs for real against the kernel of the machine it is on.
+// When the machine cannot run it (not root, a kernel feature provably absent),
+// the test is skipped with the reason, unless NODESHIM_REQUIRE_PRIVILEGED=1 is
+// set, as `make test` does on CI: then the skip becomes a failure, so that a
+// CI run can never pass by skipping.
+package testutil
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"testing"
+)
+
+// EnvRequirePrivileged names the environment variable that turns every skip
+// through this package into a failure.
+const EnvRequirePrivileged = "NODESHIM_REQUIRE_PRIVILEGED"
+
+// EnvGuest names the environment variable that the kernel-matrix init script
+// sets inside a QEMU guest (`make vmtest`). Its value is the guest's kernel
+// label, e.g. "6.1".
+const EnvGuest = "NODESHIM_GUEST"
+
+// ErrNotSupported is what a facility returns, wrapped, when the kernel
+// provably lacks a feature. Tests hand such errors to SkipIfNotSupported.
+var ErrNotSupported = errors.New("not supported")
+
+// PrivilegedRequired reports whether skips must fail (NODESHIM_REQUIRE_PRIVILEGED=1).
+func PrivilegedRequired() bool {
+	return os.Getenv(EnvRequirePrivileged) == "1"
+}
+
+// InGuest reports whether the test runs inside a kernel-matrix guest, and
+// which kernel label the guest was booted with.
+func InGuest() (string, bool) {
+	v := os.Getenv(EnvGuest)
+	return v, v != ""
+}
+
+// Skip skips t with the reason, or fails it when privileged tests are required.
+func Skip(t testing.TB, format string, args ...any) {
+	t.Helper()
+	reason := fmt.Sprintf(format, args...)
+	if PrivilegedRequired() {
+		t.Fatalf("%s=1 but the test cannot run: %s", EnvRequirePrivileged, reason)
+	}
+	t.Skip(reason)
+}
+
+// RequireRoot gates a test that needs an effective uid of 0.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		Skip(t, "needs root (euid %d)", os.Geteuid())
+	}
+}
+
+// RequireFile gates a test on a path that a kernel feature provides, such as
+// /sys/kernel/btf/vmlinux or /proc/pressure/memory.
+func RequireFile(t testing.TB, path string) {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		Skip(t, "needs %s: %v", path, err)
+	}
+}
+
+// RequireBinary gates a test on a program found on PATH and returns its path.
+func RequireBinary(t testing.TB, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Skip(t, "needs %s on PATH: %v", name, err)
+	}
+	return p
+}
+
+// SkipIfNotSupported skips t when err says the kernel lacks a feature (it
+// wraps ErrNotSupported), and fails t on any other non-nil error. Under
+// NODESHIM_REQUIRE_PRIVILEGED=1 the skip is a failure too.
+func SkipIfNotSupported(t testing.TB, err error) {
+	t.Helper()
+	if err == nil {
+		return
+	}
+	if errors.Is(err, ErrNotSupported) {
+		Skip(t, "%v", err)
+		return
+	}
+	t.Fatal(err)
+}
+
+// RequireGuest gates a test that needs a kernel-matrix guest (pure cgroup v2
+// with every controller, working PSI triggers). On the host such tests are not
+// compiled in at all: they carry the `vmtest` build tag, so this gate only
+// guards against running a vmtest binary outside the guest.
+func RequireGuest(t testing.TB) string {
+	t.Helper()
+	k, ok := InGuest()
+	if !ok {
+		Skip(t, "needs a kernel-matrix guest (%s unset); run `make vmtest`", EnvGuest)
+	}
+	return k
+}

@@ -1,0 +1,60 @@
+package testutil
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// TestSkipBecomesFailure runs this test binary again as a child with and
+// without NODESHIM_REQUIRE_PRIVILEGED=1 and checks how a gated test ends.
+func TestSkipBecomesFailure(t *testing.T) {
+	if os.Getenv("TESTUTIL_CHILD") == "1" {
+		Skip(t, "feature %s absent", "widget")
+		return
+	}
+	cases := []struct {
+		name     string
+		env      string
+		wantFail bool
+		wantOut  string
+	}{
+		{"local run skips", "0", false, "--- SKIP: TestSkipBecomesFailure"},
+		{"CI run fails", "1", true, "NODESHIM_REQUIRE_PRIVILEGED=1 but the test cannot run: feature widget absent"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSkipBecomesFailure$", "-test.v")
+			cmd.Env = append(os.Environ(), "TESTUTIL_CHILD=1", EnvRequirePrivileged+"="+tc.env)
+			out, err := cmd.CombinedOutput()
+			if failed := err != nil; failed != tc.wantFail {
+				t.Fatalf("child failed=%v, want %v; output:\n%s", failed, tc.wantFail, out)
+			}
+			if !strings.Contains(string(out), tc.wantOut) {
+				t.Fatalf("child output lacks %q:\n%s", tc.wantOut, out)
+			}
+		})
+	}
+}
+
+func TestSkipIfNotSupportedPassesNil(t *testing.T) {
+	SkipIfNotSupported(t, nil) // must neither skip nor fail
+	if t.Skipped() || t.Failed() {
+		t.Fatal("nil error changed the test's state")
+	}
+}
+
+func TestNotSupportedIsWrapped(t *testing.T) {
+	if os.Getenv("TESTUTIL_CHILD") == "1" {
+		SkipIfNotSupported(t, fmt.Errorf("probe ringbuf: %w", ErrNotSupported))
+		return
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestNotSupportedIsWrapped$", "-test.v")
+	cmd.Env = append(os.Environ(), "TESTUTIL_CHILD=1", EnvRequirePrivileged+"=0")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- SKIP") || !strings.Contains(string(out), "probe ringbuf: not supported") {
+		t.Fatalf("wrapped ErrNotSupported did not skip with its reason (err %v):\n%s", err, out)
+	}
+}
