@@ -1,0 +1,84 @@
+package kernel
+
+import (
+	"context"
+	"fmt"
+)
+
+// Verdict is what nodeshim concludes about one requirement on this node.
+type Verdict string
+
+// The verdicts, from best to worst; Unknown means a probe could not decide
+// and always carries the reason in the evidence.
+const (
+	Supported   Verdict = "Supported"
+	Degraded    Verdict = "Degraded"
+	Unsupported Verdict = "Unsupported"
+	Unknown     Verdict = "Unknown"
+)
+
+// Finding is the outcome of one probe: a verdict and one line of evidence
+// that an operator can check by hand (a file and its content, a syscall and
+// its errno, a tool's own message).
+type Finding struct {
+	Verdict  Verdict `json:"verdict"`
+	Evidence string  `json:"evidence"`
+}
+
+// Findingf returns a Finding with formatted evidence.
+func Findingf(v Verdict, format string, args ...any) Finding {
+	return Finding{Verdict: v, Evidence: fmt.Sprintf(format, args...)}
+}
+
+// Version is a kernel version, major.minor.patch, comparable.
+type Version struct {
+	Major int `json:"major"`
+	Minor int `json:"minor"`
+	Patch int `json:"patch"`
+}
+
+// V returns the Version major.minor.patch.
+func V(major, minor, patch int) Version { return Version{major, minor, patch} }
+
+// IsZero reports whether v is unset.
+func (v Version) IsZero() bool { return v == Version{} }
+
+// Compare returns -1, 0 or +1 as v is older than, equal to or newer than w.
+func (v Version) Compare(w Version) int {
+	for _, d := range [3]int{v.Major - w.Major, v.Minor - w.Minor, v.Patch - w.Patch} {
+		switch {
+		case d < 0:
+			return -1
+		case d > 0:
+			return 1
+		}
+	}
+	return 0
+}
+
+// AtLeast reports whether v is w or newer.
+func (v Version) AtLeast(w Version) bool { return v.Compare(w) >= 0 }
+
+// String formats v as major.minor.patch.
+func (v Version) String() string { return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Patch) }
+
+// Requirement is one entry of the requirement catalogue: something that a
+// Kubernetes or nodeshim feature needs from the kernel, the oldest kernel
+// that has it upstream, and a real probe that finds out whether this kernel
+// has it. Adding a requirement is adding one Requirement value.
+type Requirement struct {
+	// ID is stable and dotted, e.g. "cgroup.v2" or "ebpf.ringbuf".
+	ID string `json:"id"`
+	// Group collects related requirements in the table: "cgroup", "psi",
+	// "seccomp", "ebpf", "nftables", "criu", "mounts", "userns", "sysctl".
+	Group string `json:"group"`
+	// NeededBy names what needs it, e.g. "Kubernetes: kube-proxy nftables
+	// mode" or "nodeshim: OOM watcher".
+	NeededBy []string `json:"neededBy"`
+	// MinKernel is the first upstream kernel with the feature; zero when
+	// the requirement has no version threshold.
+	MinKernel Version `json:"minKernel,omitzero"`
+	// Probe finds out whether the running kernel has the feature. It must
+	// not panic; a probe that cannot decide returns Unknown with the reason.
+	Probe func(ctx context.Context, h *Host) Finding `json:"-"`
+}
