@@ -271,8 +271,9 @@ func probeCgroupFreezer(_ context.Context, h *Host) Finding {
 		}
 	}
 	if mp, ok := l.V1["freezer"]; ok {
-		// In hybrid and legacy mode runc freezes through the v1 freezer.
-		return Findingf(Supported, "v1 freezer at %s (used in %s mode); %s", mp, l.Mode, v2ev)
+		// In hybrid and legacy mode runc freezes through the v1 freezer,
+		// which works on any kernel but is in maintenance mode with v1.
+		return Findingf(Degraded, "v1 freezer at %s (used in %s mode); %s", mp, l.Mode, v2ev)
 	}
 	return Findingf(Unsupported, "no v1 freezer hierarchy in %s mode; %s", l.Mode, v2ev)
 }

@@ -168,7 +168,9 @@ type Mismatch string
 // The disagreements the report flags.
 const (
 	// Backport: the kernel is older than the feature upstream, yet the
-	// probe finds it (a distribution backported it).
+	// probe finds it fully working (a distribution backported it). A
+	// Degraded finding is not flagged: it may stand on a fallback (a v1
+	// controller, say) rather than on the versioned feature.
 	Backport Mismatch = "backport"
 	// Disabled: the kernel is new enough, yet the probe does not find the
 	// feature (configured out, disabled at boot, or blocked).
@@ -178,7 +180,7 @@ const (
 // mismatchOf compares the version verdict with the probe's verdict.
 func mismatchOf(byVersion, byProbe Verdict) Mismatch {
 	switch {
-	case byVersion == Unsupported && (byProbe == Supported || byProbe == Degraded):
+	case byVersion == Unsupported && byProbe == Supported:
 		return Backport
 	case byVersion == Supported && byProbe == Unsupported:
 		return Disabled

@@ -67,6 +67,12 @@ func probePSI(_ context.Context, h *Host) Finding {
 		case err == nil:
 			continue
 		case errors.Is(err, fs.ErrNotExist):
+			// Recent kernels leave /proc/pressure out altogether when PSI is off.
+			if h.Config != nil && h.Config.Get("PSI") == Yes && h.Config.Get("PSI_DEFAULT_DISABLED") == Yes {
+				if on, _ := cmdlineHas(h, "psi=1"); !on {
+					return Findingf(Unsupported, "no %s: PSI disabled at boot (CONFIG_PSI_DEFAULT_DISABLED=y; boot with psi=1)", p)
+				}
+			}
 			return Findingf(Unsupported, "no %s (%s)", p, configNote(h, "PSI"))
 		case errors.Is(err, syscall.EOPNOTSUPP):
 			// psi_show returns EOPNOTSUPP when PSI is compiled in but off:
