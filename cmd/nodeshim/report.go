@@ -57,7 +57,12 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 
   # Probe a host whose filesystems are mounted under /host
   nodeshim report --proc-root /host/proc --sys-root /host/sys --boot-root /host/boot`,
-		Args: cobra.NoArgs,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if err := cobra.NoArgs(cmd, args); err != nil {
+				return withExitCode(exitUsage, err)
+			}
+			return nil
+		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, requirements())
 		},

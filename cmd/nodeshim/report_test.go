@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel"
+)
+
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return exitFailure
+}
+
+// TestReportCommand runs `nodeshim report` on this machine's kernel.
+func TestReportCommand(t *testing.T) {
+	testutil.RequireRoot(t)
+	tests := []struct {
+		name  string
+		args  []string
+		code  int
+		check func(t *testing.T, out string, err error)
+	}{
+		{"table", []string{"report"}, exitOK, func(t *testing.T, out string, _ error) {
+			for _, want := range []string{"KERNEL ", "LABELS    kubernetes.io/arch=", "GROUP     REQUIREMENT", "cgroup    cgroup.v2", "requirements: "} {
+				if !strings.Contains(out, want) {
+					t.Errorf("table lacks %q:\n%s", want, out)
+				}
+			}
+		}},
+		{"json", []string{"report", "-o", "json"}, exitOK, func(t *testing.T, out string, _ error) {
+			var r kernel.Report
+			if err := json.Unmarshal([]byte(out), &r); err != nil {
+				t.Fatal(err)
+			}
+			if r.APIVersion != kernel.ReportAPIVersion || r.Kind != kernel.ReportKind || len(r.Requirements) != len(requirements()) {
+				t.Errorf("report header %s %s with %d requirements", r.APIVersion, r.Kind, len(r.Requirements))
+			}
+		}},
+		{"yaml", []string{"report", "-o", "yaml"}, exitOK, func(t *testing.T, out string, _ error) {
+			if !strings.HasPrefix(out, "apiVersion: nodeshim.io/v1alpha1\n") || !strings.Contains(out, "kind: KernelReport") {
+				t.Errorf("yaml:\n%.300s", out)
+			}
+		}},
+		{"require met", []string{"report", "--require", "mounts.mount-setattr,nftables.kernel"}, exitOK, nil},
+		{"require not met names the reasons", []string{"report", "-o", "json", "--require", "mounts.mount-setattr,cgroup.v2,psi.triggers"}, exitProblem, func(t *testing.T, out string, err error) {
+			msg := err.Error()
+			for _, want := range []string{"cgroup.v2 is Degraded: hybrid", "psi.triggers is Degraded: write"} {
+				if !strings.Contains(msg, want) {
+					t.Errorf("error %q lacks %q", msg, want)
+				}
+			}
+			if strings.Contains(msg, "mount-setattr") {
+				t.Errorf("error names a Supported requirement: %q", msg)
+			}
+			if !json.Valid([]byte(out)) {
+				t.Error("the report is still printed before exit 3")
+			}
+		}},
+		{"unknown required id", []string{"report", "--require", "no.such"}, exitUsage, func(t *testing.T, _ string, err error) {
+			if !strings.Contains(err.Error(), "no.such") {
+				t.Error(err)
+			}
+		}},
+		{"bad output", []string{"report", "-o", "xml"}, exitUsage, nil},
+		{"stray argument", []string{"report", "extra"}, exitUsage, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			out, err := run(t, tc.args...)
+			if got := exitCode(err); got != tc.code {
+				t.Fatalf("exit %d (%v), want %d", got, err, tc.code)
+			}
+			if tc.check != nil {
+				tc.check(t, out, err)
+			}
+		})
+	}
+}
+
+func TestReportNFDFile(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodeshim")
+	if err := os.WriteFile(path, []byte("old\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, "report", "-o", "json", "--nfd-features-file", path); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b) > kernel.NFDMaxFileSize || !strings.Contains(string(b), kernel.NFDNamespace+"/cgroup.mode=hybrid\n") ||
+		!strings.Contains(string(b), kernel.NFDNamespace+"/cgroup.v2=Degraded\n") {
+		t.Errorf("feature file:\n%s", b)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm()&0o022 != 0 {
+		t.Errorf("mode %v, %v", st.Mode(), err)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("left behind: %v", ents)
+	}
+
+	_, err = run(t, "report", "--nfd-features-file", filepath.Join(dir, "missing", "nodeshim"))
+	if exitCode(err) != exitFailure || !strings.Contains(err.Error(), filepath.Join(dir, "missing")) {
+		t.Errorf("unwritable path: %v", err)
+	}
+}
+
+// TestReportHostRoots points the report at a recorded host: the identity
+// and files come from there, while system calls still go to this kernel.
+func TestReportHostRoots(t *testing.T) {
+	root := filepath.Join("..", "..", "kernel", "testdata", "hosts", "debian-6.1")
+	out, err := run(t, "report", "-o", "json",
+		"--proc-root", filepath.Join(root, "proc"), "--sys-root", filepath.Join(root, "sys"),
+		"--boot-root", filepath.Join(root, "boot"), "--modules-root", filepath.Join(root, "lib", "modules"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var r kernel.Report
+	if err := json.Unmarshal([]byte(out), &r); err != nil {
+		t.Fatal(err)
+	}
+	if r.Kernel.Raw != "6.1.0-50-amd64" || r.Kernel.Cgroup.Mode != kernel.CgroupUnified ||
+		r.Kernel.Config.Source != filepath.Join(root, "boot", "config-6.1.0-50-amd64") {
+		t.Errorf("kernel section %+v", r.Kernel)
+	}
+	// The trigger probe refuses to write to files that are not procfs.
+	if res, _ := r.Result("psi.triggers"); res.Verdict != kernel.Unknown || !strings.Contains(res.Evidence, "is not on procfs or cgroup2") {
+		t.Errorf("psi.triggers on a recorded host: %+v", res)
+	}
+}
+
+func TestRunReportBadCatalogueFails(t *testing.T) {
+	p := func(context.Context, *kernel.Host) kernel.Finding { return kernel.Findingf(kernel.Supported, "x") }
+	reqs := []kernel.Requirement{{ID: "a", Probe: p}, {ID: "a", Probe: p}}
+	o := &reportOptions{output: "table", host: *kernel.DefaultHost()}
+	err := runReport(t.Context(), &bytes.Buffer{}, o, reqs)
+	if exitCode(err) != exitFailure || !errors.Is(err, kernel.ErrBadCatalogue) {
+		t.Errorf("got %v, want exit 1 wrapping ErrBadCatalogue", err)
+	}
+}
