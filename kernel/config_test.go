@@ -108,13 +108,14 @@ func TestParseConfig(t *testing.T) {
 }
 
 func FuzzParseConfig(f *testing.F) {
-	for _, p := range []string{"testdata/config/debian-6.1.0-50-amd64.config"} {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
+	// A real config's head (the whole file makes each minimisation of
+	// an interesting input take the fuzzer's full minute).
+	b, err := os.ReadFile("testdata/config/debian-6.1.0-50-amd64.config")
+	if err != nil {
+		f.Fatal(err)
 	}
+	lines := strings.SplitAfter(string(b), "\n")
+	f.Add([]byte(strings.Join(lines[:40], "")))
 	f.Add([]byte("CONFIG_A=y\n# CONFIG_B is not set\nCONFIG_C=\"x\"\n"))
 	f.Add([]byte("CONFIG_=\n=\n#\n"))
 	f.Fuzz(func(t *testing.T, b []byte) {

@@ -1,0 +1,64 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel"
+)
+
+// BenchmarkReport measures the full report on this machine's kernel.
+//
+//   - warm/*: in one process, a fresh Host each time (identity, config and
+//     mount table are read again), with the default worker count beside a
+//     sequential run and one goroutine per probe;
+//   - process/*: a first run of a new nodeshim process each time (`report
+//     -o json` to /dev/null), beside `nodeshim version`, the floor of
+//     starting the binary at all.
+func BenchmarkReport(b *testing.B) {
+	testutil.RequireRoot(b)
+	reqs := requirements()
+	for _, bc := range []struct {
+		name    string
+		workers int
+	}{
+		{"sequential", 1},
+		{fmt.Sprintf("workers=%d", kernel.DefaultWorkers), kernel.DefaultWorkers},
+		{"goroutine-per-probe", len(reqs)},
+	} {
+		b.Run("warm/"+bc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := (kernel.Collector{Workers: bc.workers}).Collect(b.Context(), kernel.DefaultHost(), reqs); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+
+	bin := filepath.Join(b.TempDir(), "nodeshim")
+	if out, err := exec.Command("go", "build", "-trimpath", "-o", bin, ".").CombinedOutput(); err != nil {
+		b.Fatalf("go build: %v\n%s", err, out)
+	}
+	for _, args := range [][]string{{"version"}, {"report", "-o", "json"}} {
+		b.Run(fmt.Sprintf("process/%s", args[0]), func(b *testing.B) {
+			b.ReportAllocs()
+			var worst time.Duration
+			for b.Loop() {
+				cmd := exec.Command(bin, args...)
+				cmd.Stdout, cmd.Stderr = nil, os.Stderr
+				t0 := time.Now()
+				if err := cmd.Run(); err != nil {
+					b.Fatal(err)
+				}
+				worst = max(worst, time.Since(t0))
+			}
+			b.ReportMetric(float64(worst.Microseconds())/1000, "worst-ms")
+		})
+	}
+}
