@@ -40,6 +40,7 @@ func Catalogue() []Requirement {
 			ID: "psi.triggers", Group: "psi", MinKernel: V(5, 2, 0),
 			NeededBy: []string{"nodeshim: pressure watcher (poll on PSI triggers)"},
 			Probe:    probePSITriggers,
+			Slow:     true,
 		},
 		{
 			ID: "mounts.mount-setattr", Group: "mounts", MinKernel: V(5, 12, 0),
@@ -70,11 +71,13 @@ func Catalogue() []Requirement {
 			ID: "nftables.nft", Group: "nftables",
 			NeededBy: []string{"Kubernetes: kube-proxy nftables mode (nft 1.0.1 or newer)"},
 			Probe:    probeNftTool,
+			Slow:     true,
 		},
 		{
 			ID: "userns.create", Group: "userns", MinKernel: V(3, 8, 0),
 			NeededBy: []string{"Kubernetes: user namespaces for pods (hostUsers: false)"},
 			Probe:    probeUserNS,
+			Slow:     true,
 		},
 	}
 	for _, s := range SafeSysctls() {

@@ -24,7 +24,8 @@ type Collector struct {
 	// ProbeTimeout bounds each probe; zero means DefaultProbeTimeout. A
 	// probe that does not answer in time is reported Unknown.
 	ProbeTimeout time.Duration
-	// Workers is how many probes run at once; zero means DefaultWorkers.
+	// Workers is how many quick probes run at once; zero means
+	// DefaultWorkers. Slow probes always get a goroutine each.
 	Workers int
 }
 
@@ -70,19 +71,28 @@ func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*R
 	for i := range reqs {
 		chans[i] = make(chan outcome, 1) // buffered: a late probe never blocks
 		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeout)
-		jobs <- i
+	}
+	run := func(i int) {
+		t0 := now()
+		f := runProbe(ctxs[i], h, reqs[i])
+		chans[i] <- outcome{f, now().Sub(t0)}
+	}
+	for i, r := range reqs {
+		if r.Slow {
+			go run(i)
+		} else {
+			jobs <- i
+		}
 	}
 	close(jobs)
 	workers := c.Workers
 	if workers <= 0 {
 		workers = DefaultWorkers
 	}
-	for range min(workers, len(reqs)) {
+	for range min(workers, len(jobs)) {
 		go func() {
 			for i := range jobs {
-				t0 := now()
-				f := runProbe(ctxs[i], h, reqs[i])
-				chans[i] <- outcome{f, now().Sub(t0)}
+				run(i)
 			}
 		}()
 	}

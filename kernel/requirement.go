@@ -81,4 +81,9 @@ type Requirement struct {
 	// Probe finds out whether the running kernel has the feature. It must
 	// not panic; a probe that cannot decide returns Unknown with the reason.
 	Probe func(ctx context.Context, h *Host) Finding `json:"-"`
+	// Slow marks a probe that runs a program, forks, or waits on the
+	// kernel (a kthread, a tool's self-check). The collector starts slow
+	// probes first, each on its own goroutine, so that they overlap with
+	// the many quick file reads instead of ending the report.
+	Slow bool `json:"-"`
 }
