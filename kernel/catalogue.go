@@ -87,5 +87,13 @@ func Catalogue() []Requirement {
 			Probe:    sysctlProbe(s.Name, s.ConfigOption),
 		})
 	}
+	// Bridged pod traffic must traverse iptables/nftables for Services to
+	// work on bridge CNIs; kubeadm's preflight checks this file. Its
+	// absence usually means br_netfilter is not loaded.
+	reqs = append(reqs, Requirement{
+		ID: "sysctl.net.bridge.bridge-nf-call-iptables", Group: "sysctl",
+		NeededBy: []string{"Kubernetes: Services over bridge CNIs (br_netfilter; kubeadm preflight)"},
+		Probe:    sysctlProbe("net.bridge.bridge-nf-call-iptables", "BRIDGE_NETFILTER"),
+	})
 	return reqs
 }

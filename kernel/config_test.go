@@ -31,7 +31,7 @@ func TestReadConfigFile(t *testing.T) {
 			file: "testdata/config/debian-6.1.0-50-amd64.config",
 			want: map[string]Tristate{
 				"PSI": Yes, "CONFIG_PSI_DEFAULT_DISABLED": Unset, "IKCONFIG": Unset,
-				"USER_NS": Yes, "NF_TABLES": Module, "IP_VS": Module, "SWAP": Yes, "NO_SUCH_OPTION": Unset,
+				"USER_NS": Yes, "NF_TABLES": Module, "OVERLAY_FS": Module, "BRIDGE_NETFILTER": Module, "IP_VS": Module, "SWAP": Yes, "NO_SUCH_OPTION": Unset,
 			},
 			vals: map[string]string{"IP_VS_TAB_BITS": "12", "CC_VERSION_TEXT": `"gcc-12 (Debian 12.2.0-14+deb12u1) 12.2.0"`},
 		},

@@ -222,7 +222,7 @@ func TestLiveReport(t *testing.T) {
 		"cgroup.v2": Degraded, "cgroup.v2-controllers": Unsupported, "psi.enabled": Supported,
 		"psi.triggers": Degraded, "mounts.mount-setattr": Supported, "swap.tmpfs-noswap": Supported,
 		"nftables.kernel": Supported, "sysctl.net.ipv4.tcp_syncookies": Supported,
-		"sysctl.net.ipv4.vs.conn_reuse_mode": Unsupported,
+		"sysctl.net.ipv4.vs.conn_reuse_mode": Unsupported, "sysctl.net.bridge.bridge-nf-call-iptables": Supported,
 	}
 	for id, v := range want {
 		if r, _ := rep.Result(id); r.Verdict != v {
