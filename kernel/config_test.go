@@ -213,3 +213,21 @@ func TestReadConfigFileErrors(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkReadConfig reads the recorded configs; the gzip one is a part,
+// the live /proc/config.gz (when there is one) the whole of a real config.
+func BenchmarkReadConfig(b *testing.B) {
+	for _, p := range []string{"testdata/config/fc-6.18.44.config.gz", "/proc/config.gz"} {
+		if _, err := os.Stat(p); err != nil {
+			continue
+		}
+		b.Run(filepath.Base(p), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := ReadConfigFile(p); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
