@@ -37,8 +37,8 @@ type Host struct {
 	// ConfigErr is why Config is nil; it wraps ErrNoConfig when no config
 	// file exists.
 	ConfigErr error
-	// Mounts is the mount table of the process (/proc/self/mountinfo),
-	// filled in by Load.
+	// Mounts is the node's mount table (/proc/1/mountinfo, else
+	// /proc/self/mountinfo), filled in by Load.
 	Mounts []Mount
 	// MountsErr is why Mounts could not be read, if it could not.
 	MountsErr error
@@ -70,7 +70,18 @@ func (h *Host) Load(ctx context.Context) {
 	} else {
 		h.ConfigErr = h.IdentityErr
 	}
-	h.Mounts, h.MountsErr = ReadMountInfo(filepath.Join(h.ProcRoot, "self/mountinfo"))
+	h.Mounts, h.MountsErr = readHostMounts(h.ProcRoot)
+}
+
+// readHostMounts reads the mount table of pid 1, which is the node's when
+// nodeshim shares the host's pid namespace (a DaemonSet with hostPID and
+// the host's /proc at --proc-root), and falls back to the process's own.
+func readHostMounts(procRoot string) ([]Mount, error) {
+	m, err := ReadMountInfo(filepath.Join(procRoot, "1/mountinfo"))
+	if err == nil {
+		return m, nil
+	}
+	return ReadMountInfo(filepath.Join(procRoot, "self/mountinfo"))
 }
 
 // Path maps an absolute path as the host sees it (a mount point from

@@ -2,7 +2,9 @@ package kernel
 
 import (
 	"os"
+	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -80,5 +82,22 @@ func TestCgroupLayoutOf(t *testing.T) {
 				t.Errorf("got %+v, want %s %q %v", l, tc.mode, tc.v2, tc.v1)
 			}
 		})
+	}
+}
+
+func TestReadHostMountsPrefersPid1(t *testing.T) {
+	proc := t.TempDir()
+	writeFile(t, filepath.Join(proc, "self/mountinfo"), "1 0 0:1 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n")
+	m, err := readHostMounts(proc)
+	if err != nil || len(m) != 1 || m[0].FSType != "cgroup2" {
+		t.Fatalf("fallback to self: %+v, %v", m, err)
+	}
+	writeFile(t, filepath.Join(proc, "1/mountinfo"), "1 0 0:1 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n")
+	m, err = readHostMounts(proc)
+	if err != nil || len(m) != 1 || m[0].FSType != "cgroup" {
+		t.Fatalf("pid 1: %+v, %v", m, err)
+	}
+	if _, err := readHostMounts(t.TempDir()); err == nil || !strings.Contains(err.Error(), "self/mountinfo") {
+		t.Errorf("neither: %v", err)
 	}
 }
