@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 
@@ -214,3 +215,82 @@ func (LiveCalls) Run(ctx context.Context, name string, args ...string) (string, 
 
 // sizeofNfgenmsg is the size of struct nfgenmsg (family, version, res_id).
 const sizeofNfgenmsg = 4
+
+// IdmapTmpfs asks whether a tmpfs mount can be idmapped, as the kubelet
+// needs for the volumes of pods in user namespaces (Linux 6.3 added
+// FS_ALLOW_IDMAP to tmpfs). It builds a detached tmpfs mount (fsopen,
+// fsconfig, fsmount: attached nowhere) and sets MOUNT_ATTR_IDMAP on it with
+// the user namespace of a throwaway child; EINVAL means tmpfs cannot be
+// idmapped. The child is started traced, so it stops at its first
+// instruction after exec and never runs, and is killed afterwards.
+func (LiveCalls) IdmapTmpfs() error { return idmapMount("tmpfs") }
+
+// idmapMount is IdmapTmpfs for any filesystem type.
+func idmapMount(fstype string) error {
+	// The traced child reports to this thread; keep the wait on it.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	userns, stop, err := throwawayUserNS()
+	if err != nil {
+		return err
+	}
+	defer stop()
+	fsfd, err := unix.Fsopen(fstype, unix.FSOPEN_CLOEXEC)
+	if err != nil {
+		return fmt.Errorf("fsopen %s: %w", fstype, err)
+	}
+	defer unix.Close(fsfd)
+	if err := unix.FsconfigCreate(fsfd); err != nil {
+		return fmt.Errorf("fsconfig %s create: %w", fstype, err)
+	}
+	mfd, err := unix.Fsmount(fsfd, unix.FSMOUNT_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("fsmount %s: %w", fstype, err)
+	}
+	defer unix.Close(mfd) // a detached mount goes away with its last fd
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_IDMAP, Userns_fd: uint64(userns)}
+	if err := unix.MountSetattr(mfd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		return fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP on %s: %w", fstype, err)
+	}
+	return nil
+}
+
+// throwawayUserNS starts a child in a new user namespace (uid and gid 0
+// mapped to 65534 outside, one id each) and returns an fd of that
+// namespace and a function that kills and reaps the child. The child execs
+// nodeshim's own binary under PTRACE_TRACEME, so it stops with SIGTRAP
+// before running anything.
+func throwawayUserNS() (int, func(), error) {
+	exe, err := os.Executable()
+	if err != nil {
+		return -1, nil, fmt.Errorf("find own executable: %w", err)
+	}
+	pid, err := syscall.ForkExec(exe, []string{exe}, &syscall.ProcAttr{
+		Sys: &syscall.SysProcAttr{
+			Cloneflags:  syscall.CLONE_NEWUSER,
+			UidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+			GidMappings: []syscall.SysProcIDMap{{ContainerID: 0, HostID: 65534, Size: 1}},
+			Ptrace:      true,
+			Pdeathsig:   syscall.SIGKILL,
+		},
+	})
+	if err != nil {
+		return -1, nil, fmt.Errorf("%w: clone CLONE_NEWUSER: %w", errUserNS, err)
+	}
+	stop := func() {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		for {
+			if _, err := syscall.Wait4(pid, &ws, 0, nil); err != syscall.EINTR {
+				return
+			}
+		}
+	}
+	p := fmt.Sprintf("/proc/%d/ns/user", pid)
+	fd, err := unix.Open(p, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		stop()
+		return -1, nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	return fd, func() { unix.Close(fd); stop() }, nil
+}

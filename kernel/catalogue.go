@@ -79,6 +79,12 @@ func Catalogue() []Requirement {
 			Probe:    probeUserNS,
 			Slow:     true,
 		},
+		{
+			ID: "userns.idmap-tmpfs", Group: "userns", MinKernel: V(6, 3, 0),
+			NeededBy: []string{"Kubernetes: user namespaces for pods (idmapped tmpfs volumes)"},
+			Probe:    probeIdmapTmpfs,
+			Slow:     true,
+		},
 	}
 	for _, s := range SafeSysctls() {
 		reqs = append(reqs, Requirement{

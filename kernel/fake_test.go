@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -26,6 +27,7 @@ type fakeCalls struct {
 	gen          uint32
 	genErr       error
 	userns       error
+	idmap        error
 	run          map[string]runResult // by program name
 }
 
@@ -53,6 +55,7 @@ func (f *fakeCalls) NetfilterGeneration(context.Context) (uint32, error) {
 	return f.gen, f.genErr
 }
 func (f *fakeCalls) NewUserNamespace() error { return f.userns }
+func (f *fakeCalls) IdmapTmpfs() error       { return f.idmap }
 func (f *fakeCalls) Run(_ context.Context, name string, _ ...string) (string, error) {
 	r, ok := f.run[name]
 	if !ok {
@@ -72,6 +75,7 @@ var fakeHosts = map[string]*fakeCalls{
 		tmpfs:        errnoOf("EINVAL"),
 		gen:          7,
 		userns:       nil,
+		idmap:        fmt.Errorf("mount_setattr MOUNT_ATTR_IDMAP on tmpfs: %w", errnoOf("EINVAL")),
 		run:          map[string]runResult{"nft": {out: "nftables v1.0.6 (Lester Gooch #5)\n"}},
 	},
 	// RHEL 8's 4.18 kernel: hybrid cgroups, PSI and its triggers backported
@@ -83,6 +87,7 @@ var fakeHosts = map[string]*fakeCalls{
 		tmpfs:        errnoOf("EINVAL"),
 		gen:          3,
 		userns:       errnoOf("ENOSPC"),
+		idmap:        fmt.Errorf("%w: clone CLONE_NEWUSER: %w", errUserNS, errnoOf("ENOSPC")),
 		run:          map[string]runResult{"nft": {out: "nftables v0.9.3 (Topsy)\n"}},
 	},
 }

@@ -5,6 +5,7 @@ package kernel
 
 import (
 	"context"
+	"errors"
 	"path/filepath"
 	"strings"
 )
@@ -108,6 +109,9 @@ func (h *Host) calls() Calls {
 	return h.Calls
 }
 
+// errUserNS marks a failure to create the user namespace a probe needed.
+var errUserNS = errors.New("no user namespace")
+
 // Calls is what probes do to the kernel beyond reading files: system calls
 // with arguments chosen so that they change nothing, and tools they run.
 // LiveCalls does them for real; tests substitute recorded outcomes.
@@ -129,6 +133,10 @@ type Calls interface {
 	// NewUserNamespace creates a process in a new user namespace and reports
 	// whether the kernel allowed it.
 	NewUserNamespace() error
+	// IdmapTmpfs sets MOUNT_ATTR_IDMAP on a detached tmpfs mount with the
+	// user namespace of a throwaway child. An error wrapping errUserNS
+	// means no user namespace could be made for it.
+	IdmapTmpfs() error
 	// Run runs the named program with args and returns its combined output.
 	// A program that is not installed yields an error wrapping
 	// exec.ErrNotFound.

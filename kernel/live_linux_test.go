@@ -177,6 +177,13 @@ func TestLiveSyscallProbes(t *testing.T) {
 	if err := live.NewUserNamespace(); err != nil {
 		t.Errorf("user namespace: %v", err)
 	}
+	// tmpfs can be idmapped since 6.3; procfs never.
+	if err := live.IdmapTmpfs(); err != nil {
+		t.Errorf("idmapped tmpfs: %v", err)
+	}
+	if err := idmapMount("proc"); !errors.Is(err, syscall.EINVAL) {
+		t.Errorf("idmapped proc: %v, want EINVAL", err)
+	}
 	for _, tc := range []struct {
 		id       string
 		evidence string
@@ -185,6 +192,7 @@ func TestLiveSyscallProbes(t *testing.T) {
 		{"swap.tmpfs-noswap", "accepted"},
 		{"nftables.kernel", "nf_tables answered NFT_MSG_GETGEN"},
 		{"userns.create", "clone(CLONE_NEWUSER) succeeded"},
+		{"userns.idmap-tmpfs", "MOUNT_ATTR_IDMAP set on a detached tmpfs mount"},
 		{"mounts.overlayfs", "overlay registered in /proc/filesystems"},
 	} {
 		r := catalogueEntry(t, tc.id)

@@ -294,6 +294,22 @@ func probeUserNS(_ context.Context, h *Host) Finding {
 	return Findingf(Supported, "clone(CLONE_NEWUSER) succeeded; %s", maxEv)
 }
 
+func probeIdmapTmpfs(_ context.Context, h *Host) Finding {
+	err := h.calls().IdmapTmpfs()
+	switch {
+	case err == nil:
+		return Findingf(Supported, "MOUNT_ATTR_IDMAP set on a detached tmpfs mount")
+	case errors.Is(err, errUserNS):
+		return Findingf(Unsupported, "%s", errnoText(err))
+	case errors.Is(err, syscall.EINVAL):
+		return Findingf(Unsupported, "%s: tmpfs cannot be idmapped", errnoText(err))
+	case errors.Is(err, syscall.ENOSYS):
+		return Findingf(Unsupported, "%s: no new mount API", errnoText(err))
+	default:
+		return Findingf(Unknown, "%s", errnoText(err))
+	}
+}
+
 // sysctlProbe returns the probe of one sysctl: present is Supported with
 // its value, absent Unsupported (naming the config option behind it when
 // known), unreadable Unknown.

@@ -105,6 +105,10 @@ func TestProbeVerdicts(t *testing.T) {
 		{"userns off by sysctl", "rhel-8.10", nil, probeUserNS, Unsupported, "user.max_user_namespaces=0", nil},
 		{"userns refused", "debian-6.1", func(c *fakeCalls) { c.userns = errnoOf("EPERM") }, probeUserNS, Unsupported, "EPERM", nil},
 
+		{"tmpfs not idmappable before 6.3", "debian-6.1", nil, probeIdmapTmpfs, Unsupported, "EINVAL): tmpfs cannot be idmapped", nil},
+		{"no user namespace for the idmap", "rhel-8.10", nil, probeIdmapTmpfs, Unsupported, "no user namespace: clone CLONE_NEWUSER: no space left on device (ENOSPC)", nil},
+		{"tmpfs idmapped", "debian-6.1", func(c *fakeCalls) { c.idmap = nil }, probeIdmapTmpfs, Supported, "MOUNT_ATTR_IDMAP set", nil},
+		{"idmap odd error", "debian-6.1", func(c *fakeCalls) { c.idmap = errors.New("find own executable: gone") }, probeIdmapTmpfs, Unknown, "gone", nil},
 		{"sysctl present", "debian-6.1", nil, sysctlProbe("net.ipv4.tcp_rmem", ""), Supported, "net.ipv4.tcp_rmem = 4096 131072 6291456", nil},
 		{"sysctl empty", "debian-6.1", nil, sysctlProbe("net.ipv4.ip_local_reserved_ports", ""), Supported, "= (empty)", nil},
 		{"ipvs sysctl absent, module not loaded", "debian-6.1", nil, sysctlProbe("net.ipv4.vs.conn_reuse_mode", "IP_VS"), Unsupported, "(CONFIG_IP_VS=m)", nil},
