@@ -163,3 +163,18 @@ func TestParseNftVersion(t *testing.T) {
 		t.Error("no version: want an error")
 	}
 }
+
+func FuzzParseNftVersion(f *testing.F) {
+	for _, s := range []string{"nftables v1.0.6 (Lester Gooch #5)\n", "nftables v0.9.3 (Topsy)", "v1.0", "nftables", "v99999999999.1.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseNftVersion(s)
+		if err != nil {
+			return
+		}
+		if v.Major < 0 || v.Minor < 0 || v.Patch < 0 || v.Major > 1<<20 {
+			t.Fatalf("ParseNftVersion(%q) = %v", s, v)
+		}
+	})
+}
