@@ -29,11 +29,11 @@ type Collector struct {
 	Workers int
 }
 
-// DefaultWorkers is how many probes run at once by default. Probes spend
-// their time in short system calls; measured on a 2-core node (see
-// BENCHMARKS.md), a few workers beat both one and one per probe, because a
-// fork (userns.create) or a blocking read holds an OS thread while the
-// others continue.
+// DefaultWorkers is how many quick probes run at once by default. Quick
+// probes are short file reads and system calls, so a small pool keeps
+// the number of OS threads a boot-time agent starts low; the slow probes,
+// which dominate the report's time, run beside it on their own goroutines.
+// BenchmarkReport compares it with one worker and one goroutine per probe.
 const DefaultWorkers = 4
 
 // Collect runs reqs against h with the default Collector.
