@@ -68,9 +68,14 @@ func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*R
 	cancels := make([]context.CancelFunc, len(reqs))
 	ctxs := make([]context.Context, len(reqs))
 	jobs := make(chan int, len(reqs))
-	for i := range reqs {
+	timeouts := make([]time.Duration, len(reqs))
+	for i, r := range reqs {
 		chans[i] = make(chan outcome, 1) // buffered: a late probe never blocks
-		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeout)
+		timeouts[i] = timeout
+		if r.Timeout > 0 {
+			timeouts[i] = r.Timeout
+		}
+		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeouts[i])
 	}
 	run := func(i int) {
 		t0 := now()
@@ -106,7 +111,7 @@ func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*R
 			select {
 			case o = <-chans[i]:
 			default:
-				o = outcome{f: Findingf(Unknown, "probe gave no answer: %v", ctxs[i].Err()), elapsed: timeout}
+				o = outcome{f: Findingf(Unknown, "probe gave no answer within %v: %v", timeouts[i], ctxs[i].Err()), elapsed: timeouts[i]}
 			}
 		}
 		cancels[i]()

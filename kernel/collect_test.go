@@ -24,8 +24,16 @@ func TestCollectTurnsBadProbesIntoUnknown(t *testing.T) {
 			<-ctx.Done()
 			return Findingf(Unknown, "gave up: %v", ctx.Err())
 		}},
+		{ID: "own-timeout", Group: "g", Timeout: time.Hour, Slow: true, Probe: func(ctx context.Context, _ *Host) Finding {
+			select {
+			case <-ctx.Done():
+				return Findingf(Unknown, "cut short: %v", ctx.Err())
+			case <-time.After(700 * time.Millisecond): // beyond the collector's 500 ms
+				return Findingf(Supported, "took its time")
+			}
+		}},
 	}
-	rep, err := Collector{ProbeTimeout: 50 * time.Millisecond}.Collect(t.Context(), testHost(t, "debian-6.1"), reqs)
+	rep, err := Collector{ProbeTimeout: 500 * time.Millisecond}.Collect(t.Context(), testHost(t, "debian-6.1"), reqs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,7 +46,8 @@ func TestCollectTurnsBadProbesIntoUnknown(t *testing.T) {
 		"no-verdict":          {Unknown, `probe returned no valid verdict (""): hm`},
 		"no-evidence":         {Unknown, "probe said Supported without evidence"},
 		"unknown-no-evidence": {Unknown, "probe gave no evidence"},
-		"hangs":               {Unknown, "probe gave no answer: context deadline exceeded"},
+		"hangs":               {Unknown, "probe gave no answer within 500ms: context deadline exceeded"},
+		"own-timeout":         {Supported, "took its time"},
 		"honours-ctx":         {Unknown, "context deadline exceeded"},
 	}
 	for id, w := range want {
@@ -51,7 +60,7 @@ func TestCollectTurnsBadProbesIntoUnknown(t *testing.T) {
 		}
 		mustContain(t, res.Evidence, w.ev)
 	}
-	if rep.Summary.Total != len(reqs) || rep.Summary.Supported != 1 || rep.Summary.Unknown != len(reqs)-1 {
+	if rep.Summary.Total != len(reqs) || rep.Summary.Supported != 2 || rep.Summary.Unknown != len(reqs)-2 {
 		t.Errorf("summary %+v", rep.Summary)
 	}
 	for i, res := range rep.Requirements {

@@ -3,6 +3,7 @@ package kernel
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Verdict is what nodeshim concludes about one requirement on this node.
@@ -86,4 +87,8 @@ type Requirement struct {
 	// probes first, each on its own goroutine, so that they overlap with
 	// the many quick file reads instead of ending the report.
 	Slow bool `json:"-"`
+	// Timeout overrides the collector's per-probe timeout for a probe
+	// known to take longer (a tool's full self-check); zero means the
+	// collector's.
+	Timeout time.Duration `json:"-"`
 }
