@@ -174,4 +174,3 @@ func TestENOSYSPrefix(t *testing.T) {
 		t.Errorf("x32 getpid: %s, want SIGSYS from the bad-arch action", observed(recs[0]))
 	}
 }
-
