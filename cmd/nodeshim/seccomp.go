@@ -146,8 +146,8 @@ of what the default covers; --all or -o json|yaml list every syscall.`,
 				if len(byDefault) > 0 {
 					fmt.Fprintf(&b, "\ndefault action %s covers: %s\n", ex.Default, strings.Join(byDefault, " "))
 				}
-				if ex.ByENOSYS > 0 && !all {
-					fmt.Fprintf(&b, "ENOSYS prefix covers every syscall number above %d\n", f.ENOSYS[0].MaxNr)
+				for _, a := range f.ENOSYS {
+					fmt.Fprintf(&b, "ENOSYS prefix covers every syscall number above %d on %s\n", a.MaxNr, a.Name)
 				}
 				for _, w := range ex.Warnings {
 					fmt.Fprintf(&b, "warning: %s\n", w)
