@@ -144,7 +144,6 @@ type probeCase struct {
 	why    string
 	expect Outcome
 	rec    int
-	detail string
 }
 
 // Verify proves what the compiled filter does on this kernel: it runs child
