@@ -64,8 +64,11 @@ var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listen
 // under the filter. The command starts as this binary, which sets
 // no_new_privs, loads the filter with SECCOMP_FILTER_FLAG_TSYNC in a
 // single-threaded process and execs path, keeping its pid. The caller owns
-// the returned *exec.Cmd (Stdin, Stdout, Env, Start, Wait...) and must call
-// the returned close function once it has started (or given up on) it.
+// the returned *exec.Cmd (Stdin, Stdout, Start, Wait...) and must call the
+// returned close function once it has started (or given up on) it. Env is
+// this process's environment plus the child's three NODESHIM_SECCOMP_
+// variables (which the command does not see): append to it, do not replace
+// it; ExtraFiles[0] carries the program and must stay first.
 func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
 	if f.Notify {
 		return nil, nil, ErrNotifyExec
