@@ -29,6 +29,7 @@ const (
 const (
 	probeMagic    = C.NODESHIM_PROBE_MAGIC
 	probeForklike = C.NODESHIM_PROBE_FORKLIKE
+	probeI386     = C.NODESHIM_PROBE_I386
 	probeHdrSize  = C.sizeof_struct_nodeshim_probe_hdr
 	probeRecSize  = C.sizeof_struct_nodeshim_probe_rec
 )
@@ -118,6 +119,8 @@ type probeRecord struct {
 	Nr       int64
 	Args     [6]uint64
 	Forklike bool
+	// I386 makes the call through the ia32 entry (int $0x80).
+	I386 bool
 
 	State    uint32 // 0 pending, 1 started, 2 done
 	Ret      int64
@@ -140,9 +143,14 @@ func encodeRecords(recs []probeRecord) []byte {
 		for j, a := range r.Args {
 			ne.PutUint64(o[8+8*j:], a)
 		}
+		var flags uint32
 		if r.Forklike {
-			ne.PutUint32(o[56:], probeForklike)
+			flags |= probeForklike
 		}
+		if r.I386 {
+			flags |= probeI386
+		}
+		ne.PutUint32(o[56:], flags)
 	}
 	return b
 }
