@@ -36,9 +36,9 @@ type Result struct {
 	Syscall string `json:"syscall"`
 	// Arch is the ABI the syscall was made through: the native one, or
 	// "x86" through int $0x80 on x86_64.
-	Arch    string   `json:"arch"`
-	Nr      int      `json:"nr"`
-	Args    []string `json:"args,omitempty"`
+	Arch string   `json:"arch"`
+	Nr   int      `json:"nr"`
+	Args []string `json:"args,omitempty"`
 	// Why says why it was probed: "named" by the profile, "sample" of the
 	// default action, "enosys" for the prefix.
 	Why      string `json:"why"`
