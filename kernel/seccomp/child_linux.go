@@ -71,6 +71,12 @@ var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listen
 // variables (which the command does not see): append to it, do not replace
 // it; ExtraFiles[0] carries the program and must stay first.
 func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
+	return commandWith(selfExe, f, path, argv...)
+}
+
+// commandWith is Command with the binary that carries the seccomp child
+// named: tests run a copy of themselves as an unprivileged user.
+func commandWith(exe string, f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
 	if f.Notify {
 		return nil, nil, ErrNotifyExec
 	}
@@ -79,7 +85,7 @@ func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) 
 		return nil, nil, err
 	}
 	cmd := &exec.Cmd{
-		Path: selfExe,
+		Path: exe,
 		Args: append([]string{"nodeshim-seccomp-exec", path}, argv...),
 		Env: append(os.Environ(),
 			envChild+"=exec",

@@ -281,3 +281,53 @@ func TestNotifyRefusedByCommand(t *testing.T) {
 		t.Errorf("got %v", err)
 	}
 }
+
+// TestCommandUnprivileged: with no_new_privs an unprivileged process may
+// load a filter (no CAP_SYS_ADMIN needed). A copy of this test binary runs
+// as nobody with no capabilities and loads the filter before exec.
+func TestCommandUnprivileged(t *testing.T) {
+	testutil.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir's parent is private to root; /tmp itself is searchable.
+	dir, err := os.MkdirTemp("", "nodeshim-seccomp-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			testutil.Skip(t, "%s is not searchable by other users: %v", d, err)
+		}
+	}
+	exe := filepath.Join(dir, "seccomp.test")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, f := loadTestdata(t, "deny-mkdir.json", CompileOptions{})
+	sh := testutil.RequireBinary(t, "sh")
+	cmd, done, err := commandWith(exe, f, sh, "sh", "-c", `id -u; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; mkdir /tmp/nodeshim-unpriv-$$ 2>&1 | grep -o "Permission denied"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "65534\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\nPermission denied\n"
+	if string(out) != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
+	}
+}
