@@ -56,7 +56,7 @@ func programFile(f *Filter, cloexec bool) (*os.File, error) {
 	return file, nil
 }
 
-// ErrNotify is returned by Command and Exec for a filter with NOTIFY
+// ErrNotifyExec is returned by Command and Exec for a filter with NOTIFY
 // rules: handing the listener to a seccomp agent is a container runtime's
 // job, which nodeshim does not do.
 var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listener fd to a seccomp agent is not supported by seccomp exec")

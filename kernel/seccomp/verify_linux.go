@@ -157,16 +157,19 @@ type probeCase struct {
 	rec    int
 }
 
-// Verify proves what the compiled filter does on this kernel: it runs child
-// processes that call every syscall the profile names (and a sample of
-// those it does not) with harmless invalid arguments, through the native
-// ABI and, for a filter with the x86 architecture on x86_64, through the
-// ia32 one (int $0x80) as well, first without a
-// filter for a baseline and then under f, and compares the kernel's answers
-// with what the profile means (Profile.Evaluate). Allowed syscalls must
-// answer as they do unfiltered; denied ones exactly errnoRet; kill actions
-// must end the child with SIGSYS; TRAP must raise SIGSYS with SYS_SECCOMP;
-// TRACE and NOTIFY, with no tracer or listener attached, answer ENOSYS.
+// Verify proves what the compiled filter does on this kernel. Child
+// processes call every syscall the profile names (and a sample of those it
+// does not) with harmless invalid arguments, and conditional syscalls with
+// values on both sides of each comparison; on x86_64 a filter with the x86
+// architecture is probed through the ia32 entry (int $0x80) too, where the
+// kernel allows it. Each call runs first without a filter (the baseline)
+// and then under f, and the kernel's answer is compared with what the
+// profile means (Profile.Evaluate): allowed syscalls must answer as they do
+// unfiltered; denied ones exactly errnoRet; kill actions must end the child
+// with SIGSYS; TRAP must raise SIGSYS with SYS_SECCOMP; TRACE and NOTIFY,
+// with no tracer or listener attached, answer ENOSYS; numbers above the
+// ENOSYS prefix's limit answer ENOSYS. A probe whose baseline gives the
+// same answer, or kills the child, is inconclusive.
 func Verify(ctx context.Context, p *Profile, f *Filter, opts VerifyOptions) (*Report, error) {
 	native, err := nativeArch()
 	if err != nil {
