@@ -4,6 +4,7 @@ go 1.25.0
 
 require (
 	github.com/spf13/cobra v1.10.2
+	golang.org/x/sys v0.38.0
 	sigs.k8s.io/yaml v1.6.0
 )
 
