@@ -138,7 +138,9 @@ func openTrigger(t *testing.T, path, trigger string) *os.File {
 		t.Fatalf("open %s: %v", path, err)
 	}
 	t.Cleanup(func() { f.Close() })
-	if _, err := f.Write([]byte(trigger)); err != nil {
+	// psi_write (kernel/sched/psi.c) overwrites the last byte written with
+	// a NUL before parsing, so the trigger is written with its terminator.
+	if _, err := f.Write([]byte(trigger + "\x00")); err != nil {
 		t.Fatalf("write PSI trigger %q to %s: %v", trigger, path, err)
 	}
 	return f
