@@ -146,10 +146,11 @@ func ParseLdd(out []byte) ([]string, error) {
 			if strings.HasPrefix(rest, "not found") {
 				return nil, fmt.Errorf("%w: %s not found", ErrLdd, strings.TrimSpace(name))
 			}
-			path = strings.Fields(rest + " ")[0]
-			if path == "" || strings.HasPrefix(path, "(") {
+			fields := strings.Fields(rest)
+			if len(fields) == 0 || strings.HasPrefix(fields[0], "(") {
 				continue // "linux-vdso.so.1 =>  (0x...)" on old glibc
 			}
+			path = fields[0]
 		} else {
 			path = strings.Fields(line)[0]
 		}

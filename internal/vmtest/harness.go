@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -39,6 +40,9 @@ type Config struct {
 	Console io.Writer
 	// Log receives progress.
 	Log *slog.Logger
+	// After returns a channel that fires after d (the guest timeout);
+	// time.After when nil.
+	After func(d time.Duration) <-chan time.Time
 }
 
 // Result is what one kernel's run ended with.
@@ -163,7 +167,7 @@ func boot(ctx context.Context, cfg Config, k Kernel, pkg, vmlinuz, initrd string
 	}
 	defer consoleLog.Close()
 	serial := filepath.Join(dir, "serial1.tar")
-	m := &Machine{QEMU: cfg.QEMU, Kernel: vmlinuz, Initrd: initrd, Label: k.Label, MemoryMB: cfg.MemoryMB, ArtifactFile: serial, Timeout: cfg.Timeout}
+	m := &Machine{QEMU: cfg.QEMU, Kernel: vmlinuz, Initrd: initrd, Label: k.Label, MemoryMB: cfg.MemoryMB, ArtifactFile: serial, Timeout: cfg.Timeout, After: cfg.After}
 	var c Console
 	var mu sync.Mutex
 	prefix := "[" + k.Label + "] "
@@ -172,7 +176,7 @@ func boot(ctx context.Context, cfg Config, k Kernel, pkg, vmlinuz, initrd string
 	hung, qemuErr, err := m.Boot(ctx, func(line string) {
 		mu.Lock()
 		defer mu.Unlock()
-		text := strings.TrimRight(line, "\r\n")
+		text := terminalEscape.ReplaceAllString(strings.TrimRight(line, "\r\n"), "")
 		fmt.Fprintln(consoleLog, text)
 		if cfg.Console != nil {
 			fmt.Fprintln(cfg.Console, prefix+text)
@@ -204,6 +208,10 @@ func failOutcome(o Outcome, err error) Outcome {
 	}
 	return o
 }
+
+// terminalEscape matches the VT100 sequences that the firmware writes to the
+// console (reset, clear screen, line wrap off).
+var terminalEscape = regexp.MustCompile(`\x1b(\[[0-9;?]*[A-Za-z]|[A-Za-z])`)
 
 // checkReport checks that a report the guest produced is JSON.
 func checkReport(dir string, c *Console) error {

@@ -120,7 +120,7 @@ type initTest struct{ Name, Dir, Pattern string }
 func (im *Image) InitScript() string {
 	data := struct {
 		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout string
-		Tests                                                          []initTest
+		Tests                                                           []initTest
 	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
