@@ -85,13 +85,19 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var errs []error
 	for _, k := range kernels {
 		log.Info("fetching kernel", "kernel", k.Label, "suite", k.Suite)
-		vmlinuz, pkg, err := fetch.Vmlinuz(ctx, k)
+		img, err := fetch.Fetch(ctx, k)
 		if err != nil {
 			errs = append(errs, err)
 			log.Error("kernel not fetched", "kernel", k.Label, "err", err)
 			continue
 		}
-		r, err := boot(ctx, cfg, k, pkg, vmlinuz, initrd, expected, log)
+		pkg := img.Package
+		kernelInitrd, err := withKernelFiles(ctx, cfg, img, initrd)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kernel %s: %w", k.Label, err))
+			continue
+		}
+		r, err := boot(ctx, cfg, k, pkg, img.Vmlinuz, kernelInitrd, expected, log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("kernel %s: %w", k.Label, err))
 			continue
@@ -150,6 +156,30 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, err
 	}
 	return initrd, expected, nil
+}
+
+// withKernelFiles returns an initramfs for one kernel: the shared one with a
+// second archive of the kernel's own files appended. The kernel unpacks
+// concatenated cpio archives in order
+// (Documentation/driver-api/early-userspace/buffer-format.rst).
+func withKernelFiles(ctx context.Context, cfg Config, img KernelImage, initrd string) (string, error) {
+	extra := filepath.Join(cfg.CacheDir, "initramfs-"+img.Package+".cpio.gz")
+	if err := Pack(ctx, img.Root, extra); err != nil {
+		return "", err
+	}
+	shared, err := os.ReadFile(initrd)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", initrd, err)
+	}
+	own, err := os.ReadFile(extra)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", extra, err)
+	}
+	out := filepath.Join(cfg.CacheDir, "initramfs-"+img.Package+".full.cpio.gz")
+	if err := writeFileAtomic(out, append(shared, own...), 0o644); err != nil {
+		return "", err
+	}
+	return out, nil
 }
 
 // boot runs the image under one kernel and keeps its console and files.

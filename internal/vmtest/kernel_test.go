@@ -92,7 +92,11 @@ func (a *fakeApt) run(_ context.Context, dir, name string, args ...string) ([]by
 		if err := os.MkdirAll(filepath.Join(last, "boot"), 0o755); err != nil {
 			return nil, err
 		}
-		return nil, os.WriteFile(filepath.Join(last, "boot", "vmlinuz-"+strings.TrimPrefix(a.depends, "linux-image-")), []byte("bzImage"), 0o644)
+		release := strings.TrimPrefix(a.depends, "linux-image-")
+		if err := os.WriteFile(filepath.Join(last, "boot", "config-"+release), []byte("CONFIG_PSI=y\n"), 0o644); err != nil {
+			return nil, err
+		}
+		return nil, os.WriteFile(filepath.Join(last, "boot", "vmlinuz-"+release), []byte("bzImage"), 0o644)
 	}
 	return nil, nil
 }
@@ -105,15 +109,22 @@ func TestFetcherUsesPrivateAptAndCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, pkg, err := f.Vmlinuz(context.Background(), k)
+	img, err := f.Fetch(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pkg != "linux-image-6.1.0-50-amd64" || path != filepath.Join(cache, "kernels", pkg, "vmlinuz") {
-		t.Fatalf("Vmlinuz() = %s, %s", path, pkg)
+	pkg := img.Package
+	if pkg != "linux-image-6.1.0-50-amd64" || img.Vmlinuz != filepath.Join(cache, "kernels", pkg, "vmlinuz") {
+		t.Fatalf("Fetch() = %+v", img)
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "bzImage" {
+	if b, err := os.ReadFile(img.Vmlinuz); err != nil || string(b) != "bzImage" {
 		t.Fatalf("cached image: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.Root, "boot", "config-6.1.0-50-amd64")); err != nil || string(b) != "CONFIG_PSI=y\n" {
+		t.Fatalf("cached config: %q, %v", b, err)
+	}
+	if entries, err := os.ReadDir(filepath.Dir(img.Vmlinuz)); err != nil || len(entries) != 2 {
+		t.Fatalf("kernel cache entry holds %v (%v), want vmlinuz and root only", entries, err)
 	}
 	sources, err := os.ReadFile(filepath.Join(cache, "apt", "bookworm", "sources.list"))
 	if err != nil {
@@ -149,9 +160,9 @@ func TestFetcherUsesPrivateAptAndCaches(t *testing.T) {
 
 	// A second fetch uses the cache and runs nothing.
 	apt.calls = nil
-	again, _, err := f.Vmlinuz(context.Background(), k)
-	if err != nil || again != path || len(apt.calls) != 0 {
-		t.Fatalf("cached Vmlinuz() = %s, %v after %q", again, err, apt.calls)
+	again, err := f.Fetch(context.Background(), k)
+	if err != nil || again != img || len(apt.calls) != 0 {
+		t.Fatalf("cached Fetch() = %+v, %v after %q", again, err, apt.calls)
 	}
 }
 
@@ -169,9 +180,9 @@ func TestFetcherFailures(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &Fetcher{CacheDir: t.TempDir(), Mirror: "http://deb.debian.org/debian", Keyring: "k", Run: tc.apt.run}
 			k, _ := LookupKernel("6.1")
-			_, _, err := f.Vmlinuz(context.Background(), k)
+			_, err := f.Fetch(context.Background(), k)
 			if !errors.Is(err, ErrKernelFetch) || !strings.Contains(err.Error(), tc.wantText) {
-				t.Fatalf("Vmlinuz() error %v, want ErrKernelFetch with %q", err, tc.wantText)
+				t.Fatalf("Fetch() error %v, want ErrKernelFetch with %q", err, tc.wantText)
 			}
 		})
 	}
