@@ -40,6 +40,8 @@ type Config struct {
 	Console io.Writer
 	// Log receives progress.
 	Log *slog.Logger
+	// Fault breaks the image on purpose (see Faults); empty for a real run.
+	Fault string
 	// After returns a channel that fires after d (the guest timeout);
 	// time.After when nil.
 	After func(d time.Duration) <-chan time.Time
@@ -127,7 +129,10 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, fmt.Errorf("create %s: %w", outDir, err)
 	}
 	b := &Builder{Go: cfg.Go, Root: cfg.Root, OutDir: outDir, Run: ExecRunner}
-	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5}
+	if cfg.Fault != "" && !contains(Faults(), cfg.Fault) {
+		return "", nil, fmt.Errorf("unknown fault %q (known: %s)", cfg.Fault, strings.Join(Faults(), " "))
+	}
+	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5, Fault: cfg.Fault}
 	for i := range pkgs {
 		p := &pkgs[i]
 		log.Info("building test binary", "package", p.ImportPath, "tests", strings.Join(p.Tests, " "))

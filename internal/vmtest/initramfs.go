@@ -44,7 +44,15 @@ type Image struct {
 	Nodeshim *Binary
 	// TestTimeout is the -test.timeout of each test binary.
 	TestTimeout time.Duration
+	// Fault, when not empty, breaks the image on purpose so that the
+	// harness's failure paths can be checked with a real guest: see Faults.
+	Fault string
 }
+
+// Faults lists what Image.Fault can inject: the kernel panics (init exits),
+// a test binary is missing from the image, the guest hangs in its first
+// test binary.
+func Faults() []string { return []string{"panic", "missing", "hang"} }
 
 // GuestDir is the directory a package's tests run in, in the guest.
 func GuestDir(p Package) string { return path.Join(guestSrcDir, filepath.ToSlash(p.Rel)) }
@@ -80,6 +88,9 @@ setup loopback ip link set lo up
 export NODESHIM_GUEST NODESHIM_REQUIRE_PRIVILEGED=1 HOME=/root TMPDIR=/tmp
 echo "nodeshim guest $NODESHIM_GUEST: kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 mkdir -p {{.ArtifactDir}}
+{{- if eq .Fault "panic"}}
+exit 1 # fault injected: init exits, the kernel panics
+{{- end}}
 
 if [ -x {{.Nodeshim}} ] && {{.Nodeshim}} report --help >/dev/null 2>&1; then
 	{{.Nodeshim}} report -o json >{{.ArtifactDir}}/report.json 2>{{.ArtifactDir}}/report.stderr
@@ -99,6 +110,9 @@ run_test() {
 		return
 	fi
 	echo "$M begin $name"
+{{- if eq .Fault "hang"}}
+	sleep 2147483647 # fault injected: hang
+{{- end}}
 	(cd "$dir" && "$bin" -test.v -test.count=1 -test.timeout={{.TestTimeout}} -test.run "$pattern")
 	rc=$?
 	echo "$M end $name $rc"
@@ -119,9 +133,9 @@ type initTest struct{ Name, Dir, Pattern string }
 // InitScript returns the guest's /init.
 func (im *Image) InitScript() string {
 	data := struct {
-		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout string
-		Tests                                                           []initTest
-	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), nil}
+		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault string
+		Tests                                                                  []initTest
+	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
 	}
@@ -161,7 +175,10 @@ func (im *Image) Stage(dir string) error {
 		}
 		return nil
 	}
-	for _, t := range im.Tests {
+	for i, t := range im.Tests {
+		if i == 0 && im.Fault == "missing" {
+			continue // fault injected: the first test binary is left out
+		}
 		if err := add(t.Binary, path.Join(guestBinDir, t.Package.Name+".test")); err != nil {
 			return err
 		}
