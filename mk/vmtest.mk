@@ -44,6 +44,7 @@ vmtest-faults: apt-deps $(VMTEST)
 			-timeout $(VMTEST_FAULT_TIMEOUT) -fault $$f >$$log 2>&1; then \
 			echo "vmtest-faults: a guest with fault $$f passed: see $$log"; exit 1; fi; \
 		case $$f in panic) want='$(VMTEST_FAULT_panic)';; missing) want='$(VMTEST_FAULT_missing)';; hang) want='$(VMTEST_FAULT_hang)';; esac; \
-		if ! grep -F -- "$$want" $$log; then echo "vmtest-faults: fault $$f failed without \"$$want\": see $$log"; exit 1; fi; \
+		if ! grep -qF -- "$$want" $$log; then echo "vmtest-faults: fault $$f failed without \"$$want\": see $$log"; exit 1; fi; \
+		echo "vmtest-faults: fault $$f failed the run as it should: $$(grep -F -- "$$want" $$log | head -1 | sed 's/^vmtest: FAIL: //')"; \
 	done
 	@echo "vmtest-faults: panic, missing test binary and hang each fail the run with their message"
