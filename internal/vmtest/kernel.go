@@ -67,9 +67,23 @@ func ExecRunner(ctx context.Context, dir string, name string, args ...string) ([
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(lastLines(stderr.String(), 15)))
+		return out, fmt.Errorf("%s: %w: %s", commandLine(name, args), err, strings.TrimSpace(lastLines(stderr.String(), 15)))
 	}
 	return out, nil
+}
+
+// commandLine shows a command for an error message, without apt's long
+// "-o Option=value" pairs.
+func commandLine(name string, args []string) string {
+	shown := []string{name}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-o" {
+			i++
+			continue
+		}
+		shown = append(shown, args[i])
+	}
+	return strings.Join(shown, " ")
 }
 
 // Fetcher downloads Debian kernel images through a private apt configuration
@@ -114,10 +128,10 @@ func (f *Fetcher) Fetch(ctx context.Context, k Kernel) (KernelImage, error) {
 	}
 	pkg, err := f.resolve(ctx, k)
 	if err != nil {
-		return KernelImage{}, fmt.Errorf("%w %s (Debian %s): %w", ErrKernelFetch, k.Label, k.Suite, err)
+		return KernelImage{}, fmt.Errorf("%w %s (Debian %s from %s): %w", ErrKernelFetch, k.Label, k.Suite, f.Mirror, err)
 	}
 	if err := f.download(ctx, k, pkg); err != nil {
-		return KernelImage{}, fmt.Errorf("%w %s (Debian %s, %s): %w", ErrKernelFetch, k.Label, k.Suite, pkg, err)
+		return KernelImage{}, fmt.Errorf("%w %s (Debian %s from %s, %s): %w", ErrKernelFetch, k.Label, k.Suite, f.Mirror, pkg, err)
 	}
 	if err := writeFileAtomic(labelFile, []byte(pkg+"\n"), 0o644); err != nil {
 		return KernelImage{}, err

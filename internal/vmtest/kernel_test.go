@@ -172,9 +172,9 @@ func TestFetcherFailures(t *testing.T) {
 		apt      fakeApt
 		wantText string
 	}{
-		{"archive unreachable", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "apt-get"}, "cannot fetch kernel 6.1 (Debian bookworm): apt-get: exit status 100"},
+		{"archive unreachable", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "apt-get"}, "cannot fetch kernel 6.1 (Debian bookworm from http://deb.debian.org/debian): apt-get: exit status 100"},
 		{"suite moved to another series", fakeApt{depends: "linux-image-6.5.0-1-amd64"}, "not on a linux-image-6.1.0-* package"},
-		{"image not unpacked", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "sh"}, "cannot fetch kernel 6.1 (Debian bookworm, linux-image-6.1.0-50-amd64)"},
+		{"image not unpacked", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "sh"}, "cannot fetch kernel 6.1 (Debian bookworm from http://deb.debian.org/debian, linux-image-6.1.0-50-amd64)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -185,6 +185,13 @@ func TestFetcherFailures(t *testing.T) {
 				t.Fatalf("Fetch() error %v, want ErrKernelFetch with %q", err, tc.wantText)
 			}
 		})
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	got := commandLine("apt-get", []string{"-q", "-o", "Dir::Cache=/c", "-o", "APT::Sandbox::User=root", "download", "linux-image-6.1.0-50-amd64"})
+	if want := "apt-get -q download linux-image-6.1.0-50-amd64"; got != want {
+		t.Fatalf("commandLine() = %q, want %q", got, want)
 	}
 }
 
