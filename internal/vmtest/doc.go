@@ -46,4 +46,9 @@
 // Everything the guest says about its tests comes back on the serial console
 // as lines starting with Marker; files come back as a tar stream on the
 // second serial port.
+//
+// `make vmtest-faults` (run by `make test`) boots images broken on purpose
+// (Image.Fault: init exits so the kernel panics, a test binary is left out,
+// the first test binary hangs) and checks that each fails the run with the
+// message that names it.
 package vmtest
