@@ -389,7 +389,7 @@ func logErrors(path string) string {
 	var errs []string
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	for _, l := range lines {
-		if strings.Contains(l, "Error (") {
+		if strings.Contains(l, "Error (") && !isRlimitNoise(l) {
 			errs = append(errs, strings.TrimSpace(l))
 		}
 	}
@@ -403,6 +403,12 @@ func logErrors(path string) string {
 		errs = errs[len(errs)-5:]
 	}
 	return strings.Join(errs, "; ")
+}
+
+// isRlimitNoise recognises the error CRIU logs, and goes on from, when it
+// may not raise RLIMIT_NOFILE (no CAP_SYS_RESOURCE).
+func isRlimitNoise(l string) bool {
+	return strings.Contains(l, "Can't setup RLIMIT_NOFILE")
 }
 
 // readDumpStats reads CRIU's stats-dump image: two magics, a length and a

@@ -130,7 +130,11 @@ func (s *swrk) call(ctx context.Context, req *rpc.CriuReq, notify func(n *rpc.Cr
 			return nil, fmt.Errorf("decode criu response: %w", err)
 		}
 		if !resp.GetSuccess() {
-			return resp, fmt.Errorf("%w: %s request: errno %d: %s", ErrCriu, want, resp.GetCrErrno(), resp.GetCrErrmsg())
+			msg := strings.TrimSpace(resp.GetCrErrmsg())
+			if msg == "" || isRlimitNoise(msg) {
+				return resp, fmt.Errorf("%w: %s request", ErrCriu, want)
+			}
+			return resp, fmt.Errorf("%w: %s request: %s", ErrCriu, want, msg)
 		}
 		if resp.GetType() != rpc.CriuReqType_NOTIFY {
 			if resp.GetType() != want {

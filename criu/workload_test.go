@@ -2,9 +2,11 @@ package criu
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,7 +33,13 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envWorkload) {
 	case "":
 	case "count":
-		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB))
+		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), false)
+		return
+	case "count-tcp":
+		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), true)
+		return
+	case "checkpoint":
+		runCheckpointer(os.Getenv(envWorkloadDir))
 		return
 	default:
 		fmt.Fprintf(os.Stderr, "unknown workload %q\n", os.Getenv(envWorkload))
@@ -42,8 +50,32 @@ func TestMain(m *testing.M) {
 
 // runCounter touches mib MiB of memory, writes its pid to dir/pid, then
 // counts in memory, appending each count to dir/log, every 10ms.
-func runCounter(dir, mib string) {
+// With tcp, it also holds an established TCP connection to itself, which
+// CRIU refuses to dump without --tcp-established.
+func runCounter(dir, mib string, tcp bool) {
 	n, _ := strconv.Atoi(mib)
+	if tcp {
+		// Plain TCP: Go listens with MPTCP by default since 1.24, which
+		// CRIU 4.1 refuses outright ("Unsupported proto 262").
+		var lc net.ListenConfig
+		lc.SetMultipathTCP(false)
+		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
+		if err != nil {
+			os.Exit(5)
+		}
+		var d net.Dialer
+		d.SetMultipathTCP(false)
+		c, err := d.Dial("tcp", l.Addr().String())
+		if err != nil {
+			os.Exit(5)
+		}
+		s, err := l.Accept()
+		if err != nil {
+			os.Exit(5)
+		}
+		defer c.Close()
+		defer s.Close()
+	}
 	ballast := make([]byte, n<<20)
 	// Random bytes: every page is present and none is the zero page.
 	if _, err := rand.Read(ballast); err != nil {
@@ -187,4 +219,37 @@ func assertRunning(t *testing.T, pid int, dir string) {
 		n := len(counts(t, dir))
 		waitCount(t, dir, n+3)
 	}
+}
+
+// runCheckpointer checkpoints the pid in dir/target into the root dir in
+// dir/root, writing dir/dumping once CRIU has written its first bytes; the
+// test SIGKILLs it then.
+func runCheckpointer(dir string) {
+	b, err := os.ReadFile(filepath.Join(dir, "target"))
+	if err != nil {
+		os.Exit(6)
+	}
+	pid, _ := strconv.Atoi(string(b))
+	bin, err := Find("", nil)
+	if err != nil {
+		os.Exit(6)
+	}
+	tg, err := PIDTarget("/proc", pid, time.Now())
+	if err != nil {
+		os.Exit(6)
+	}
+	var once bool
+	_, err = Checkpoint(context.Background(), tg, Options{
+		Binary: bin, RootDir: filepath.Join(dir, "root"), ProgressInterval: 5 * time.Millisecond,
+		Progress: func(p Progress) {
+			if !once && p.Phase == "dumping" && p.Bytes > 0 {
+				once = true
+				_ = os.WriteFile(filepath.Join(dir, "dumping"), nil, 0o600)
+			}
+		},
+	})
+	if err != nil {
+		os.Exit(7)
+	}
+	os.Exit(0)
 }
