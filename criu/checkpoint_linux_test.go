@@ -239,9 +239,14 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 		wantErr  func(err error) bool
 	}{
 		{
-			name: "criu error: established TCP without --tcp-established", workload: "count-tcp", mib: 1,
+			// CRIU refuses an established TCP connection without
+			// --tcp-established; on kernels >= 6.16 CRIU 4.1.1 even fails
+			// earlier, on any inet socket (getsockopt SO_PASSCRED returns
+			// EOPNOTSUPP). Either way the dump fails inside CRIU after
+			// it has seized the target.
+			name: "criu error: a TCP connection", workload: "count-tcp", mib: 1,
 			wantErr: func(err error) bool {
-				return errors.Is(err, ErrCriu) && strings.Contains(err.Error(), "tcp-established")
+				return errors.Is(err, ErrCriu) && strings.Contains(err.Error(), "Dumping FAILED")
 			},
 		},
 		{
