@@ -130,6 +130,7 @@ func Unpack(r io.Reader, dir string) error {
 	defer root.Close()
 	tr := tar.NewReader(r)
 	buf := make([]byte, 4<<20)
+	links := map[string]bool{}
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -141,6 +142,11 @@ func Unpack(r io.Reader, dir string) error {
 		name, err := cleanEntryName(h.Name)
 		if err != nil {
 			return err
+		}
+		for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
+			if links[d] {
+				return fmt.Errorf("%w: entry %q lies under the symlink %q", ErrInvalidArchive, h.Name, d)
+			}
 		}
 		if d := filepath.Dir(name); d != "." {
 			if err := root.MkdirAll(d, 0o700); err != nil {
@@ -168,6 +174,7 @@ func Unpack(r io.Reader, dir string) error {
 			if err := root.Symlink(h.Linkname, name); err != nil {
 				return fmt.Errorf("symlink %s in %s: %w", name, dir, err)
 			}
+			links[name] = true
 		default:
 			return fmt.Errorf("%w: entry %q has type %q", ErrInvalidArchive, h.Name, h.Typeflag)
 		}
