@@ -2,10 +2,10 @@ package criu
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -498,16 +498,8 @@ func writeArchive(ctx context.Context, o Options, dir, work, images string, conf
 			_ = os.Remove(tmp)
 		}
 	}()
-	cw := &countingWriter{w: f, ctx: ctx}
-	if o.Progress != nil {
-		cw.report = func(n int64) { o.Progress(Progress{Phase: "archiving", Bytes: n}) }
-		cw.every = o.ProgressInterval
-	}
-	tw := tar.NewWriter(cw)
-	if err := addTree(tw, work, images, config, spec); err != nil {
-		return "", 0, fmt.Errorf("write %s: %w", tmp, err)
-	}
-	if err := tw.Close(); err != nil {
+	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
+	if err := addTree(aw, work, images, config, spec); err != nil {
 		return "", 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if err := f.Sync(); err != nil {
@@ -525,14 +517,15 @@ func writeArchive(ctx context.Context, o Options, dir, work, images string, conf
 	if err != nil {
 		return "", 0, err
 	}
-	return final, cw.n, nil
+	return final, aw.off, nil
 }
 
 // addTree writes the archive's members: checkpoint/ and the CRIU images
-// under it, then config.dump, spec.dump, dump.log and stats-dump at the root.
-func addTree(tw *tar.Writer, work, images string, config, spec []byte) error {
+// under it, then config.dump, spec.dump, dump.log and stats-dump at the
+// root, then the end-of-archive blocks.
+func addTree(aw *archiveWriter, work, images string, config, spec []byte) error {
 	now := time.Now()
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
+	if err := aw.header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
 		return err
 	}
 	ents, err := os.ReadDir(images)
@@ -541,14 +534,13 @@ func addTree(tw *tar.Writer, work, images string, config, spec []byte) error {
 	}
 	names := make([]string, 0, len(ents))
 	for _, e := range ents {
-		if e.Type().IsRegular() && e.Name() != StatsDump {
+		if e.Type().IsRegular() {
 			names = append(names, e.Name())
 		}
 	}
 	sort.Strings(names)
-	buf := make([]byte, 4<<20)
 	for _, n := range names {
-		if err := addFile(tw, filepath.Join(images, n), ImagesDir+"/"+n, buf); err != nil {
+		if err := aw.file(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
 			return err
 		}
 	}
@@ -556,59 +548,121 @@ func addTree(tw *tar.Writer, work, images string, config, spec []byte) error {
 		name string
 		data []byte
 	}{{ConfigDump, config}, {SpecDump, spec}} {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
+		if err := aw.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
 			return err
 		}
-		if _, err := tw.Write(m.data); err != nil {
+		if err := aw.write(m.data); err != nil {
+			return err
+		}
+		if err := aw.pad(); err != nil {
 			return err
 		}
 	}
-	if err := addFile(tw, filepath.Join(work, DumpLog), DumpLog, buf); err != nil {
+	if err := aw.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
 		return err
 	}
 	// CRIU writes stats-dump to its work directory.
-	return addFile(tw, filepath.Join(work, StatsDump), StatsDump, buf)
+	if err := aw.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
+		return err
+	}
+	// Two zero blocks end a tar archive.
+	return aw.write(make([]byte, 2*blockSize))
 }
 
-func addFile(tw *tar.Writer, src, name string, buf []byte) error {
-	f, err := os.Open(src)
-	if err != nil {
+const (
+	blockSize = 512
+	// writebackChunk is how much archive data is written before its
+	// writeback is started (sync_file_range), so that the final fsync
+	// finds most of the archive on disk already.
+	writebackChunk = 32 << 20
+)
+
+// archiveWriter writes a tar stream to a file: headers through
+// archive/tar, file contents with copy_file_range (one in-kernel copy, no
+// trip through user space), starting writeback as it goes.
+type archiveWriter struct {
+	ctx      context.Context
+	f        *os.File
+	off      int64
+	synced   int64
+	progress func(Progress)
+	every    time.Duration
+	last     time.Time
+}
+
+// header writes the header block(s) of h. archive/tar writes a header as
+// soon as WriteHeader is called, so the bytes it produced are the header.
+func (a *archiveWriter) header(h *tar.Header) error {
+	// Whole seconds and short names keep every header plain USTAR, which
+	// any tar reads, with no PAX records.
+	h.ModTime = h.ModTime.Truncate(time.Second)
+	h.Uid, h.Gid = 0, 0
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("tar header for %s: %w", h.Name, err)
+	}
+	return a.write(buf.Bytes())
+}
+
+func (a *archiveWriter) write(p []byte) error {
+	if err := a.ctx.Err(); err != nil {
 		return err
 	}
-	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
-		return err
-	}
-	// Hide WriterTo so that the large buffer is used.
-	if _, err := io.CopyBuffer(tw, struct{ io.Reader }{f}, buf); err != nil {
-		return fmt.Errorf("copy %s: %w", src, err)
+	n, err := a.f.Write(p)
+	a.advance(int64(n))
+	return err
+}
+
+// pad fills the current member up to a block boundary.
+func (a *archiveWriter) pad() error {
+	if r := a.off % blockSize; r != 0 {
+		return a.write(make([]byte, blockSize-r))
 	}
 	return nil
 }
 
-// countingWriter counts bytes, reports progress and stops on cancellation.
-type countingWriter struct {
-	w      io.Writer
-	ctx    context.Context
-	n      int64
-	report func(int64)
-	every  time.Duration
-	last   time.Time
+func (a *archiveWriter) advance(n int64) {
+	a.off += n
+	if a.off-a.synced >= writebackChunk {
+		// Start writeback of what is written so far without waiting
+		// (SYNC_FILE_RANGE_WRITE); errors surface in the final fsync.
+		_ = unix.SyncFileRange(int(a.f.Fd()), a.synced, a.off-a.synced, unix.SYNC_FILE_RANGE_WRITE)
+		a.synced = a.off
+	}
+	if a.progress != nil && time.Since(a.last) >= a.every {
+		a.last = time.Now()
+		a.progress(Progress{Phase: "archiving", Bytes: a.off})
+	}
 }
 
-func (c *countingWriter) Write(p []byte) (int, error) {
-	if err := c.ctx.Err(); err != nil {
-		return 0, err
+// file writes the regular file src as member name.
+func (a *archiveWriter) file(src, name string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
 	}
-	n, err := c.w.Write(p)
-	c.n += int64(n)
-	if c.report != nil && time.Since(c.last) >= c.every {
-		c.last = time.Now()
-		c.report(c.n)
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
 	}
-	return n, err
+	if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		return err
+	}
+	for left := fi.Size(); left > 0; {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.CopyFileRange(int(in.Fd()), nil, int(a.f.Fd()), nil, int(min(left, writebackChunk)), 0)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("copy %s: file shrank by %d bytes while it was archived", src, left)
+		}
+		left -= int64(n)
+		a.advance(int64(n))
+	}
+	return a.pad()
 }

@@ -92,6 +92,14 @@ func verifyArchive(t *testing.T, path string, tg Target) {
 			t.Errorf("archive lacks %s", m)
 		}
 	}
+	// Any tar lists it, with the same first member and no extended headers.
+	list, err := exec.Command("tar", "-tvf", path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("tar -tvf %s: %v\n%s", path, err, list)
+	}
+	if !strings.HasPrefix(strings.Fields(string(list))[5], "checkpoint/") || strings.Contains(string(list), "PaxHeader") {
+		t.Errorf("tar -tvf %s:\n%s", path, list)
+	}
 	if _, err := ValidateArchive(mustOpen(t, path)); err != nil {
 		t.Errorf("nodeshim's own validation refuses its archive: %v", err)
 	}

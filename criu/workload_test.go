@@ -101,7 +101,7 @@ func runCounter(dir, mib string, tcp bool) {
 // -f forks, so the workload's parent exits and init reaps it: its pid is
 // free again once it is killed, as CRIU's restore needs), and returns its
 // pid and directory. The workload is killed when the test ends.
-func startWorkload(t *testing.T, kind string, mib int) (int, string) {
+func startWorkload(t testing.TB, kind string, mib int) (int, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command("setsid", "-f", os.Args[0])
@@ -133,7 +133,7 @@ func startWorkload(t *testing.T, kind string, mib int) (int, string) {
 
 // killAndWait kills pid and waits until it is gone (reaping it if it is
 // our child, as a restored tree is).
-func killAndWait(t *testing.T, pid int) {
+func killAndWait(t testing.TB, pid int) {
 	t.Helper()
 	_ = unix.Kill(pid, unix.SIGKILL)
 	var ws unix.WaitStatus
@@ -152,7 +152,7 @@ func killAndWait(t *testing.T, pid int) {
 }
 
 // counts returns the counts the counter workload in dir has logged.
-func counts(t *testing.T, dir string) []int {
+func counts(t testing.TB, dir string) []int {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "log"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -175,7 +175,7 @@ func counts(t *testing.T, dir string) []int {
 }
 
 // waitCount waits until the counter in dir has logged more than n lines.
-func waitCount(t *testing.T, dir string, n int) []int {
+func waitCount(t testing.TB, dir string, n int) []int {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
