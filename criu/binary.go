@@ -1,10 +1,3 @@
-// Package criu checkpoints and restores process trees with CRIU, and writes
-// and reads the checkpoint archives that kubelet's Checkpoint API promises:
-// root-only, uncompressed tars that checkpointctl reads.
-//
-// CRIU is driven over its RPC protocol (`criu swrk`) with the message types
-// of github.com/checkpoint-restore/go-criu/v7. Only probing (version, `criu
-// check`, `criu check --feature`) runs criu as a command.
 package criu
 
 import (
