@@ -37,7 +37,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 			b.Run("nodeshim", func(b *testing.B) {
 				b.ReportAllocs()
 				root := b.TempDir()
-				var frozen, dump, archive time.Duration
+				var frozen, dump, archive, fsync time.Duration
 				var size int64
 				for b.Loop() {
 					b.StopTimer()
@@ -50,6 +50,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 					frozen += res.Frozen
 					dump += res.Dump
 					archive += res.Archive
+					fsync += res.Fsync
 					size = res.Size
 					b.StopTimer()
 					if err := os.Remove(res.Path); err != nil {
@@ -60,6 +61,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 				b.ReportMetric(float64(frozen.Milliseconds())/float64(b.N), "frozen-ms")
 				b.ReportMetric(float64(dump.Milliseconds())/float64(b.N), "dump-ms")
 				b.ReportMetric(float64(archive.Milliseconds())/float64(b.N), "archive-ms")
+				b.ReportMetric(float64(fsync.Milliseconds())/float64(b.N), "fsync-ms")
 				b.ReportMetric(float64(size)/(1<<20), "archive-MiB")
 			})
 			for _, withTar := range []bool{false, true} {

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 )
 
@@ -161,6 +162,7 @@ func TestRequirementsOnThisNode(t *testing.T) {
 // 6.13+ kernel with a script that answers as it does: the check is
 // Unsupported with CRIU's own message, and so is every feature.
 func TestRequirementsFailingCheck(t *testing.T) {
+	testutil.RequireRoot(t) // criu check is only run as root
 	dir := t.TempDir()
 	script := `#!/bin/sh
 case "$1" in

@@ -120,8 +120,9 @@ type Result struct {
 	// PagesWritten counts the pages CRIU wrote.
 	PagesWritten uint64
 	// Dump is the CRIU request from start to response, Archive the time
-	// to write and publish the tar, Total the whole call.
-	Dump, Archive, Total time.Duration
+	// to write and publish the tar, Fsync the part of Archive spent in
+	// fsync(2) of the archive, Total the whole call.
+	Dump, Archive, Fsync, Total time.Duration
 	// Removed lists stale work entries of killed nodeshims swept first.
 	Removed []string
 }
@@ -256,7 +257,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if err != nil {
 		return res, err
 	}
-	res.Path, res.Size, err = writeArchive(ctx, o, dir, work, images, config, spec, func(attempt int) string {
+	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, dir, work, images, config, spec, func(attempt int) string {
 		return ArchiveName(t.Ref, checkpointedAt, attempt)
 	})
 	res.Archive = time.Since(archStart)
@@ -484,10 +485,10 @@ func errOr(err error, st ProcState) string {
 // writeArchive writes the tar of a finished dump to a private temp file in
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
-func writeArchive(ctx context.Context, o Options, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, err error) {
+func writeArchive(ctx context.Context, o Options, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	f, err := createExclusive(dir)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	tmp := f.Name()
 	defer func() {
@@ -500,24 +501,26 @@ func writeArchive(ctx context.Context, o Options, dir, work, images string, conf
 	}()
 	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
 	if err := addTree(aw, work, images, config, spec); err != nil {
-		return "", 0, fmt.Errorf("write %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
+	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
-		return "", 0, fmt.Errorf("fsync %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("fsync %s: %w", tmp, err)
 	}
+	fsync = time.Since(syncStart)
 	if err := f.Close(); err != nil {
 		f = nil
-		return "", 0, fmt.Errorf("close %s: %w", tmp, err)
+		return "", 0, 0, fmt.Errorf("close %s: %w", tmp, err)
 	}
 	f = nil
 	if err := ctx.Err(); err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
 	final, err := publish(dir, tmp, name)
 	if err != nil {
-		return "", 0, err
+		return "", 0, 0, err
 	}
-	return final, aw.off, nil
+	return final, aw.off, fsync, nil
 }
 
 // addTree writes the archive's members: checkpoint/ and the CRIU images

@@ -3,6 +3,8 @@ package criu
 import (
 	"context"
 	"errors"
+	"fmt"
+	"os"
 	"sync"
 
 	"github.com/nodeshim/nodeshim/kernel"
@@ -48,6 +50,12 @@ func (p *probe) run(ctx context.Context) {
 			return
 		}
 		p.version, p.verErr = p.bin.Version(ctx)
+		if os.Geteuid() != 0 {
+			// criu check refuses to run unprivileged; that says nothing
+			// about the node.
+			p.checkErr = fmt.Errorf("criu check needs root (euid %d)", os.Geteuid())
+			return
+		}
 		p.checkMsg, p.checkErr = p.bin.Check(ctx)
 	})
 }
@@ -104,8 +112,11 @@ func Requirements() []kernel.Requirement {
 				if p.findErr != nil {
 					return kernel.Findingf(kernel.Unsupported, "no criu binary: %v", p.findErr)
 				}
-				if p.checkErr != nil {
+				if errors.Is(p.checkErr, ErrCheckFailed) {
 					return kernel.Findingf(kernel.Unsupported, "criu check fails, so no feature is usable: %v", p.checkErr)
+				}
+				if p.checkErr != nil {
+					return kernel.Findingf(kernel.Unknown, "%v", p.checkErr)
 				}
 				return featureFinding(f.Name, p.bin.CheckFeature(ctx, f.Name), ctx.Err())
 			},
