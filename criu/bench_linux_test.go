@@ -15,8 +15,10 @@ import (
 // BenchmarkCheckpoint measures a checkpoint of a process with 64 MiB,
 // 512 MiB and 2 GiB of touched memory three ways, side by side in one run:
 //
-//   - nodeshim: Checkpoint, the whole call (CRIU dump, archive written,
-//     fsynced and renamed into place);
+//   - nodeshim: Checkpoint, the whole call (CRIU dump, archive built
+//     around the pages image, fsynced and renamed into place);
+//   - nodeshim-copy: the same with Options.CopyArchive (the images copied
+//     into a new archive with copy_file_range);
 //   - criu-dump: a bare `criu dump --leave-running` to a directory;
 //   - criu-dump+tar: the same followed by `tar -cf` of the directory.
 //
@@ -34,36 +36,42 @@ func BenchmarkCheckpoint(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			b.Run("nodeshim", func(b *testing.B) {
-				b.ReportAllocs()
-				root := b.TempDir()
-				var frozen, dump, archive, fsync time.Duration
-				var size int64
-				for b.Loop() {
-					b.StopTimer()
-					unix.Sync() // every run starts with no dirty pages
-					b.StartTimer()
-					res, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: root})
-					if err != nil {
-						b.Fatal(err)
-					}
-					frozen += res.Frozen
-					dump += res.Dump
-					archive += res.Archive
-					fsync += res.Fsync
-					size = res.Size
-					b.StopTimer()
-					if err := os.Remove(res.Path); err != nil {
-						b.Fatal(err)
-					}
-					b.StartTimer()
+			for _, copyArchive := range []bool{false, true} {
+				name := "nodeshim"
+				if copyArchive {
+					name = "nodeshim-copy"
 				}
-				b.ReportMetric(float64(frozen.Milliseconds())/float64(b.N), "frozen-ms")
-				b.ReportMetric(float64(dump.Milliseconds())/float64(b.N), "dump-ms")
-				b.ReportMetric(float64(archive.Milliseconds())/float64(b.N), "archive-ms")
-				b.ReportMetric(float64(fsync.Milliseconds())/float64(b.N), "fsync-ms")
-				b.ReportMetric(float64(size)/(1<<20), "archive-MiB")
-			})
+				b.Run(name, func(b *testing.B) {
+					b.ReportAllocs()
+					root := b.TempDir()
+					var frozen, dump, archive, fsync time.Duration
+					var size int64
+					for b.Loop() {
+						b.StopTimer()
+						unix.Sync() // every run starts with no dirty pages
+						b.StartTimer()
+						res, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: root, CopyArchive: copyArchive})
+						if err != nil {
+							b.Fatal(err)
+						}
+						frozen += res.Frozen
+						dump += res.Dump
+						archive += res.Archive
+						fsync += res.Fsync
+						size = res.Size
+						b.StopTimer()
+						if err := os.Remove(res.Path); err != nil {
+							b.Fatal(err)
+						}
+						b.StartTimer()
+					}
+					b.ReportMetric(float64(frozen.Milliseconds())/float64(b.N), "frozen-ms")
+					b.ReportMetric(float64(dump.Milliseconds())/float64(b.N), "dump-ms")
+					b.ReportMetric(float64(archive.Milliseconds())/float64(b.N), "archive-ms")
+					b.ReportMetric(float64(fsync.Milliseconds())/float64(b.N), "fsync-ms")
+					b.ReportMetric(float64(size)/(1<<20), "archive-MiB")
+				})
+			}
 			for _, withTar := range []bool{false, true} {
 				name := "criu-dump"
 				if withTar {

@@ -56,6 +56,10 @@ type Options struct {
 	FileLocks      bool // POSIX and flock locks (--file-locks)
 	ShellJob       bool // a tree attached to a terminal session (--shell-job)
 
+	// CopyArchive always copies the images into a new temp archive instead
+	// of building the archive around CRIU's largest pages image.
+	CopyArchive bool
+
 	// HardwareBreakpoints lets CRIU use hardware breakpoints to catch
 	// tasks leaving its parasite code. Off by default: where they do not
 	// fire (virtual machines), CRIU hangs with the target frozen; see
@@ -123,6 +127,9 @@ type Result struct {
 	// to write and publish the tar, Fsync the part of Archive spent in
 	// fsync(2) of the archive, Total the whole call.
 	Dump, Archive, Fsync, Total time.Duration
+	// InPlace says the archive was built around CRIU's pages image
+	// rather than copied (see Options.CopyArchive).
+	InPlace bool
 	// Removed lists stale work entries of killed nodeshims swept first.
 	Removed []string
 }
@@ -257,7 +264,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if err != nil {
 		return res, err
 	}
-	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, dir, work, images, config, spec, func(attempt int) string {
+	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
 		return ArchiveName(t.Ref, checkpointedAt, attempt)
 	})
 	res.Archive = time.Since(archStart)
@@ -318,6 +325,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		return err
 	}
 	stopProgress := watchProgress(o, images)
+	stopWriteback := startWriteback(images, 100*time.Millisecond)
 	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())
 		// Each notification is a point where CRIU can still back out
@@ -325,6 +333,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		return ctx.Err()
 	})
 	stopProgress()
+	stopWriteback()
 	killed := s.close(o.KillGrace)
 	if killed {
 		o.Logger.Warn("criu did not abort within the grace period and was killed", "pid", t.Pid, "grace", o.KillGrace)
@@ -485,7 +494,15 @@ func errOr(err error, st ProcState) string {
 // writeArchive writes the tar of a finished dump to a private temp file in
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
-func writeArchive(ctx context.Context, o Options, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+	if big := largestPages(images); big != "" && !o.CopyArchive {
+		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, config, spec, name)
+		if !errors.Is(err, errNoInPlace) {
+			*inPlace = err == nil
+			return path, size, fsync, err
+		}
+		o.Logger.Debug("copying the images into the archive", "reason", err)
+	}
 	f, err := createExclusive(dir)
 	if err != nil {
 		return "", 0, 0, err
@@ -547,29 +564,36 @@ func addTree(aw *archiveWriter, work, images string, config, spec []byte) error 
 			return err
 		}
 	}
+	return aw.rest(work, config, spec)
+}
+
+// rest writes the members at the archive's root, config.dump, spec.dump,
+// dump.log and stats-dump, and the end of the archive.
+func (a *archiveWriter) rest(work string, config, spec []byte) error {
+	now := time.Now()
 	for _, m := range []struct {
 		name string
 		data []byte
 	}{{ConfigDump, config}, {SpecDump, spec}} {
-		if err := aw.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
+		if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
 			return err
 		}
-		if err := aw.write(m.data); err != nil {
+		if err := a.write(m.data); err != nil {
 			return err
 		}
-		if err := aw.pad(); err != nil {
+		if err := a.pad(); err != nil {
 			return err
 		}
 	}
-	if err := aw.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
+	if err := a.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
 		return err
 	}
 	// CRIU writes stats-dump to its work directory.
-	if err := aw.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
+	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
 		return err
 	}
 	// Two zero blocks end a tar archive.
-	return aw.write(make([]byte, 2*blockSize))
+	return a.write(make([]byte, 2*blockSize))
 }
 
 const (
