@@ -245,7 +245,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 		name     string
 		workload string
 		mib      int
-		root     func(t *testing.T) string
+		root     func(t *testing.T, rss int64) string
 		opts     func(o *Options, cancel context.CancelFunc)
 		wantErr  func(err error) bool
 	}{
@@ -277,12 +277,16 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 		},
 		{
 			name: "disk full while CRIU writes images", workload: "count", mib: 64,
-			root:    func(t *testing.T) string { return mountTmpfs(t, "16m") },
+			// A quarter of the target's memory: CRIU runs out of space.
+			root:    func(t *testing.T, rss int64) string { return mountTmpfs(t, strconv.FormatInt(rss/4, 10)) },
 			wantErr: func(err error) bool { return errors.Is(err, ErrCriu) },
 		},
 		{
 			name: "disk full while the archive is written", workload: "count", mib: 32,
-			root: func(t *testing.T) string { return mountTmpfs(t, "52m") },
+			// Room for the images (at most the target's memory) but not
+			// for a second copy of them: tmpfs cannot insert a range, so
+			// the archive is copied and runs out of space.
+			root: func(t *testing.T, rss int64) string { return mountTmpfs(t, strconv.FormatInt(rss*3/2, 10)) },
 			wantErr: func(err error) bool {
 				return errors.Is(err, unix.ENOSPC) && !errors.Is(err, ErrCriu)
 			},
@@ -294,7 +298,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 			waitCount(t, dir, 5)
 			root := t.TempDir()
 			if tc.root != nil {
-				root = tc.root(t)
+				root = tc.root(t, rss(t, pid))
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -317,6 +321,26 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 			onlyArchives(t, filepath.Join(root, CheckpointsDir), 0)
 		})
 	}
+}
+
+// rss returns the resident memory of pid in bytes (VmRSS).
+func rss(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+			kb, err := strconv.ParseInt(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	t.Fatalf("no VmRSS for pid %d", pid)
+	return 0
 }
 
 // cancelOnFirstBytes cancels once CRIU has written its first image bytes,

@@ -39,7 +39,10 @@ const noBreakpointsEnv = "CRIU_FAULT=130"
 // the tasks it seized; only if CRIU does not exit within a grace period is
 // it killed.
 type swrk struct {
-	cmd    *exec.Cmd
+	cmd *exec.Cmd
+	// mu orders the cancellation's shutdown(2) of sk before its close.
+	mu     sync.Mutex
+	closed bool
 	sk     *os.File
 	stderr lockedBuffer
 	done   chan struct{}
@@ -99,11 +102,7 @@ func startSwrk(bin Binary, breakpoints bool) (*swrk, error) {
 // final response. When ctx ends, the socket is shut down so that CRIU
 // aborts; call then returns ctx's error.
 func (s *swrk) call(ctx context.Context, req *rpc.CriuReq, notify func(n *rpc.CriuNotify) error) (*rpc.CriuResp, error) {
-	stop := context.AfterFunc(ctx, func() {
-		// Unblocks our read; CRIU's next send or receive fails and it
-		// aborts the request, unfreezing what it froze.
-		_ = unix.Shutdown(int(s.sk.Fd()), unix.SHUT_RDWR)
-	})
+	stop := context.AfterFunc(ctx, s.shutdown)
 	defer stop()
 	want := req.GetType()
 	buf := make([]byte, 64<<10)
@@ -157,6 +156,19 @@ func (s *swrk) call(ctx context.Context, req *rpc.CriuReq, notify func(n *rpc.Cr
 	}
 }
 
+// shutdown unblocks a pending read; CRIU's next send or receive fails and
+// it aborts the request, unfreezing what it froze.
+func (s *swrk) shutdown() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return
+	}
+	if rc, err := s.sk.SyscallConn(); err == nil {
+		_ = rc.Control(func(fd uintptr) { _ = unix.Shutdown(int(fd), unix.SHUT_RDWR) })
+	}
+}
+
 // reply answers a notification without waiting for the next message.
 func (s *swrk) reply(ok bool) error {
 	b, err := proto.Marshal(&rpc.CriuReq{Type: rpc.CriuReqType_NOTIFY.Enum(), NotifySuccess: proto.Bool(ok)})
@@ -190,7 +202,10 @@ func (s *swrk) output() string {
 // close closes the socket and waits for CRIU to exit; after grace it kills
 // CRIU's process group. It reports whether CRIU had to be killed.
 func (s *swrk) close(grace time.Duration) (killed bool) {
+	s.mu.Lock()
+	s.closed = true
 	_ = s.sk.Close()
+	s.mu.Unlock()
 	t := time.NewTimer(grace)
 	defer t.Stop()
 	select {

@@ -30,6 +30,8 @@ CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
 APT_PACKAGES += ca-certificates
 TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
+# Checkpoint starts goroutines (progress, writeback, cancellation).
+RACE_PKGS += ./criu/...
 
 export NODESHIM_CRIU := $(CRIU_WRAPPER)
 export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
