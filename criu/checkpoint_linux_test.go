@@ -501,3 +501,54 @@ func TestCheckpointerOneAtATime(t *testing.T) {
 	verifyArchive(t, res.Path, tg)
 	assertRunning(t, pid, dir)
 }
+
+// TestCheckpointerBoundsConcurrency checks that with one slot a checkpoint
+// of another container waits while one runs, and gives up when its
+// context ends, without touching its target.
+func TestCheckpointerBoundsConcurrency(t *testing.T) {
+	bin := requireCriu(t)
+	pid1, dir1 := startWorkload(t, "count", 16)
+	pid2, dir2 := startWorkload(t, "count", 1)
+	waitCount(t, dir1, 3)
+	waitCount(t, dir2, 3)
+	hold, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	root := t.TempDir()
+	c := NewCheckpointer(1, Options{
+		Binary: bin, RootDir: root, ProgressInterval: time.Millisecond,
+		Progress: func(p Progress) {
+			if p.Phase == "done" {
+				return
+			}
+			// The first checkpoint holds the only slot until released.
+			once.Do(func() {
+				close(hold)
+				<-release
+			})
+		},
+	})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := c.Checkpoint(t.Context(), pidTarget(t, pid1))
+		errc <- err
+	}()
+	<-hold
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err := c.Checkpoint(ctx, pidTarget(t, pid2))
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "free slot") {
+		t.Errorf("second container with the slot taken: %v, want a cancelled wait for a free slot", err)
+	}
+	close(release)
+	if err := <-errc; err != nil {
+		t.Fatal(err)
+	}
+	// With the slot free again, the second container is checkpointed.
+	res, err := c.Checkpoint(t.Context(), pidTarget(t, pid2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	verifyArchive(t, res.Path, pidTarget(t, pid2))
+	assertRunning(t, pid1, dir1)
+	assertRunning(t, pid2, dir2)
+}
