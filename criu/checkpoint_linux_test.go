@@ -552,3 +552,63 @@ func TestCheckpointerBoundsConcurrency(t *testing.T) {
 	assertRunning(t, pid1, dir1)
 	assertRunning(t, pid2, dir2)
 }
+
+// mountExt4 makes an ext4 filesystem of size bytes in a file and mounts it
+// through a loop device.
+func mountExt4(t *testing.T, size int64) string {
+	t.Helper()
+	img := filepath.Join(t.TempDir(), "fs.img")
+	f, err := os.OpenFile(img, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Truncate(size); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	mkfs := testutil.RequireBinary(t, "mkfs.ext4")
+	if out, err := exec.Command(mkfs, "-q", "-F", "-m", "0", "-O", "^has_journal", img).CombinedOutput(); err != nil {
+		t.Fatalf("mkfs.ext4: %v: %s", err, out)
+	}
+	dir := t.TempDir()
+	if out, err := exec.Command("mount", "-o", "loop", img, dir).CombinedOutput(); err != nil {
+		t.Fatalf("mount -o loop %s: %v: %s", img, err, out)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", dir).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v: %s", dir, err, out)
+		}
+	})
+	return dir
+}
+
+// TestCheckpointInPlaceNeedsOneCopy runs on an ext4 filesystem with room
+// for the images but not for a second copy of them: the archive built
+// around the pages image fits, a copied one runs out of space, and that
+// failure too leaves the target running and nothing behind.
+func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
+	bin := requireCriu(t)
+	pid, dir := startWorkload(t, "count", 48)
+	waitCount(t, dir, 3)
+	root := mountExt4(t, rss(t, pid)*3/2)
+	cpdir := filepath.Join(root, CheckpointsDir)
+	tg := pidTarget(t, pid)
+
+	_, err := Checkpoint(t.Context(), tg, Options{Binary: bin, RootDir: root, CopyArchive: true})
+	if !errors.Is(err, unix.ENOSPC) {
+		t.Fatalf("copied archive on a filesystem with room for one copy: %v, want ENOSPC", err)
+	}
+	assertRunning(t, pid, dir)
+	onlyArchives(t, cpdir, 0)
+
+	res, err := Checkpoint(t.Context(), tg, Options{Binary: bin, RootDir: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res.InPlace {
+		t.Error("the archive was not built in place on ext4")
+	}
+	verifyArchive(t, res.Path, tg)
+	assertRunning(t, pid, dir)
+	onlyArchives(t, cpdir, 1)
+}

@@ -27,7 +27,8 @@ CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6
 CHECKPOINTCTL_VERSION := v1.6.0
 CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
 
-APT_PACKAGES += ca-certificates
+# ca-certificates for apt, e2fsprogs (mkfs.ext4) and mount for the ext4 test.
+APT_PACKAGES += ca-certificates e2fsprogs mount
 TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
 # Checkpoint starts goroutines (progress, writeback, cancellation).
