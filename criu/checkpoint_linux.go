@@ -177,6 +177,20 @@ func (c *Checkpointer) Checkpoint(ctx context.Context, t Target) (Result, error)
 	return Checkpoint(ctx, t, c.opts)
 }
 
+// CheckpointContainer resolves ref through r (the shim's container
+// resolver) and checkpoints the container it names, under the same rules
+// as Checkpoint.
+func (c *Checkpointer) CheckpointContainer(ctx context.Context, r Resolver, ref ContainerRef) (Result, error) {
+	t, err := r.Resolve(ctx, ref)
+	if err != nil {
+		return Result{}, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	if t.Ref != ref {
+		return Result{}, fmt.Errorf("resolve %s: resolver answered for %s", ref, t.Ref)
+	}
+	return c.Checkpoint(ctx, t)
+}
+
 // TimeoutFromQuery applies kubelet's ?timeout=SECONDS semantics: absent or
 // 0 means def, otherwise a positive number of seconds.
 func TimeoutFromQuery(v string, def time.Duration) (time.Duration, error) {

@@ -108,7 +108,8 @@ func verifyArchive(t *testing.T, path string, tg Target) {
 	if err != nil {
 		t.Fatalf("checkpointctl show %s: %v\n%s", path, err, out)
 	}
-	for _, want := range []string{tg.Ref.Container, tg.ID, tg.Runtime} {
+	// checkpointctl shortens ids to 12 characters, as container tools do.
+	for _, want := range []string{tg.Ref.Container, tg.ID[:min(12, len(tg.ID))], tg.Runtime} {
 		if !strings.Contains(string(out), want) {
 			t.Errorf("checkpointctl show lacks %q:\n%s", want, out)
 		}
@@ -611,4 +612,42 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 	verifyArchive(t, res.Path, tg)
 	assertRunning(t, pid, dir)
 	onlyArchives(t, cpdir, 1)
+}
+
+// staticResolver resolves one container to a process started by the test,
+// standing in for the shim's container resolver.
+type staticResolver map[ContainerRef]Target
+
+func (r staticResolver) Resolve(_ context.Context, ref ContainerRef) (Target, error) {
+	t, ok := r[ref]
+	if !ok {
+		return Target{}, fmt.Errorf("no container %s", ref)
+	}
+	return t, nil
+}
+
+// TestCheckpointContainer checkpoints a process resolved as a Kubernetes
+// container: the archive carries kubelet's name for the pod and the CRI
+// annotations, and checkpointctl shows the container's name.
+func TestCheckpointContainer(t *testing.T) {
+	bin := requireCriu(t)
+	pid, dir := startWorkload(t, "count", 1)
+	waitCount(t, dir, 3)
+	ref := ContainerRef{Namespace: "default", Pod: "web-0", Container: "app"}
+	tg := pidTarget(t, pid)
+	tg.Ref, tg.ID, tg.Runtime = ref, "0123456789abcdef", "containerd"
+	r := staticResolver{ref: tg}
+	c := NewCheckpointer(2, Options{Binary: bin, RootDir: t.TempDir()})
+	res, err := c.CheckpointContainer(t.Context(), r, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(filepath.Base(res.Path), "checkpoint-web-0_default-app-") {
+		t.Errorf("archive %s is not named for web-0 in default", res.Path)
+	}
+	verifyArchive(t, res.Path, tg)
+	if _, err := c.CheckpointContainer(t.Context(), r, ContainerRef{Namespace: "default", Pod: "web-1", Container: "app"}); err == nil {
+		t.Error("an unknown container was checkpointed")
+	}
+	assertRunning(t, pid, dir)
 }
