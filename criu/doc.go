@@ -41,7 +41,10 @@
 // container additionally needs what a runtime passes (ContainerOptions, as
 // runc sets them): its root, --external entries for bind mounts and
 // namespaces it shares, its cgroup, an orphan pty master. A Resolver (the
-// shim's container resolver) fills these in for --namespace/--pod/--container.
+// shim's container resolver) fills these in for --namespace/--pod/--container
+// through Checkpointer.CheckpointContainer; Checkpointer also keeps to one
+// checkpoint per container at a time (ErrBusy) and a bound across
+// containers, and TimeoutFromQuery gives kubelet's ?timeout= semantics.
 //
 // # Archives
 //
@@ -52,11 +55,17 @@
 // the timestamp: the name is claimed with renameat2(RENAME_NOREPLACE), so
 // nothing is ever overwritten. The tar holds checkpoint/ and the CRIU images
 // under it, config.dump, spec.dump, dump.log and stats-dump, all USTAR, no
-// "./" prefix. CRIU writes into a private 0700 work directory
-// (.nodeshim-work-<pid>-<random>) in the same directory; the archive is
-// written to .nodeshim-tmp-<pid>-<random>.tar opened O_EXCL with mode 0600,
-// fsynced, renamed into place and the directory fsynced. Both are removed on
-// any failure; what a killed nodeshim leaves behind is removed by the next
+// "./" prefix (the one PAX record, a "comment" that fills the gap before
+// the pages image, is skipped by every tar). CRIU writes into a private 0700
+// work directory (.nodeshim-work-<pid>-<random>) in the same directory.
+// Where the filesystem can insert a range (ext4, XFS), the archive is built
+// around CRIU's largest pages image in that directory, so the pages are
+// written once; elsewhere (tmpfs), or with Options.CopyArchive, the images
+// are copied into .nodeshim-tmp-<pid>-<random>.tar, opened O_EXCL with mode
+// 0600. Either file is fsynced, made 0600, renamed into place without
+// replacing anything, and the directory fsynced: no one but root ever sees
+// it before it is complete. Work directory and temp file are removed on any
+// failure; what a killed nodeshim leaves behind is removed by the next
 // checkpoint into the same directory.
 //
 // Restore validates the whole archive first (ValidateArchive) and unpacks it
