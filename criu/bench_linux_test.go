@@ -17,7 +17,9 @@ import (
 //
 //   - nodeshim: Checkpoint, the whole call (CRIU dump, archive built
 //     around the pages image, fsynced and renamed into place);
-//   - nodeshim-copy: the same with Options.CopyArchive (the images copied
+//   - nodeshim-no-early-writeback: the same without starting the pages'
+//     writeback during the dump (Options.WritebackInterval < 0);
+//   - nodeshim-copy: the same as nodeshim with Options.CopyArchive (the images copied
 //     into a new archive with copy_file_range);
 //   - criu-dump: a bare `criu dump --leave-running` to a directory;
 //   - criu-dump+tar: the same followed by `tar -cf` of the directory.
@@ -36,12 +38,16 @@ func BenchmarkCheckpoint(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			for _, copyArchive := range []bool{false, true} {
-				name := "nodeshim"
-				if copyArchive {
-					name = "nodeshim-copy"
-				}
-				b.Run(name, func(b *testing.B) {
+			for _, v := range []struct {
+				name        string
+				copyArchive bool
+				writeback   time.Duration
+			}{
+				{"nodeshim", false, 0},
+				{"nodeshim-no-early-writeback", false, -1},
+				{"nodeshim-copy", true, 0},
+			} {
+				b.Run(v.name, func(b *testing.B) {
 					b.ReportAllocs()
 					root := b.TempDir()
 					var frozen, dump, archive, fsync time.Duration
@@ -50,7 +56,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 						b.StopTimer()
 						unix.Sync() // every run starts with no dirty pages
 						b.StartTimer()
-						res, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: root, CopyArchive: copyArchive})
+						res, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: root, CopyArchive: v.copyArchive, WritebackInterval: v.writeback})
 						if err != nil {
 							b.Fatal(err)
 						}

@@ -3,6 +3,7 @@ package criu
 import (
 	"archive/tar"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -55,6 +56,11 @@ type Options struct {
 	ExtUnixSockets bool // unix sockets connected outside the tree (--ext-unix-sk)
 	FileLocks      bool // POSIX and flock locks (--file-locks)
 	ShellJob       bool // a tree attached to a terminal session (--shell-job)
+
+	// WritebackInterval is how often the writeback of CRIU's pages images
+	// is started while CRIU writes them, so that the final fsync finds
+	// them on disk; zero means 100ms, negative turns it off.
+	WritebackInterval time.Duration
 
 	// CopyArchive always copies the images into a new temp archive instead
 	// of building the archive around CRIU's largest pages image.
@@ -339,7 +345,10 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		return err
 	}
 	stopProgress := watchProgress(o, images)
-	stopWriteback := startWriteback(images, 100*time.Millisecond)
+	stopWriteback := func() {}
+	if o.WritebackInterval >= 0 {
+		stopWriteback = startWriteback(images, cmp.Or(o.WritebackInterval, 100*time.Millisecond))
+	}
 	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())
 		// Each notification is a point where CRIU can still back out
