@@ -3,7 +3,6 @@ package criu
 import (
 	"archive/tar"
 	"bytes"
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -57,10 +56,12 @@ type Options struct {
 	FileLocks      bool // POSIX and flock locks (--file-locks)
 	ShellJob       bool // a tree attached to a terminal session (--shell-job)
 
-	// WritebackInterval is how often the writeback of CRIU's pages images
-	// is started while CRIU writes them, so that the final fsync finds
-	// them on disk; zero means 100ms, negative turns it off.
-	WritebackInterval time.Duration
+	// EarlyWriteback, if positive, is how often the writeback of CRIU's
+	// pages images is started while CRIU writes them, so that the final
+	// fsync finds more of them on disk. Off by default: CRIU writes pages
+	// while the target is frozen, and measured here the extra I/O made the
+	// dump, and so the frozen time, up to twice as long (BENCHMARKS.md).
+	EarlyWriteback time.Duration
 
 	// CopyArchive always copies the images into a new temp archive instead
 	// of building the archive around CRIU's largest pages image.
@@ -346,8 +347,8 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	}
 	stopProgress := watchProgress(o, images)
 	stopWriteback := func() {}
-	if o.WritebackInterval >= 0 {
-		stopWriteback = startWriteback(images, cmp.Or(o.WritebackInterval, 100*time.Millisecond))
+	if o.EarlyWriteback > 0 {
+		stopWriteback = startWriteback(images, o.EarlyWriteback)
 	}
 	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())

@@ -50,8 +50,7 @@ func largestPages(images string) string {
 // opens a block-aligned gap at the start of the file, which receives
 // checkpoint/, the small images and the tar header of the pages image,
 // whose data then starts exactly where CRIU wrote it; the remaining
-// members are appended. The pages are written to disk once, by CRIU, and
-// their writeback has been running since the dump (startWriteback). The
+// members are appended. The pages are written to disk once. The
 // file lives in the private 0700 work directory until it is fsynced and
 // renamed into place, like a temp archive.
 //
