@@ -9,7 +9,7 @@
 # loader by the wrapper script $(CRIU_WRAPPER). The machine's libc is never
 # replaced.
 #
-# $(CRIU_BIN) (.tools/bin/criu) is always a wrapper: either an `exec` of the
+# $(CRIU_WRAPPER) (.tools/bin/criu) is always a wrapper: either an `exec` of the
 # system's criu or of the private prefix. Tests and `nodeshim checkpoint`
 # find criu through criu.Find: an explicit path (--criu-path), then
 # $NODESHIM_CRIU, then `criu` on PATH. This file exports NODESHIM_CRIU (and
@@ -27,7 +27,7 @@ CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6
 CHECKPOINTCTL_VERSION := v1.6.0
 CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
 
-# ca-certificates for apt, e2fsprogs (mkfs.ext4) and mount for the ext4 test.
+# ca-certificates for go install over https, e2fsprogs (mkfs.ext4) and mount for the ext4 test.
 APT_PACKAGES += ca-certificates e2fsprogs mount
 TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
