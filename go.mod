@@ -3,10 +3,12 @@ module github.com/nodeshim/nodeshim
 go 1.25.0
 
 require (
+	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/seccomp/libseccomp-golang v0.11.1
 	github.com/spf13/cobra v1.10.2
 	go.uber.org/goleak v1.3.0
 	golang.org/x/sys v0.38.0
+	google.golang.org/protobuf v1.36.5
 	k8s.io/api v0.34.2
 	sigs.k8s.io/yaml v1.6.0
 )

@@ -67,6 +67,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		newVersionCommand(),
 		newReportCommand(),
 		newSeccompCommand(),
+		newCheckpointCommand(), newRestoreCommand(),
 	)
 	return root
 }

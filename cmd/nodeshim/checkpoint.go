@@ -1,0 +1,182 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu"
+)
+
+// criuFlags are the CRIU switches shared by checkpoint and restore.
+type criuFlags struct {
+	path           string
+	tcpEstablished bool
+	extUnixSk      bool
+	fileLocks      bool
+	shellJob       bool
+	breakpoints    bool
+}
+
+func (f *criuFlags) add(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.path, "criu-path", "", "criu binary to run (default: $"+criu.EnvCriu+", then criu on PATH)")
+	cmd.Flags().BoolVar(&f.tcpEstablished, "tcp-established", false, "allow established TCP connections (CRIU --tcp-established)")
+	cmd.Flags().BoolVar(&f.extUnixSk, "ext-unix-sk", false, "allow unix sockets connected outside the tree (CRIU --ext-unix-sk)")
+	cmd.Flags().BoolVar(&f.fileLocks, "file-locks", false, "allow held file locks (CRIU --file-locks)")
+	cmd.Flags().BoolVar(&f.shellJob, "shell-job", false, "allow a tree attached to a terminal session (CRIU --shell-job)")
+	cmd.Flags().BoolVar(&f.breakpoints, "hardware-breakpoints", false, "let CRIU use hardware breakpoints (hangs where they do not fire, as in some VMs)")
+}
+
+// checkpointOutput is the machine-readable form of `nodeshim checkpoint`.
+type checkpointOutput struct {
+	Path            string  `json:"path"`
+	SizeBytes       int64   `json:"sizeBytes"`
+	FrozenSeconds   float64 `json:"frozenSeconds"`
+	DumpSeconds     float64 `json:"dumpSeconds"`
+	ArchiveSeconds  float64 `json:"archiveSeconds"`
+	TotalSeconds    float64 `json:"totalSeconds"`
+	PagesWritten    uint64  `json:"pagesWritten"`
+	Pid             int     `json:"pid"`
+	Container       string  `json:"container"`
+	RemovedOrphaned int     `json:"removedOrphaned,omitempty"`
+}
+
+func newCheckpointCommand() *cobra.Command {
+	var (
+		pid       int
+		ref       criu.ContainerRef
+		rootDir   string
+		timeout   time.Duration
+		output    string
+		criuFlags criuFlags
+	)
+	cmd := &cobra.Command{
+		Use:   "checkpoint (--pid PID | --namespace NS --pod POD --container NAME)",
+		Short: "Checkpoint a running process tree or container into a root-only archive",
+		Long: `Checkpoint dumps a running process tree with CRIU and leaves it running.
+
+The archive is written the way kubelet's Checkpoint API writes it:
+<root-dir>/checkpoints/checkpoint-<pod>_<namespace>-<container>-<RFC3339 time>.tar,
+mode 0600 in a 0700 directory, an uncompressed tar with the CRIU images under
+checkpoint/, config.dump, spec.dump, dump.log and stats-dump. A second
+checkpoint of the same container in the same second gets "-1", "-2", ...
+after the time instead of overwriting the first. checkpointctl reads it.
+
+A process on this host is named pod "pid<PID>", namespace "host" and
+container after its command name. Containers (--namespace/--pod/--container)
+are resolved by the nodeshim daemon.
+
+CRIU is found through --criu-path, then $NODESHIM_CRIU, then PATH. On a
+failure, a timeout or an interrupt the target is left running, unfrozen and
+untraced, and no partial archive is left behind.`,
+		Example: `  # Checkpoint process 4242 and its children into /var/lib/kubelet/checkpoints
+  nodeshim checkpoint --pid 4242
+
+  # Into another kubelet root dir, with at most 2 minutes, as JSON
+  nodeshim checkpoint --pid 4242 --root-dir /srv/kubelet --timeout 2m -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pid <= 0 && ref == (criu.ContainerRef{}) {
+				return withExitCode(exitUsage, errors.New("give --pid PID, or --namespace, --pod and --container"))
+			}
+			if pid > 0 && ref != (criu.ContainerRef{}) {
+				return withExitCode(exitUsage, errors.New("--pid and --namespace/--pod/--container exclude each other"))
+			}
+			if ref != (criu.ContainerRef{}) {
+				return fmt.Errorf("checkpoint %s: containers are resolved by the nodeshim daemon's container resolver, which this build does not have; use --pid", ref)
+			}
+			if timeout <= 0 {
+				timeout = criu.DefaultTimeout
+			}
+			bin, err := criu.Find(criuFlags.path, nil)
+			if err != nil {
+				return err
+			}
+			target, err := criu.PIDTarget("/proc", pid, time.Now())
+			if err != nil {
+				return err
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			opts := criu.Options{
+				Binary:              bin,
+				RootDir:             rootDir,
+				TCPEstablished:      criuFlags.tcpEstablished,
+				ExtUnixSockets:      criuFlags.extUnixSk,
+				FileLocks:           criuFlags.fileLocks,
+				ShellJob:            criuFlags.shellJob,
+				HardwareBreakpoints: criuFlags.breakpoints,
+				Logger:              logger,
+			}
+			if output == "table" && isTerminal(os.Stderr) {
+				opts.Progress = progressPrinter(cmd.ErrOrStderr())
+			}
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			res, err := criu.Checkpoint(ctx, target, opts)
+			if opts.Progress != nil {
+				fmt.Fprint(cmd.ErrOrStderr(), "\r\033[K")
+			}
+			if err != nil {
+				return err
+			}
+			out := checkpointOutput{
+				Path: res.Path, SizeBytes: res.Size,
+				FrozenSeconds: res.Frozen.Seconds(), DumpSeconds: res.Dump.Seconds(),
+				ArchiveSeconds: res.Archive.Seconds(), TotalSeconds: res.Total.Seconds(),
+				PagesWritten: res.PagesWritten, Pid: pid, Container: target.Ref.String(),
+				RemovedOrphaned: len(res.Removed),
+			}
+			return writeOutput(cmd.OutOrStdout(), output, out, func() string {
+				var b strings.Builder
+				tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+				fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n",
+					res.Path, humanBytes(res.Size), res.Frozen.Round(time.Millisecond), res.Total.Round(time.Millisecond))
+				tw.Flush()
+				return b.String()
+			})
+		},
+	}
+	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the process tree to checkpoint")
+	cmd.Flags().StringVar(&ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
+	cmd.Flags().StringVar(&ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
+	cmd.Flags().StringVar(&ref.Container, "container", "", "container name (needs the nodeshim daemon)")
+	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
+	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
+	criuFlags.add(cmd)
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+// progressPrinter redraws one status line on a terminal.
+func progressPrinter(w io.Writer) func(criu.Progress) {
+	return func(p criu.Progress) {
+		fmt.Fprintf(w, "\r\033[K%s: %s", p.Phase, humanBytes(p.Bytes))
+	}
+}
+
+func isTerminal(f *os.File) bool {
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func humanBytes(n int64) string {
+	const unit = 1024
+	if n < unit {
+		return fmt.Sprintf("%d B", n)
+	}
+	div, exp := int64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}

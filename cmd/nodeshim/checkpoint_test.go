@@ -1,0 +1,130 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+// runSplit runs nodeshim with args and returns stdout and stderr apart.
+func runSplit(t *testing.T, args ...string) (string, string, error) {
+	t.Helper()
+	root := newRootCommand()
+	var out, errOut bytes.Buffer
+	root.SetOut(&out)
+	root.SetErr(&errOut)
+	root.SetArgs(args)
+	err := root.Execute()
+	return out.String(), errOut.String(), err
+}
+
+func TestCheckpointUsage(t *testing.T) {
+	cases := []struct {
+		name     string
+		args     []string
+		wantCode int
+		wantMsg  string
+	}{
+		{"no target", []string{"checkpoint"}, exitUsage, "give --pid"},
+		{"both targets", []string{"checkpoint", "--pid", "1", "--pod", "p"}, exitUsage, "exclude each other"},
+		{"container needs the daemon", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c"}, exitFailure, "container resolver"},
+		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runSplit(t, tc.args...)
+			if err == nil {
+				t.Fatal("succeeded")
+			}
+			code := exitFailure
+			var ee *exitError
+			if errors.As(err, &ee) {
+				code = ee.code
+			}
+			if code != tc.wantCode || !strings.Contains(err.Error(), tc.wantMsg) {
+				t.Errorf("error %v (exit %d), want exit %d with %q", err, code, tc.wantCode, tc.wantMsg)
+			}
+		})
+	}
+}
+
+// TestCheckpointRestoreCLI checkpoints a detached sleep through the CLI,
+// stops it, restores it from the printed archive and finds it under its
+// original pid.
+func TestCheckpointRestoreCLI(t *testing.T) {
+	testutil.RequireRoot(t)
+	if _, err := criu.Find("", nil); err != nil {
+		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "pid")
+	cmd := exec.Command("setsid", "-f", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile)
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	var pid int
+	for i := 0; pid == 0; i++ {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+		if i > 1000 {
+			t.Fatal("sleep did not start")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	t.Cleanup(func() { stop(pid) })
+
+	out, _, err := runSplit(t, "checkpoint", "--pid", strconv.Itoa(pid), "--root-dir", dir, "--timeout", "1m", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res checkpointOutput
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	fi, err := os.Stat(res.Path)
+	if err != nil || fi.Size() != res.SizeBytes || res.Pid != pid || res.TotalSeconds <= 0 || res.FrozenSeconds <= 0 {
+		t.Fatalf("checkpoint output %+v; archive: %v", res, err)
+	}
+	if filepath.Dir(res.Path) != filepath.Join(dir, "checkpoints") {
+		t.Errorf("archive %s not under --root-dir", res.Path)
+	}
+	stop(pid)
+
+	out, _, err = runSplit(t, "restore", "--root-dir", dir, res.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := strconv.Atoi(strings.TrimSpace(out))
+	if err != nil || got != pid {
+		t.Fatalf("restore printed %q, want the original pid %d", out, pid)
+	}
+	if b, err := os.ReadFile(filepath.Join("/proc", out[:len(out)-1], "comm")); err != nil || strings.TrimSpace(string(b)) != "sleep" {
+		t.Errorf("restored pid %d is %q, %v", pid, b, err)
+	}
+}
+
+// stop kills pid and waits until it is gone, reaping it if it is our child.
+func stop(pid int) {
+	_ = unix.Kill(pid, unix.SIGKILL)
+	for i := 0; i < 500; i++ {
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,203 @@
+package criu
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// EnvCriu names the environment variable that points nodeshim at a criu
+// binary (or a wrapper script that runs one) when no path is configured.
+// `make` sets it to .tools/bin/criu.
+const EnvCriu = "NODESHIM_CRIU"
+
+// ErrNotFound is returned, wrapped, when no criu binary can be found.
+var ErrNotFound = errors.New("criu binary not found")
+
+// ErrCheckFailed is returned, wrapped, when `criu check` fails; the error
+// carries CRIU's own message.
+var ErrCheckFailed = errors.New("criu check failed")
+
+// Binary is one criu executable. Path may be a wrapper script that execs
+// criu through a private loader; it must pass its arguments and inherited
+// file descriptors through unchanged.
+type Binary struct {
+	// Path is the absolute path of the executable.
+	Path string
+	// Source says how Path was found: "configured", "$NODESHIM_CRIU" or "PATH".
+	Source string
+}
+
+// Find locates criu: the configured path if not empty, else the value of
+// $NODESHIM_CRIU (read through getenv), else `criu` on PATH. getenv may be
+// nil for os.Getenv.
+func Find(configured string, getenv func(string) string) (Binary, error) {
+	if getenv == nil {
+		getenv = os.Getenv
+	}
+	check := func(p, src string) (Binary, error) {
+		abs, err := filepath.Abs(p)
+		if err != nil {
+			return Binary{}, fmt.Errorf("criu path %s (%s): %w", p, src, err)
+		}
+		st, err := os.Stat(abs)
+		if err != nil {
+			return Binary{}, fmt.Errorf("criu path %s (%s): %w: %w", abs, src, ErrNotFound, err)
+		}
+		if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
+			return Binary{}, fmt.Errorf("criu path %s (%s) is not an executable file: %w", abs, src, ErrNotFound)
+		}
+		return Binary{Path: abs, Source: src}, nil
+	}
+	if configured != "" {
+		return check(configured, "configured")
+	}
+	if p := getenv(EnvCriu); p != "" {
+		return check(p, "$"+EnvCriu)
+	}
+	p, err := exec.LookPath("criu")
+	if err != nil {
+		return Binary{}, fmt.Errorf("look up criu on PATH: %w: %w", ErrNotFound, err)
+	}
+	return check(p, "PATH")
+}
+
+// Version is a CRIU release, major.minor.sublevel.
+type Version struct {
+	Major, Minor, Sublevel int
+}
+
+// String formats v as CRIU prints it (4.1.1, or 4.1 without a sublevel).
+func (v Version) String() string {
+	if v.Sublevel == 0 {
+		return fmt.Sprintf("%d.%d", v.Major, v.Minor)
+	}
+	return fmt.Sprintf("%d.%d.%d", v.Major, v.Minor, v.Sublevel)
+}
+
+// AtLeast reports whether v is w or newer.
+func (v Version) AtLeast(w Version) bool {
+	if v.Major != w.Major {
+		return v.Major > w.Major
+	}
+	if v.Minor != w.Minor {
+		return v.Minor > w.Minor
+	}
+	return v.Sublevel >= w.Sublevel
+}
+
+var versionLine = regexp.MustCompile(`(?m)^Version:\s*(\d+)\.(\d+)(?:\.(\d+))?\s*$`)
+
+// ParseVersion reads the output of `criu --version` ("Version: 4.1.1",
+// possibly followed by a "GitID:" line).
+func ParseVersion(out string) (Version, error) {
+	m := versionLine.FindStringSubmatch(out)
+	if m == nil {
+		return Version{}, fmt.Errorf("no \"Version: X.Y[.Z]\" line in criu --version output %q", truncate(out, 200))
+	}
+	var v Version
+	var err error
+	if v.Major, err = strconv.Atoi(m[1]); err != nil {
+		return Version{}, fmt.Errorf("criu major version %q: %w", m[1], err)
+	}
+	if v.Minor, err = strconv.Atoi(m[2]); err != nil {
+		return Version{}, fmt.Errorf("criu minor version %q: %w", m[2], err)
+	}
+	if m[3] != "" {
+		if v.Sublevel, err = strconv.Atoi(m[3]); err != nil {
+			return Version{}, fmt.Errorf("criu sublevel %q: %w", m[3], err)
+		}
+	}
+	return v, nil
+}
+
+// run runs the binary with args and returns stdout and stderr together.
+func (b Binary) run(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, b.Path, args...)
+	var out bytes.Buffer
+	cmd.Stdout = &out
+	cmd.Stderr = &out
+	err := cmd.Run()
+	return out.String(), err
+}
+
+// Version runs `criu --version`.
+func (b Binary) Version(ctx context.Context) (Version, error) {
+	out, err := b.run(ctx, "--version")
+	if err != nil {
+		return Version{}, fmt.Errorf("%s --version: %w: %s", b.Path, err, truncate(out, 300))
+	}
+	return ParseVersion(out)
+}
+
+// Check runs `criu check`. On success it returns CRIU's last line ("Looks
+// good."); on failure an error wrapping ErrCheckFailed with CRIU's own
+// error lines.
+func (b Binary) Check(ctx context.Context) (string, error) {
+	out, err := b.run(ctx, "check")
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("%s check: %w", b.Path, ctx.Err())
+		}
+		return "", fmt.Errorf("%s check: %w: %s", b.Path, ErrCheckFailed, CheckMessage(out))
+	}
+	return lastLine(out), nil
+}
+
+// CheckFeature runs `criu check --feature name`. It returns nil when CRIU
+// says the feature is supported and an error with CRIU's message otherwise.
+// (go-criu v7's FeatureCheck is not used: it echoes the request back.)
+func (b Binary) CheckFeature(ctx context.Context, name string) error {
+	out, err := b.run(ctx, "check", "--feature", name)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("%s check --feature %s: %w", b.Path, name, ctx.Err())
+		}
+		return fmt.Errorf("criu check --feature %s: %w: %s", name, ErrCheckFailed, CheckMessage(out))
+	}
+	return nil
+}
+
+// CheckMessage extracts the lines that explain a failed `criu check`:
+// CRIU's "Error (...)" lines, else its warnings, else the last line.
+func CheckMessage(out string) string {
+	var errs, warns []string
+	for _, l := range strings.Split(out, "\n") {
+		l = strings.TrimSpace(l)
+		switch {
+		case strings.HasPrefix(l, "Error"):
+			errs = append(errs, l)
+		case strings.HasPrefix(l, "Warn"):
+			warns = append(warns, l)
+		}
+	}
+	switch {
+	case len(errs) > 0:
+		return strings.Join(errs, "; ")
+	case len(warns) > 0:
+		return strings.Join(warns, "; ")
+	}
+	if l := lastLine(out); l != "" {
+		return l
+	}
+	return "no output"
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n] + "..."
+}

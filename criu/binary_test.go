@@ -1,0 +1,200 @@
+package criu
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel"
+)
+
+func TestParseVersion(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     Version
+		wantErr  bool
+	}{
+		{"release", "Version: 4.1.1\n", Version{4, 1, 1}, false},
+		{"no sublevel", "Version: 3.17\n", Version{3, 17, 0}, false},
+		{"git build", "Version: 4.1\nGitID: v4.1-12-gdeadbeef\n", Version{4, 1, 0}, false},
+		{"garbage", "criu: command not found\n", Version{}, true},
+		{"empty", "", Version{}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseVersion(tc.in)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("ParseVersion(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func FuzzParseVersion(f *testing.F) {
+	for _, s := range []string{"Version: 4.1.1\n", "Version: 3.17\nGitID: x\n", "", "Version: 99999999999999999999.1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		v, err := ParseVersion(s)
+		if err == nil && (v.Major < 0 || v.Minor < 0 || v.Sublevel < 0) {
+			t.Fatalf("negative version %v from %q", v, s)
+		}
+	})
+}
+
+func TestCheckMessage(t *testing.T) {
+	cases := []struct{ name, in, want string }{
+		{"bookworm's criu on 6.13+", "Error (criu/vdso.c:412): vdso: Unexpected rt vDSO area bounds\nError (criu/cr-check.c:1612): ...\n",
+			"Error (criu/vdso.c:412): vdso: Unexpected rt vDSO area bounds; Error (criu/cr-check.c:1612): ..."},
+		{"warnings only", "Warn  (criu/cr-check.c:824): Dirty tracking is OFF.\n", "Warn  (criu/cr-check.c:824): Dirty tracking is OFF."},
+		{"plain text", "must be run by root\n", "must be run by root"},
+		{"nothing", "", "no output"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CheckMessage(tc.in); got != tc.want {
+				t.Errorf("got %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestFind(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "criu")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	plain := filepath.Join(dir, "plain")
+	if err := os.WriteFile(plain, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	env := func(v string) func(string) string {
+		return func(k string) string {
+			if k == EnvCriu {
+				return v
+			}
+			return ""
+		}
+	}
+	cases := []struct {
+		name       string
+		configured string
+		env        string
+		path       string
+		wantPath   string
+		wantSource string
+		wantErr    bool
+	}{
+		{"configured wins", exe, "/nonexistent", "", exe, "configured", false},
+		{"environment next", "", exe, "", exe, "$" + EnvCriu, false},
+		{"then PATH", "", "", dir, exe, "PATH", false},
+		{"configured missing", "/nonexistent/criu", "", "", "", "", true},
+		{"not executable", plain, "", "", "", "", true},
+		{"nowhere", "", "", t.TempDir(), "", "", true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("PATH", tc.path)
+			b, err := Find(tc.configured, env(tc.env))
+			if tc.wantErr {
+				if !errors.Is(err, ErrNotFound) {
+					t.Fatalf("Find = %v, %v; want ErrNotFound", b, err)
+				}
+				return
+			}
+			if err != nil || b.Path != tc.wantPath || b.Source != tc.wantSource {
+				t.Fatalf("Find = %+v, %v; want %s via %s", b, err, tc.wantPath, tc.wantSource)
+			}
+		})
+	}
+}
+
+// findings runs every CRIU requirement and returns the findings by ID.
+func findings(t *testing.T) map[string]kernel.Finding {
+	t.Helper()
+	out := map[string]kernel.Finding{}
+	for _, r := range Requirements() {
+		if r.Group != "criu" || len(r.NeededBy) == 0 {
+			t.Errorf("requirement %s: group %q, needed by %v", r.ID, r.Group, r.NeededBy)
+		}
+		f := r.Probe(context.Background(), kernel.DefaultHost())
+		t.Logf("%s: %s: %s", r.ID, f.Verdict, f.Evidence)
+		out[r.ID] = f
+	}
+	return out
+}
+
+// TestRequirementsOnThisNode probes the real criu on this machine: trixie's
+// 4.1.1 passes `criu check`, and the kernel has no dirty-memory tracking.
+func TestRequirementsOnThisNode(t *testing.T) {
+	requireCriu(t)
+	fs := findings(t)
+	want := map[string]kernel.Verdict{
+		"criu.binary":                        kernel.Supported,
+		"criu.version":                       kernel.Supported,
+		"criu.check":                         kernel.Supported,
+		"criu.feature.mem_dirty_track":       kernel.Degraded,
+		"criu.feature.uffd-noncoop":          kernel.Supported,
+		"criu.feature.pidfd_store":           kernel.Supported,
+		"criu.feature.timens":                kernel.Supported,
+		"criu.feature.clone3_set_tid":        kernel.Supported,
+		"criu.feature.network_lock_nftables": kernel.Supported,
+	}
+	for id, v := range want {
+		if fs[id].Verdict != v {
+			t.Errorf("%s: %s (%s), want %s", id, fs[id].Verdict, fs[id].Evidence, v)
+		}
+	}
+	if !strings.Contains(fs["criu.check"].Evidence, "Looks good") {
+		t.Errorf("criu.check evidence %q lacks CRIU's verdict", fs["criu.check"].Evidence)
+	}
+	if !strings.Contains(fs["criu.feature.mem_dirty_track"].Evidence, "Dirty tracking is OFF") {
+		t.Errorf("mem_dirty_track evidence %q lacks CRIU's message", fs["criu.feature.mem_dirty_track"].Evidence)
+	}
+}
+
+// TestRequirementsFailingCheck stands in for bookworm's criu 3.17.1 on a
+// 6.13+ kernel with a script that answers as it does: the check is
+// Unsupported with CRIU's own message, and so is every feature.
+func TestRequirementsFailingCheck(t *testing.T) {
+	testutil.RequireRoot(t) // criu check is only run as root
+	dir := t.TempDir()
+	script := `#!/bin/sh
+case "$1" in
+--version) echo "Version: 3.17.1"; exit 0;;
+check) echo "Error (criu/vdso.c:412): vdso: Unexpected rt vDSO area bounds" >&2; exit 1;;
+esac
+exit 1
+`
+	exe := filepath.Join(dir, "criu")
+	if err := os.WriteFile(exe, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(EnvCriu, exe)
+	fs := findings(t)
+	if f := fs["criu.version"]; f.Verdict != kernel.Supported || !strings.Contains(f.Evidence, "3.17.1") {
+		t.Errorf("criu.version: %+v", f)
+	}
+	if f := fs["criu.check"]; f.Verdict != kernel.Unsupported || !strings.Contains(f.Evidence, "Unexpected rt vDSO area bounds") {
+		t.Errorf("criu.check: %+v, want Unsupported with CRIU's message", f)
+	}
+	if f := fs["criu.feature.timens"]; f.Verdict != kernel.Unsupported {
+		t.Errorf("criu.feature.timens: %+v, want Unsupported", f)
+	}
+}
+
+func TestRequirementsNoBinary(t *testing.T) {
+	t.Setenv(EnvCriu, "")
+	t.Setenv("PATH", t.TempDir())
+	fs := findings(t)
+	for id, f := range fs {
+		if f.Verdict != kernel.Unsupported {
+			t.Errorf("%s: %s, want Unsupported without criu", id, f.Verdict)
+		}
+	}
+}

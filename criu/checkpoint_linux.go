@@ -1,0 +1,719 @@
+package criu
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/checkpoint-restore/go-criu/v7/stats"
+	"golang.org/x/sys/unix"
+	"google.golang.org/protobuf/proto"
+)
+
+// DefaultTimeout bounds a checkpoint when the caller gives no timeout
+// (kubelet's ?timeout= absent or 0).
+const DefaultTimeout = 30 * time.Second
+
+// DefaultKillGrace is how long CRIU gets to abort on its own after a
+// cancellation before it is killed.
+const DefaultKillGrace = 10 * time.Second
+
+// Errors callers branch on.
+var (
+	// ErrBusy: a checkpoint of the same container is already running.
+	ErrBusy = errors.New("a checkpoint of this container is already in progress")
+	// ErrTargetTraced: the target is already ptraced, so CRIU cannot seize it.
+	ErrTargetTraced = errors.New("target is traced by another process")
+	// ErrTargetLost: the target did not survive a failed checkpoint.
+	ErrTargetLost = errors.New("target did not survive the checkpoint")
+)
+
+// Options configure a checkpoint.
+type Options struct {
+	// Binary is the criu to run.
+	Binary Binary
+	// RootDir is kubelet's root dir; archives go to RootDir/checkpoints.
+	// Empty means DefaultRootDir.
+	RootDir string
+	// ProcRoot is where procfs is mounted; empty means /proc.
+	ProcRoot string
+
+	// What CRIU may dump. A plain process with no sockets, locks or
+	// terminal needs none of these; containers usually need the first three.
+	TCPEstablished bool // established TCP connections (--tcp-established)
+	ExtUnixSockets bool // unix sockets connected outside the tree (--ext-unix-sk)
+	FileLocks      bool // POSIX and flock locks (--file-locks)
+	ShellJob       bool // a tree attached to a terminal session (--shell-job)
+
+	// EarlyWriteback, if positive, is how often the writeback of CRIU's
+	// pages images is started while CRIU writes them, so that the final
+	// fsync finds more of them on disk. Off by default: CRIU writes pages
+	// while the target is frozen, and measured here the extra I/O made the
+	// dump, and so the frozen time, up to twice as long (BENCHMARKS.md).
+	EarlyWriteback time.Duration
+
+	// CopyArchive always copies the images into a new temp archive instead
+	// of building the archive around CRIU's largest pages image.
+	CopyArchive bool
+
+	// HardwareBreakpoints lets CRIU use hardware breakpoints to catch
+	// tasks leaving its parasite code. Off by default: where they do not
+	// fire (virtual machines), CRIU hangs with the target frozen; see
+	// noBreakpointsEnv.
+	HardwareBreakpoints bool
+
+	// KillGrace is how long CRIU gets to abort after ctx ends before it is
+	// killed; zero means DefaultKillGrace.
+	KillGrace time.Duration
+	// Now is the clock for names and metadata; nil means time.Now.
+	Now func() time.Time
+	// Progress, if set, is called from another goroutine with the phase
+	// and the bytes written so far, at most every ProgressInterval.
+	Progress func(Progress)
+	// ProgressInterval defaults to 250ms.
+	ProgressInterval time.Duration
+	// Logger receives structured events; nil discards them.
+	Logger *slog.Logger
+}
+
+func (o *Options) defaults() {
+	if o.RootDir == "" {
+		o.RootDir = DefaultRootDir
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = "/proc"
+	}
+	if o.KillGrace == 0 {
+		o.KillGrace = DefaultKillGrace
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.ProgressInterval == 0 {
+		o.ProgressInterval = 250 * time.Millisecond
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// Progress is a snapshot of a running checkpoint.
+type Progress struct {
+	// Phase is "dumping" (CRIU writes images), "archiving" (the tar is
+	// written) or "done".
+	Phase string
+	// Bytes is what has been written so far in this phase.
+	Bytes int64
+}
+
+// Result describes a finished checkpoint.
+type Result struct {
+	// Path is the archive.
+	Path string
+	// Size is its size in bytes.
+	Size int64
+	// Frozen is how long the target's tasks were frozen (CRIU's
+	// frozen_time), Freezing how long freezing them took.
+	Frozen, Freezing time.Duration
+	// MemDump and MemWrite are CRIU's time to collect and to write pages.
+	MemDump, MemWrite time.Duration
+	// PagesWritten counts the pages CRIU wrote.
+	PagesWritten uint64
+	// Dump is the CRIU request from start to response, Archive the time
+	// to write and publish the tar, Fsync the part of Archive spent in
+	// fsync(2) of the archive, Total the whole call.
+	Dump, Archive, Fsync, Total time.Duration
+	// InPlace says the archive was built around CRIU's pages image
+	// rather than copied (see Options.CopyArchive).
+	InPlace bool
+	// Removed lists stale work entries of killed nodeshims swept first.
+	Removed []string
+}
+
+// Checkpointer runs checkpoints one at a time per container and at most
+// a fixed number at once across containers.
+type Checkpointer struct {
+	opts Options
+	sem  chan struct{}
+	mu   sync.Mutex
+	busy map[ContainerRef]bool
+}
+
+// NewCheckpointer returns a Checkpointer running at most parallel
+// checkpoints at once (at least one).
+func NewCheckpointer(parallel int, o Options) *Checkpointer {
+	if parallel < 1 {
+		parallel = 1
+	}
+	return &Checkpointer{opts: o, sem: make(chan struct{}, parallel), busy: map[ContainerRef]bool{}}
+}
+
+// Checkpoint checkpoints t. A second call for the same container while one
+// runs fails at once with ErrBusy; calls for other containers wait for a
+// free slot until ctx ends.
+func (c *Checkpointer) Checkpoint(ctx context.Context, t Target) (Result, error) {
+	c.mu.Lock()
+	if c.busy[t.Ref] {
+		c.mu.Unlock()
+		return Result{}, fmt.Errorf("checkpoint %s: %w", t.Ref, ErrBusy)
+	}
+	c.busy[t.Ref] = true
+	c.mu.Unlock()
+	defer func() {
+		c.mu.Lock()
+		delete(c.busy, t.Ref)
+		c.mu.Unlock()
+	}()
+	select {
+	case c.sem <- struct{}{}:
+	case <-ctx.Done():
+		return Result{}, fmt.Errorf("checkpoint %s: waiting for a free slot: %w", t.Ref, ctx.Err())
+	}
+	defer func() { <-c.sem }()
+	return Checkpoint(ctx, t, c.opts)
+}
+
+// CheckpointContainer resolves ref through r (the shim's container
+// resolver) and checkpoints the container it names, under the same rules
+// as Checkpoint.
+func (c *Checkpointer) CheckpointContainer(ctx context.Context, r Resolver, ref ContainerRef) (Result, error) {
+	t, err := r.Resolve(ctx, ref)
+	if err != nil {
+		return Result{}, fmt.Errorf("resolve %s: %w", ref, err)
+	}
+	if t.Ref != ref {
+		return Result{}, fmt.Errorf("resolve %s: resolver answered for %s", ref, t.Ref)
+	}
+	return c.Checkpoint(ctx, t)
+}
+
+// TimeoutFromQuery applies kubelet's ?timeout=SECONDS semantics: absent or
+// 0 means def, otherwise a positive number of seconds.
+func TimeoutFromQuery(v string, def time.Duration) (time.Duration, error) {
+	if v == "" {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < 0 || n > int64((1<<63-1)/time.Second) {
+		return 0, fmt.Errorf("timeout %q: want a non-negative number of seconds", v)
+	}
+	if n == 0 {
+		return def, nil
+	}
+	return time.Duration(n) * time.Second, nil
+}
+
+// Checkpoint dumps the process tree of t with CRIU, leaving it running, and
+// writes a checkpoint archive under RootDir/checkpoints. It returns when the
+// archive is published under its final name, or with an error after having
+// removed every file it made and made sure the target runs on, unfrozen
+// and untraced. ctx bounds the whole call.
+func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error) {
+	o.defaults()
+	start := time.Now()
+	if err := t.Validate(); err != nil {
+		return res, err
+	}
+	before, err := ReadProcState(o.ProcRoot, t.Pid)
+	if err != nil {
+		return res, fmt.Errorf("checkpoint pid %d: %w", t.Pid, err)
+	}
+	if before.Gone() {
+		return res, fmt.Errorf("checkpoint pid %d: %s: %w", t.Pid, before, ErrNoProcess)
+	}
+	if before.TracerPid != 0 {
+		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
+	}
+	dir := filepath.Join(o.RootDir, CheckpointsDir)
+	if err := ensurePrivateDir(dir); err != nil {
+		return res, err
+	}
+	if res.Removed = sweepStale(dir); len(res.Removed) > 0 {
+		o.Logger.Info("removed work files of an interrupted checkpoint", "dir", dir, "entries", res.Removed)
+	}
+	workName, err := privateName(workPrefix, "")
+	if err != nil {
+		return res, err
+	}
+	work := filepath.Join(dir, workName)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return res, fmt.Errorf("create %s: %w", work, err)
+	}
+	defer func() {
+		if rmErr := os.RemoveAll(work); rmErr != nil {
+			err = errors.Join(err, fmt.Errorf("remove %s: %w", work, rmErr))
+		}
+	}()
+	images := filepath.Join(work, ImagesDir)
+	if err := os.Mkdir(images, 0o700); err != nil {
+		return res, fmt.Errorf("create %s: %w", images, err)
+	}
+
+	checkpointedAt := o.Now()
+	dumpStart := time.Now()
+	derr := dump(ctx, t, o, work, images)
+	res.Dump = time.Since(dumpStart)
+	if derr != nil {
+		return res, errors.Join(derr, ensureRunning(o, t.Pid, before))
+	}
+	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
+		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
+		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
+		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
+		res.MemWrite = time.Duration(st.GetMemwriteTime()) * time.Microsecond
+		res.PagesWritten = st.GetPagesWritten()
+	} else {
+		o.Logger.Warn("no dump statistics", "err", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t.Pid, before))
+	}
+
+	archStart := time.Now()
+	config, spec, err := metadata(t, checkpointedAt)
+	if err != nil {
+		return res, err
+	}
+	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
+		return ArchiveName(t.Ref, checkpointedAt, attempt)
+	})
+	res.Archive = time.Since(archStart)
+	if err != nil {
+		return res, errors.Join(err, ensureRunning(o, t.Pid, before))
+	}
+	if o.Progress != nil {
+		o.Progress(Progress{Phase: "done", Bytes: res.Size})
+	}
+	res.Total = time.Since(start)
+	o.Logger.Info("checkpoint written", "pid", t.Pid, "path", res.Path, "bytes", res.Size,
+		"frozen", res.Frozen, "total", res.Total)
+	return res, ensureRunning(o, t.Pid, before)
+}
+
+// dump runs CRIU's dump request for t into images.
+func dump(ctx context.Context, t Target, o Options, work, images string) error {
+	imgDir, err := os.Open(images)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", images, err)
+	}
+	defer imgDir.Close()
+	workDir, err := os.Open(work)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", work, err)
+	}
+	defer workDir.Close()
+
+	// CRIU opens the directories as /proc/<our pid>/fd/<fd>.
+	opts := &rpc.CriuOpts{
+		ImagesDirFd:     proto.Int32(int32(imgDir.Fd())),
+		WorkDirFd:       proto.Int32(int32(workDir.Fd())),
+		Pid:             proto.Int32(int32(t.Pid)),
+		LeaveRunning:    proto.Bool(true),
+		LogLevel:        proto.Int32(4),
+		LogFile:         proto.String(DumpLog),
+		TcpEstablished:  proto.Bool(o.TCPEstablished),
+		ExtUnixSk:       proto.Bool(o.ExtUnixSockets),
+		FileLocks:       proto.Bool(o.FileLocks),
+		ShellJob:        proto.Bool(o.ShellJob),
+		NotifyScripts:   proto.Bool(true),
+		OrphanPtsMaster: proto.Bool(t.Container.OrphanPtsMaster),
+		External:        t.Container.External,
+	}
+	if t.Container.Root != "" {
+		opts.Root = proto.String(t.Container.Root)
+	}
+	if t.Container.ManageCgroups {
+		opts.ManageCgroups = proto.Bool(true)
+		opts.ManageCgroupsMode = rpc.CriuCgMode_SOFT.Enum()
+	}
+	if t.Container.FreezeCgroup != "" {
+		opts.FreezeCgroup = proto.String(t.Container.FreezeCgroup)
+	}
+
+	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
+	if err != nil {
+		return err
+	}
+	stopProgress := watchProgress(o, images)
+	stopWriteback := func() {}
+	if o.EarlyWriteback > 0 {
+		stopWriteback = startWriteback(images, o.EarlyWriteback)
+	}
+	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
+		o.Logger.Debug("criu notification", "script", n.GetScript())
+		// Each notification is a point where CRIU can still back out
+		// cleanly, so a deadline is checked here too.
+		return ctx.Err()
+	})
+	stopProgress()
+	stopWriteback()
+	killed := s.close(o.KillGrace)
+	if killed {
+		o.Logger.Warn("criu did not abort within the grace period and was killed", "pid", t.Pid, "grace", o.KillGrace)
+	}
+	if callErr != nil {
+		msg := logErrors(filepath.Join(work, DumpLog))
+		if ctx.Err() != nil {
+			return fmt.Errorf("checkpoint pid %d: %w (criu killed: %v)", t.Pid, ctx.Err(), killed)
+		}
+		return fmt.Errorf("checkpoint pid %d: %w; dump.log: %s", t.Pid, callErr, msg)
+	}
+	return nil
+}
+
+// watchProgress reports the bytes CRIU has written to images until the
+// returned function is called.
+func watchProgress(o Options, images string) func() {
+	if o.Progress == nil {
+		return func() {}
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(o.ProgressInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				o.Progress(Progress{Phase: "dumping", Bytes: dirSize(images)})
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		wg.Wait()
+	}
+}
+
+func dirSize(dir string) int64 {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, e := range ents {
+		if fi, err := e.Info(); err == nil && fi.Mode().IsRegular() {
+			n += fi.Size()
+		}
+	}
+	return n
+}
+
+// logErrors returns CRIU's "Error" lines from a log, or its last lines.
+func logErrors(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(unreadable: %v)", err)
+	}
+	var errs []string
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	for _, l := range lines {
+		if strings.Contains(l, "Error (") && !isRlimitNoise(l) {
+			errs = append(errs, strings.TrimSpace(l))
+		}
+	}
+	if len(errs) == 0 {
+		if len(lines) > 3 {
+			lines = lines[len(lines)-3:]
+		}
+		errs = lines
+	}
+	if len(errs) > 5 {
+		errs = errs[len(errs)-5:]
+	}
+	return strings.Join(errs, "; ")
+}
+
+// isRlimitNoise recognises the error CRIU logs, and goes on from, when it
+// may not raise RLIMIT_NOFILE (no CAP_SYS_RESOURCE).
+func isRlimitNoise(l string) bool {
+	return strings.Contains(l, "Can't setup RLIMIT_NOFILE")
+}
+
+// readDumpStats reads CRIU's stats-dump image: two magics, a length and a
+// StatsEntry (go-criu's stats.proto).
+func readDumpStats(path string) (*stats.DumpStatsEntry, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	st, err := parseStats(b)
+	if err != nil {
+		return nil, fmt.Errorf("parse %s: %w", path, err)
+	}
+	if st.GetDump() == nil {
+		return nil, fmt.Errorf("parse %s: no dump statistics", path)
+	}
+	return st.GetDump(), nil
+}
+
+func parseStats(b []byte) (*stats.StatsEntry, error) {
+	if len(b) < stats.PayloadOffset {
+		return nil, fmt.Errorf("%d bytes, shorter than the header", len(b))
+	}
+	le := func(off int) uint32 {
+		return uint32(b[off]) | uint32(b[off+1])<<8 | uint32(b[off+2])<<16 | uint32(b[off+3])<<24
+	}
+	if m := le(stats.PrimaryMagicOffset); m != stats.ImgServiceMagic {
+		return nil, fmt.Errorf("magic %#x, want %#x", m, stats.ImgServiceMagic)
+	}
+	if m := le(stats.SecondaryMagicOffset); m != stats.StatsMagic {
+		return nil, fmt.Errorf("stats magic %#x, want %#x", m, stats.StatsMagic)
+	}
+	size := uint64(le(stats.SizeOffset))
+	if size > uint64(len(b)-stats.PayloadOffset) {
+		return nil, fmt.Errorf("payload of %d bytes, file has %d", size, len(b)-stats.PayloadOffset)
+	}
+	st := &stats.StatsEntry{}
+	if err := proto.Unmarshal(b[stats.PayloadOffset:stats.PayloadOffset+int(size)], st); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// ensureRunning checks that pid runs on, unfrozen and untraced, after a
+// checkpoint. A tree left stopped by a killed CRIU is continued, if it was
+// not stopped before. It returns nil or an error wrapping ErrTargetLost.
+func ensureRunning(o Options, pid int, before ProcState) error {
+	st, err := ReadProcState(o.ProcRoot, pid)
+	if err != nil || st.Gone() {
+		return fmt.Errorf("pid %d after checkpoint: %w (%v)", pid, ErrTargetLost, errOr(err, st))
+	}
+	if st.TracerPid != 0 {
+		// CRIU has exited by now (we waited for it), so a tracer is
+		// someone else's; report it rather than fight it.
+		return fmt.Errorf("pid %d after checkpoint is traced by pid %d: %w", pid, st.TracerPid, ErrTargetLost)
+	}
+	if st.Stopped() && !before.Stopped() {
+		o.Logger.Warn("target left stopped; sending SIGCONT", "pid", pid, "state", st.String())
+		if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+			return fmt.Errorf("pid %d left stopped, SIGCONT: %w: %w", pid, err, ErrTargetLost)
+		}
+	}
+	return nil
+}
+
+func errOr(err error, st ProcState) string {
+	if err != nil {
+		return err.Error()
+	}
+	return st.String()
+}
+
+// writeArchive writes the tar of a finished dump to a private temp file in
+// dir and publishes it under the first free name. On error nothing is left
+// behind.
+func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+	if big := largestPages(images); big != "" && !o.CopyArchive {
+		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, config, spec, name)
+		if !errors.Is(err, errNoInPlace) {
+			*inPlace = err == nil
+			return path, size, fsync, err
+		}
+		o.Logger.Debug("copying the images into the archive", "reason", err)
+	}
+	f, err := createExclusive(dir)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	tmp := f.Name()
+	defer func() {
+		if f != nil {
+			f.Close()
+		}
+		if err != nil {
+			_ = os.Remove(tmp)
+		}
+	}()
+	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
+	if err := addTree(aw, work, images, config, spec); err != nil {
+		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	syncStart := time.Now()
+	if err := f.Sync(); err != nil {
+		return "", 0, 0, fmt.Errorf("fsync %s: %w", tmp, err)
+	}
+	fsync = time.Since(syncStart)
+	if err := f.Close(); err != nil {
+		f = nil
+		return "", 0, 0, fmt.Errorf("close %s: %w", tmp, err)
+	}
+	f = nil
+	if err := ctx.Err(); err != nil {
+		return "", 0, 0, err
+	}
+	final, err := publish(dir, tmp, name)
+	if err != nil {
+		return "", 0, 0, err
+	}
+	return final, aw.off, fsync, nil
+}
+
+// addTree writes the archive's members: checkpoint/ and the CRIU images
+// under it, then config.dump, spec.dump, dump.log and stats-dump at the
+// root, then the end-of-archive blocks.
+func addTree(aw *archiveWriter, work, images string, config, spec []byte) error {
+	now := time.Now()
+	if err := aw.header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(images)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := aw.file(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
+			return err
+		}
+	}
+	return aw.rest(work, config, spec)
+}
+
+// rest writes the members at the archive's root, config.dump, spec.dump,
+// dump.log and stats-dump, and the end of the archive.
+func (a *archiveWriter) rest(work string, config, spec []byte) error {
+	now := time.Now()
+	for _, m := range []struct {
+		name string
+		data []byte
+	}{{ConfigDump, config}, {SpecDump, spec}} {
+		if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
+			return err
+		}
+		if err := a.write(m.data); err != nil {
+			return err
+		}
+		if err := a.pad(); err != nil {
+			return err
+		}
+	}
+	if err := a.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
+		return err
+	}
+	// CRIU writes stats-dump to its work directory.
+	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
+		return err
+	}
+	// Two zero blocks end a tar archive.
+	return a.write(make([]byte, 2*blockSize))
+}
+
+const (
+	blockSize = 512
+	// writebackChunk is how much archive data is written before its
+	// writeback is started (sync_file_range), so that the final fsync
+	// finds most of the archive on disk already.
+	writebackChunk = 32 << 20
+)
+
+// archiveWriter writes a tar stream to a file: headers through
+// archive/tar, file contents with copy_file_range (one in-kernel copy, no
+// trip through user space), starting writeback as it goes.
+type archiveWriter struct {
+	ctx      context.Context
+	f        *os.File
+	off      int64
+	synced   int64
+	progress func(Progress)
+	every    time.Duration
+	last     time.Time
+}
+
+// header writes the header block(s) of h. archive/tar writes a header as
+// soon as WriteHeader is called, so the bytes it produced are the header.
+func (a *archiveWriter) header(h *tar.Header) error {
+	// Whole seconds and short names keep every header plain USTAR, which
+	// any tar reads, with no PAX records.
+	h.ModTime = h.ModTime.Truncate(time.Second)
+	h.Uid, h.Gid = 0, 0
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("tar header for %s: %w", h.Name, err)
+	}
+	return a.write(buf.Bytes())
+}
+
+func (a *archiveWriter) write(p []byte) error {
+	if err := a.ctx.Err(); err != nil {
+		return err
+	}
+	n, err := a.f.Write(p)
+	a.advance(int64(n))
+	return err
+}
+
+// pad fills the current member up to a block boundary.
+func (a *archiveWriter) pad() error {
+	if r := a.off % blockSize; r != 0 {
+		return a.write(make([]byte, blockSize-r))
+	}
+	return nil
+}
+
+func (a *archiveWriter) advance(n int64) {
+	a.off += n
+	if a.off-a.synced >= writebackChunk {
+		// Start writeback of what is written so far without waiting
+		// (SYNC_FILE_RANGE_WRITE); errors surface in the final fsync.
+		_ = unix.SyncFileRange(int(a.f.Fd()), a.synced, a.off-a.synced, unix.SYNC_FILE_RANGE_WRITE)
+		a.synced = a.off
+	}
+	if a.progress != nil && time.Since(a.last) >= a.every {
+		a.last = time.Now()
+		a.progress(Progress{Phase: "archiving", Bytes: a.off})
+	}
+}
+
+// file writes the regular file src as member name.
+func (a *archiveWriter) file(src, name string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		return err
+	}
+	for left := fi.Size(); left > 0; {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.CopyFileRange(int(in.Fd()), nil, int(a.f.Fd()), nil, int(min(left, writebackChunk)), 0)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("copy %s: file shrank by %d bytes while it was archived", src, left)
+		}
+		left -= int64(n)
+		a.advance(int64(n))
+	}
+	return a.pad()
+}

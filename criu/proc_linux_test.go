@@ -1,0 +1,80 @@
+package criu
+
+import (
+	"os"
+	"testing"
+	"time"
+)
+
+func TestParseProcStatus(t *testing.T) {
+	cases := []struct {
+		name    string
+		in      string
+		want    ProcState
+		wantErr bool
+	}{
+		{"running", "Name:\tsh\nState:\tS (sleeping)\nTracerPid:\t0\n", ProcState{'S', 0}, false},
+		{"traced", "State:\tt (tracing stop)\nTracerPid:\t4242\n", ProcState{'t', 4242}, false},
+		{"no tracer line", "State:\tR (running)\n", ProcState{}, true},
+		{"bad tracer", "State:\tR (running)\nTracerPid:\tx\n", ProcState{}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parseProcStatus("status", []byte(tc.in))
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Errorf("got %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func FuzzParseProcStatus(f *testing.F) {
+	f.Add([]byte("State:\tS (sleeping)\nTracerPid:\t0\n"))
+	f.Add([]byte("State:\nTracerPid:\t-1\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = parseProcStatus("status", b)
+	})
+}
+
+func TestPIDTargetOfThisProcess(t *testing.T) {
+	now := time.Now()
+	tg, err := PIDTarget("/proc", os.Getpid(), now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if tg.Ref.Namespace != "host" || tg.Ref.Pod == "" || tg.Ref.Container == "" || len(tg.Args) == 0 {
+		t.Errorf("target %+v", tg)
+	}
+	if tg.Created.After(now) || now.Sub(tg.Created) > 10*time.Minute {
+		t.Errorf("this test process started at %v, now is %v", tg.Created, now)
+	}
+}
+
+func TestParseStats(t *testing.T) {
+	cases := []struct {
+		name string
+		in   []byte
+	}{
+		{"empty", nil},
+		{"short", []byte{1, 2, 3}},
+		{"wrong magic", make([]byte, 16)},
+		{"length past the end", []byte{0x40, 0x59, 0x10, 0x55, 0x06, 0x33, 0x09, 0x57, 0xff, 0xff, 0, 0}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := parseStats(tc.in); err == nil {
+				t.Error("accepted")
+			}
+		})
+	}
+}
+
+func FuzzParseStats(f *testing.F) {
+	f.Add([]byte{0x40, 0x59, 0x10, 0x55, 0x06, 0x33, 0x09, 0x57, 0, 0, 0, 0})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		_, _ = parseStats(b)
+	})
+}

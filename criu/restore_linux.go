@@ -1,0 +1,225 @@
+package criu
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"google.golang.org/protobuf/proto"
+)
+
+// RestoreOptions configure a restore.
+type RestoreOptions struct {
+	// Binary is the criu to run.
+	Binary Binary
+	// WorkRoot is where the private work directory is made; empty means
+	// RootDir/checkpoints.
+	WorkRoot string
+	// RootDir is kubelet's root dir, used when WorkRoot is empty; empty
+	// means DefaultRootDir.
+	RootDir string
+	// The same switches as Options: what the dump had to include must be
+	// allowed again on restore.
+	TCPEstablished bool
+	ExtUnixSockets bool
+	FileLocks      bool
+	ShellJob       bool
+	// HardwareBreakpoints: see Options.HardwareBreakpoints.
+	HardwareBreakpoints bool
+	// KeepWorkDir leaves the unpacked images and restore.log in place.
+	KeepWorkDir bool
+	// KillGrace is how long CRIU gets to abort after ctx ends; zero means
+	// DefaultKillGrace.
+	KillGrace time.Duration
+	// Logger receives structured events; nil discards them.
+	Logger *slog.Logger
+}
+
+// RestoreResult describes a restored process tree.
+type RestoreResult struct {
+	// Pid is the root of the restored tree. It is a child of the calling
+	// process (CRIU's restore-sibling mode), detached from CRIU.
+	Pid int
+	// WorkDir is the unpacked archive; it is removed unless KeepWorkDir.
+	WorkDir string
+	// Unpack and Restore are the time to validate and unpack, and CRIU's time.
+	Unpack, Restore time.Duration
+}
+
+// Restore validates archive, unpacks it into a private work directory and
+// restores its process tree with CRIU, detached. Nothing is written outside
+// the work directory; an invalid archive fails with ErrInvalidArchive
+// before anything is unpacked.
+func Restore(ctx context.Context, archive string, o RestoreOptions) (res RestoreResult, err error) {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.KillGrace == 0 {
+		o.KillGrace = DefaultKillGrace
+	}
+	root := o.WorkRoot
+	if root == "" {
+		rd := o.RootDir
+		if rd == "" {
+			rd = DefaultRootDir
+		}
+		root = filepath.Join(rd, CheckpointsDir)
+	}
+	start := time.Now()
+	f, err := os.Open(archive)
+	if err != nil {
+		return res, fmt.Errorf("open %s: %w", archive, err)
+	}
+	defer f.Close()
+	if _, err := ValidateArchive(f); err != nil {
+		return res, fmt.Errorf("%s: %w", archive, err)
+	}
+	if err := ensurePrivateDir(root); err != nil {
+		return res, err
+	}
+	name, err := privateName(workPrefix, "")
+	if err != nil {
+		return res, err
+	}
+	work := filepath.Join(root, name)
+	if err := os.Mkdir(work, 0o700); err != nil {
+		return res, fmt.Errorf("create %s: %w", work, err)
+	}
+	res.WorkDir = work
+	defer func() {
+		if err != nil || !o.KeepWorkDir {
+			if rmErr := os.RemoveAll(work); rmErr != nil {
+				err = errors.Join(err, fmt.Errorf("remove %s: %w", work, rmErr))
+			}
+		}
+	}()
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return res, fmt.Errorf("seek %s: %w", archive, err)
+	}
+	if err := Unpack(f, work); err != nil {
+		return res, fmt.Errorf("unpack %s: %w", archive, err)
+	}
+	res.Unpack = time.Since(start)
+
+	rstart := time.Now()
+	pid, err := restore(ctx, o, work)
+	res.Restore = time.Since(rstart)
+	if err != nil {
+		return res, fmt.Errorf("restore %s: %w", archive, err)
+	}
+	res.Pid = pid
+	o.Logger.Info("restored", "archive", archive, "pid", pid, "took", res.Unpack+res.Restore)
+	return res, nil
+}
+
+// Unpack extracts a validated checkpoint archive into dir through an
+// os.Root, so that no entry (nor a symlink an entry passes through) can
+// write outside dir. It validates each entry again as it goes.
+func Unpack(r io.Reader, dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer root.Close()
+	tr := tar.NewReader(r)
+	buf := make([]byte, 4<<20)
+	links := map[string]bool{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("%w: read tar: %w", ErrInvalidArchive, err)
+		}
+		name, err := cleanEntryName(h.Name)
+		if err != nil {
+			return err
+		}
+		for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
+			if links[d] {
+				return fmt.Errorf("%w: entry %q lies under the symlink %q", ErrInvalidArchive, h.Name, d)
+			}
+		}
+		if d := filepath.Dir(name); d != "." {
+			if err := root.MkdirAll(d, 0o700); err != nil {
+				return fmt.Errorf("create %s in %s: %w", d, dir, err)
+			}
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+				return fmt.Errorf("create %s in %s: %w", name, dir, err)
+			}
+		case tar.TypeReg:
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			if err != nil {
+				return fmt.Errorf("create %s in %s: %w", name, dir, err)
+			}
+			_, cerr := io.CopyBuffer(out, struct{ io.Reader }{tr}, buf)
+			if err := errors.Join(cerr, out.Close()); err != nil {
+				return fmt.Errorf("write %s in %s: %w", name, dir, err)
+			}
+		case tar.TypeSymlink:
+			if err := checkSymlink(name, h.Linkname); err != nil {
+				return err
+			}
+			if err := root.Symlink(h.Linkname, name); err != nil {
+				return fmt.Errorf("symlink %s in %s: %w", name, dir, err)
+			}
+			links[name] = true
+		default:
+			return fmt.Errorf("%w: entry %q has type %q", ErrInvalidArchive, h.Name, h.Typeflag)
+		}
+	}
+}
+
+// restore runs CRIU's restore request on the images in work/checkpoint.
+func restore(ctx context.Context, o RestoreOptions, work string) (int, error) {
+	images := filepath.Join(work, ImagesDir)
+	imgDir, err := os.Open(images)
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", images, err)
+	}
+	defer imgDir.Close()
+	workDir, err := os.Open(work)
+	if err != nil {
+		return 0, fmt.Errorf("open %s: %w", work, err)
+	}
+	defer workDir.Close()
+	opts := &rpc.CriuOpts{
+		ImagesDirFd:    proto.Int32(int32(imgDir.Fd())),
+		WorkDirFd:      proto.Int32(int32(workDir.Fd())),
+		LogLevel:       proto.Int32(4),
+		LogFile:        proto.String(RestoreLog),
+		RstSibling:     proto.Bool(true),
+		TcpEstablished: proto.Bool(o.TCPEstablished),
+		ExtUnixSk:      proto.Bool(o.ExtUnixSockets),
+		FileLocks:      proto.Bool(o.FileLocks),
+		ShellJob:       proto.Bool(o.ShellJob),
+	}
+	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
+	if err != nil {
+		return 0, err
+	}
+	resp, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_RESTORE.Enum(), Opts: opts}, nil)
+	s.close(o.KillGrace)
+	if callErr != nil {
+		if ctx.Err() != nil {
+			return 0, ctx.Err()
+		}
+		return 0, fmt.Errorf("%w; restore.log: %s", callErr, logErrors(filepath.Join(work, RestoreLog)))
+	}
+	pid := int(resp.GetRestore().GetPid())
+	if pid <= 0 {
+		return 0, fmt.Errorf("criu restored no pid (response %v)", resp)
+	}
+	return pid, nil
+}

@@ -1,0 +1,115 @@
+package criu
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+)
+
+// ContainerRef names a Kubernetes container the way kubelet's Checkpoint API
+// does: /checkpoint/{namespace}/{pod}/{container}.
+type ContainerRef struct {
+	Namespace string `json:"namespace"`
+	Pod       string `json:"pod"`
+	Container string `json:"container"`
+}
+
+// String formats r as namespace/pod/container.
+func (r ContainerRef) String() string {
+	return r.Namespace + "/" + r.Pod + "/" + r.Container
+}
+
+// Target is what a checkpoint dumps: the process tree under one init pid,
+// the identity written into the archive's metadata, and the CRIU options a
+// container runtime passes for such a tree. A Resolver fills it for a
+// Kubernetes container; PIDTarget fills it for a plain process tree.
+type Target struct {
+	// Pid is the root of the process tree, in nodeshim's pid namespace.
+	Pid int
+	// Ref names the container; it is used for the archive's name and for
+	// the CRI annotations in spec.dump.
+	Ref ContainerRef
+	// ID is the runtime's container id ("pid-N" for a plain process).
+	ID string
+	// Runtime names the runtime that manages the target, for config.dump
+	// (for example "containerd/runc"; "host" for a plain process).
+	Runtime string
+	// Created is when the container (or process) was started.
+	Created time.Time
+	// Args is the command line of the root process, recorded in spec.dump.
+	Args []string
+	// Annotations are added to spec.dump beside the CRI annotations.
+	Annotations map[string]string
+	// Container holds what CRIU needs to dump a container rather than a
+	// plain process; the zero value dumps a plain process tree.
+	Container ContainerOptions
+}
+
+// ContainerOptions are the CRIU options that a container runtime passes for
+// a container (runc sets the same ones in its CriuOpts): a plain process
+// tree on the host needs none of them.
+type ContainerOptions struct {
+	// Root is the container's root filesystem as seen from nodeshim
+	// (CriuOpts.root), empty for the host's root.
+	Root string
+	// External lists CRIU's --external entries: external mounts
+	// ("mnt[/etc/hosts]:/etc/hosts"), namespaces ("net[4026531840]:extNetNs")
+	// and devices, exactly as runc passes bind mounts and shared namespaces.
+	External []string
+	// ManageCgroups asks CRIU to dump the cgroup of the tree
+	// (CriuOpts.manage_cgroups) and restore it.
+	ManageCgroups bool
+	// FreezeCgroup is the path of a freezer cgroup that holds exactly the
+	// tree (CriuOpts.freeze_cgroup); CRIU then freezes through it instead
+	// of seizing task by task.
+	FreezeCgroup string
+	// OrphanPtsMaster lets CRIU dump a tree whose terminal master is
+	// outside it (a container with a tty).
+	OrphanPtsMaster bool
+}
+
+// Resolver finds the Target of a Kubernetes container. The shim's container
+// resolver implements it; the criu package does not know where containers
+// come from.
+type Resolver interface {
+	Resolve(ctx context.Context, ref ContainerRef) (Target, error)
+}
+
+// The naming rules of a Kubernetes object name part: kubelet puts these
+// strings into a file name, so nodeshim refuses anything else.
+var namePart = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,251}[a-zA-Z0-9])?$`)
+
+// Validate checks that t can be dumped and named safely.
+func (t Target) Validate() error {
+	if t.Pid <= 0 {
+		return fmt.Errorf("target %s: pid %d is not a process", t.Ref, t.Pid)
+	}
+	for _, p := range []struct{ what, v string }{
+		{"namespace", t.Ref.Namespace}, {"pod", t.Ref.Pod}, {"container", t.Ref.Container},
+	} {
+		if !namePart.MatchString(p.v) {
+			return fmt.Errorf("target pid %d: %s %q is not a valid name for an archive", t.Pid, p.what, p.v)
+		}
+	}
+	return nil
+}
+
+// sanitizeName turns a process name into a valid container-name part.
+func sanitizeName(s string) string {
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '.', r == '_':
+			b.WriteRune(r)
+		default:
+			b.WriteByte('_')
+		}
+	}
+	out := strings.Trim(b.String(), "-._")
+	if out == "" {
+		return "process"
+	}
+	return out
+}

@@ -1,0 +1,82 @@
+# CRIU and checkpointctl for the criu/ package, its tests and `make run`.
+#
+# CRIU: the system's criu is used when it passes `criu check`. Otherwise
+# (bookworm's 3.17.1 fails on kernels >= 6.13: "vdso: Unexpected rt vDSO area
+# bounds"), Debian trixie's criu 4.1.1 and the libraries it links are
+# downloaded with a private apt configuration (own sources list, state and
+# cache directories; the machine's apt setup is not touched), unpacked with
+# `dpkg -x` into $(CRIU_PREFIX), and run through that prefix's own dynamic
+# loader by the wrapper script $(CRIU_WRAPPER). The machine's libc is never
+# replaced.
+#
+# $(CRIU_WRAPPER) (.tools/bin/criu) is always a wrapper: either an `exec` of the
+# system's criu or of the private prefix. Tests and `nodeshim checkpoint`
+# find criu through criu.Find: an explicit path (--criu-path), then
+# $NODESHIM_CRIU, then `criu` on PATH. This file exports NODESHIM_CRIU (and
+# NODESHIM_CHECKPOINTCTL) so that `make test`, `make bench` and `make run`
+# use the wrapper.
+
+CRIU_SUITE     := trixie
+CRIU_PREFIX    := $(TOOLS)/criu-$(CRIU_SUITE)
+CRIU_APT       := $(CACHE)/apt-$(CRIU_SUITE)
+CRIU_WRAPPER   := $(TOOLS)/bin/criu
+CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6t64 \
+	libp11-kit0 libunistring5 libidn2-0 libtasn1-6 libgmp10 libnftables1 libnl-3-200 \
+	libprotobuf-c1 libnet1 libbsd0 libmd0 libuuid1 libjansson4 libmnl0 libnftnl11 \
+	libxtables12 libffi8
+CHECKPOINTCTL_VERSION := v1.6.0
+CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
+
+# ca-certificates for go install over https, e2fsprogs (mkfs.ext4) and mount for the ext4 test.
+APT_PACKAGES += ca-certificates e2fsprogs mount
+TEST_DEPS += criu-tools
+RUN_DEPS  += $(CRIU_WRAPPER)
+# Checkpoint starts goroutines (progress, writeback, cancellation).
+RACE_PKGS += ./criu/...
+
+export NODESHIM_CRIU := $(CRIU_WRAPPER)
+export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
+
+.PHONY: criu-tools
+criu-tools: $(CRIU_WRAPPER) $(CHECKPOINTCTL)
+
+CRIU_APT_OPTS = -o Dir::Etc::sourcelist=$(CRIU_APT)/sources.list \
+	-o Dir::Etc::sourceparts=/dev/null \
+	-o Dir::State=$(CRIU_APT)/state \
+	-o Dir::State::Lists=$(CRIU_APT)/state/lists \
+	-o Dir::State::status=$(CRIU_APT)/state/status \
+	-o Dir::Cache=$(CRIU_APT)/cache \
+	-o Debug::NoLocking=1 -o APT::Sandbox::User=root
+
+# The wrapper keeps every argument and every inherited file descriptor:
+# go-criu starts `criu swrk FD` with the RPC socket as an extra fd.
+$(CRIU_WRAPPER):
+	@mkdir -p $(TOOLS)/bin
+	@sys=$$(command -v criu || true); \
+	if [ -n "$$sys" ] && "$$sys" check >/dev/null 2>&1; then \
+		echo "criu: using the system's $$sys (criu check passes)"; \
+		printf '#!/bin/sh\nexec %s "$$@"\n' "$$sys" > $@.tmp; \
+	else \
+		echo "criu: system criu missing or failing criu check; installing $(CRIU_SUITE)'s into $(CRIU_PREFIX)"; \
+		$(MAKE) --no-print-directory criu-prefix; \
+		printf '#!/bin/sh\nexec %s/usr/lib64/ld-linux-x86-64.so.2 --library-path %s/usr/lib/x86_64-linux-gnu %s/usr/sbin/criu "$$@"\n' \
+			"$(CRIU_PREFIX)" "$(CRIU_PREFIX)" "$(CRIU_PREFIX)" > $@.tmp; \
+	fi; \
+	chmod 0755 $@.tmp; \
+	$@.tmp --version >/dev/null; \
+	$@.tmp check || { echo "criu check fails with $$(head -c 300 $@.tmp)" >&2; rm -f $@.tmp; exit 1; }; \
+	mv $@.tmp $@
+
+.PHONY: criu-prefix
+criu-prefix:
+	@mkdir -p $(CRIU_APT)/state/lists/partial $(CRIU_APT)/cache/archives/partial $(CRIU_APT)/debs
+	@touch $(CRIU_APT)/state/status
+	@echo 'deb http://deb.debian.org/debian $(CRIU_SUITE) main' > $(CRIU_APT)/sources.list
+	apt-get $(CRIU_APT_OPTS) -qq update
+	cd $(CRIU_APT)/debs && apt-get $(CRIU_APT_OPTS) -qq download $(CRIU_PACKAGES)
+	rm -rf $(CRIU_PREFIX).tmp && mkdir -p $(CRIU_PREFIX).tmp
+	for d in $(CRIU_APT)/debs/*.deb; do dpkg -x "$$d" $(CRIU_PREFIX).tmp; done
+	rm -rf $(CRIU_PREFIX) && mv $(CRIU_PREFIX).tmp $(CRIU_PREFIX)
+
+$(CHECKPOINTCTL):
+	GOBIN=$(TOOLS)/bin $(GO) install github.com/checkpoint-restore/checkpointctl@$(CHECKPOINTCTL_VERSION)
