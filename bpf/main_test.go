@@ -1,0 +1,78 @@
+package bpf
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"testing"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv makes the test binary act as a workload instead of running the
+// tests: "sysinfo N" waits for a line on stdin, then calls sysinfo(2) N
+// times; "tree N M" waits, starts a child that calls sysinfo M times, waits
+// for it, then calls sysinfo N times itself.
+const helperEnv = "NODESHIM_BPF_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperEnv); mode != "" {
+		os.Exit(runHelper(mode, os.Args[1:]))
+	}
+	goleak.VerifyTestMain(m)
+}
+
+func runHelper(mode string, args []string) int {
+	n := func(i int) int {
+		v, err := strconv.Atoi(args[i])
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			os.Exit(2)
+		}
+		return v
+	}
+	sysinfo := func(times int) {
+		var si unix.Sysinfo_t
+		for range times {
+			if err := unix.Sysinfo(&si); err != nil {
+				fmt.Fprintln(os.Stderr, "sysinfo:", err)
+				os.Exit(1)
+			}
+		}
+	}
+	switch mode {
+	case "sysinfo", "tree":
+		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: read go signal:", err)
+			return 1
+		}
+	}
+	switch mode {
+	case "sysinfo", "sysinfo-now":
+		sysinfo(n(0))
+	case "tree":
+		child := exec.Command(os.Args[0], args[1])
+		child.Env = append(os.Environ(), helperEnv+"=sysinfo-now")
+		child.Stderr = os.Stderr
+		if err := child.Run(); err != nil {
+			fmt.Fprintln(os.Stderr, "helper: child:", err)
+			return 1
+		}
+		sysinfo(n(0))
+	default:
+		fmt.Fprintln(os.Stderr, "helper: unknown mode", mode)
+		return 2
+	}
+	return 0
+}
+
+// helperCommand returns the test binary as a workload in the given mode.
+func helperCommand(mode string, args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.Stderr = os.Stderr
+	return cmd
+}
