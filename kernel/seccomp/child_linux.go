@@ -1,0 +1,247 @@
+package seccomp
+
+// #include "child_linux.h"
+import "C"
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// The environment of the seccomp child (child_linux.c).
+const (
+	envChild      = C.NODESHIM_ENV_CHILD
+	envProgFD     = C.NODESHIM_ENV_PROG_FD
+	envFlags      = C.NODESHIM_ENV_FLAGS
+	envProbeFD    = C.NODESHIM_ENV_PROBE_FD
+	envProbeStart = C.NODESHIM_ENV_PROBE_START
+)
+
+const (
+	probeMagic    = C.NODESHIM_PROBE_MAGIC
+	probeForklike = C.NODESHIM_PROBE_FORKLIKE
+	probeHdrSize  = C.sizeof_struct_nodeshim_probe_hdr
+	probeRecSize  = C.sizeof_struct_nodeshim_probe_rec
+)
+
+// selfExe is the running binary, which carries the seccomp child.
+const selfExe = "/proc/self/exe"
+
+// programFile writes the filter's program to a memfd. With cloexec false
+// the descriptor survives execve(2).
+func programFile(f *Filter, cloexec bool) (*os.File, error) {
+	flags := 0
+	if cloexec {
+		flags = unix.MFD_CLOEXEC
+	}
+	fd, err := unix.MemfdCreate("nodeshim-seccomp-filter", flags)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create for the filter: %w", err)
+	}
+	file := os.NewFile(uintptr(fd), "nodeshim-seccomp-filter")
+	if _, err := file.Write(EncodeProgram(f.Program)); err != nil {
+		file.Close()
+		return nil, fmt.Errorf("write filter to memfd: %w", err)
+	}
+	return file, nil
+}
+
+// ErrNotify is returned by Command and Exec for a filter with NOTIFY
+// rules: handing the listener to a seccomp agent is a container runtime's
+// job, which nodeshim does not do.
+var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listener fd to a seccomp agent is not supported by seccomp exec")
+
+// Command returns a command that runs path with argv (argv[0] included)
+// under the filter. The command starts as this binary, which sets
+// no_new_privs, loads the filter with SECCOMP_FILTER_FLAG_TSYNC in a
+// single-threaded process and execs path, keeping its pid. The caller owns
+// the returned *exec.Cmd (Stdin, Stdout, Env, Start, Wait...) and must call
+// the returned close function once it has started (or given up on) it.
+func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
+	if f.Notify {
+		return nil, nil, ErrNotifyExec
+	}
+	prog, err := programFile(f, true)
+	if err != nil {
+		return nil, nil, err
+	}
+	cmd := &exec.Cmd{
+		Path: selfExe,
+		Args: append([]string{"nodeshim-seccomp-exec", path}, argv...),
+		Env: append(os.Environ(),
+			envChild+"=exec",
+			envProgFD+"=3",
+			envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10)),
+		ExtraFiles: []*os.File{prog},
+	}
+	return cmd, func() { prog.Close() }, nil
+}
+
+// Exec replaces the calling process with path running argv under the
+// filter: it re-executes this binary, which loads the filter (TSYNC,
+// no_new_privs) before any thread exists and then execs path. The pid stays
+// the same throughout. It returns only on error; nothing is installed then.
+func Exec(f *Filter, path string, argv []string, env []string) error {
+	if f.Notify {
+		return ErrNotifyExec
+	}
+	prog, err := programFile(f, false)
+	if err != nil {
+		return err
+	}
+	defer prog.Close()
+	env = append(env[:len(env):len(env)],
+		envChild+"=exec",
+		envProgFD+"="+strconv.Itoa(int(prog.Fd())),
+		envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10))
+	args := append([]string{"nodeshim-seccomp-exec", path}, argv...)
+	if err := syscall.Exec(selfExe, args, env); err != nil {
+		return fmt.Errorf("execve %s: %w", selfExe, err)
+	}
+	return nil
+}
+
+// probeRecord is one syscall invocation for the probe child and its result.
+type probeRecord struct {
+	Nr       int64
+	Args     [6]uint64
+	Forklike bool
+
+	State    uint32 // 0 pending, 1 started, 2 done
+	Ret      int64
+	Errno    int32
+	Trapped  bool
+	TrapNr   int32
+	TrapData int32
+	// Signal is set by the parent when the child died during this record.
+	Signal syscall.Signal
+}
+
+func encodeRecords(recs []probeRecord) []byte {
+	b := make([]byte, probeHdrSize+len(recs)*probeRecSize)
+	ne := binary.NativeEndian
+	ne.PutUint32(b[0:], probeMagic)
+	ne.PutUint32(b[4:], uint32(len(recs)))
+	for i, r := range recs {
+		o := b[probeHdrSize+i*probeRecSize:]
+		ne.PutUint64(o[0:], uint64(r.Nr))
+		for j, a := range r.Args {
+			ne.PutUint64(o[8+8*j:], a)
+		}
+		if r.Forklike {
+			ne.PutUint32(o[56:], probeForklike)
+		}
+	}
+	return b
+}
+
+// decodeResults copies the child's results into recs; it returns the
+// header's setup errno and whether the filter was installed.
+func decodeResults(b []byte, recs []probeRecord) (setupErrno syscall.Errno, installed bool) {
+	ne := binary.NativeEndian
+	setupErrno = syscall.Errno(ne.Uint32(b[8:]))
+	installed = ne.Uint32(b[12:]) != 0
+	for i := range recs {
+		o := b[probeHdrSize+i*probeRecSize:]
+		r := &recs[i]
+		r.State = ne.Uint32(o[60:])
+		r.Ret = int64(ne.Uint64(o[64:]))
+		r.Errno = int32(ne.Uint32(o[72:]))
+		r.Trapped = ne.Uint32(o[76:]) != 0
+		r.TrapNr = int32(ne.Uint32(o[80:]))
+		r.TrapData = int32(ne.Uint32(o[84:]))
+	}
+	return setupErrno, installed
+}
+
+// ErrProbeSetup is wrapped when the probe child could not load the filter.
+var ErrProbeSetup = errors.New("seccomp probe child setup")
+
+// runProbes runs recs in child processes under f (unfiltered when f is
+// nil). A child that dies during a record (a kill action, a trap whose
+// handler cannot return) marks that record with the signal and a new child
+// continues after it. It returns the number of children used.
+func runProbes(ctx context.Context, f *Filter, recs []probeRecord) (int, error) {
+	if len(recs) == 0 {
+		return 0, nil
+	}
+	fd, err := unix.MemfdCreate("nodeshim-seccomp-probe", unix.MFD_CLOEXEC)
+	if err != nil {
+		return 0, fmt.Errorf("memfd_create for probe records: %w", err)
+	}
+	mem := os.NewFile(uintptr(fd), "nodeshim-seccomp-probe")
+	defer mem.Close()
+	if _, err := mem.WriteAt(encodeRecords(recs), 0); err != nil {
+		return 0, fmt.Errorf("write probe records: %w", err)
+	}
+	var prog *os.File
+	if f != nil {
+		if prog, err = programFile(f, true); err != nil {
+			return 0, err
+		}
+		defer prog.Close()
+	}
+	buf := make([]byte, probeHdrSize+len(recs)*probeRecSize)
+	children := 0
+	for start := 0; start < len(recs); {
+		cmd := exec.CommandContext(ctx, selfExe)
+		cmd.Args = []string{"nodeshim-seccomp-probe"}
+		cmd.Env = []string{
+			envChild + "=probe",
+			envProbeFD + "=3",
+			envProbeStart + "=" + strconv.Itoa(start),
+		}
+		cmd.ExtraFiles = []*os.File{mem}
+		if f != nil {
+			cmd.Env = append(cmd.Env, envProgFD+"=4", envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10))
+			cmd.ExtraFiles = append(cmd.ExtraFiles, prog)
+		}
+		children++
+		runErr := cmd.Run()
+		if ctx.Err() != nil {
+			return children, fmt.Errorf("seccomp probe: %w", ctx.Err())
+		}
+		if _, err := mem.ReadAt(buf, 0); err != nil {
+			return children, fmt.Errorf("read probe results: %w", err)
+		}
+		setupErrno, installed := decodeResults(buf, recs)
+		if !installed {
+			if setupErrno != 0 {
+				return children, fmt.Errorf("%w: load filter: %w", ErrProbeSetup, setupErrno)
+			}
+			return children, fmt.Errorf("%w: child ended before loading the filter: %v", ErrProbeSetup, runErr)
+		}
+		next := len(recs)
+		for i := start; i < len(recs); i++ {
+			if recs[i].State != 2 {
+				next = i
+				break
+			}
+		}
+		if next == len(recs) {
+			break
+		}
+		if recs[next].State != 1 {
+			return children, fmt.Errorf("seccomp probe child stopped before record %d: %v", next, runErr)
+		}
+		var ee *exec.ExitError
+		if errors.As(runErr, &ee) {
+			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+				recs[next].Signal = ws.Signal()
+			}
+		}
+		if recs[next].Signal == 0 {
+			return children, fmt.Errorf("seccomp probe child left record %d unfinished without a signal: %v", next, runErr)
+		}
+		start = next + 1
+	}
+	return children, nil
+}

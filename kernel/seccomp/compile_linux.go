@@ -1,0 +1,358 @@
+package seccomp
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	libseccomp "github.com/seccomp/libseccomp-golang"
+	"golang.org/x/sys/unix"
+)
+
+// Optimize selects how libseccomp lays out the filter.
+type Optimize int
+
+// Optimization levels (libseccomp's SCMP_FLTATR_CTL_OPTIMIZE). The zero
+// value picks the binary tree when the library supports it.
+const (
+	OptimizeAuto   Optimize = 0
+	OptimizeLinear Optimize = 1
+	OptimizeTree   Optimize = 2
+)
+
+func (o Optimize) String() string {
+	switch o {
+	case OptimizeLinear:
+		return "linear"
+	case OptimizeTree:
+		return "tree"
+	}
+	return "auto"
+}
+
+// ParseOptimize reads "auto", "linear" or "tree".
+func ParseOptimize(s string) (Optimize, error) {
+	switch s {
+	case "", "auto":
+		return OptimizeAuto, nil
+	case "linear":
+		return OptimizeLinear, nil
+	case "tree":
+		return OptimizeTree, nil
+	}
+	return 0, fmt.Errorf("unknown optimization %q (want auto, linear or tree)", s)
+}
+
+// CompileOptions tune Compile.
+type CompileOptions struct {
+	Optimize Optimize
+	// NoENOSYS leaves out the prefix that answers ENOSYS for syscalls newer
+	// than the profile (for measurements and tests only).
+	NoENOSYS bool
+}
+
+// Filter is a compiled profile: the BPF program the kernel runs and what
+// went into it. A Filter is immutable once returned and safe to share.
+type Filter struct {
+	// Program is the complete program: the ENOSYS prefix, then libseccomp's.
+	Program []Instruction `json:"-"`
+	// Flags are the SECCOMP_FILTER_FLAG_* bits from the profile's flags
+	// (TSYNC is added when the filter is installed).
+	Flags uint `json:"flags"`
+	// Arches are the architectures the filter accepts, native first.
+	Arches   []string `json:"arches"`
+	Optimize Optimize `json:"-"`
+	// OptimizeName is Optimize as text, for the summary.
+	OptimizeName string `json:"optimize"`
+	// Rules is the number of rules added to libseccomp; Syscalls the
+	// number of distinct syscalls they name.
+	Rules    int `json:"rules"`
+	Syscalls int `json:"syscalls"`
+	// Instructions is len(Program); StubInstructions the ENOSYS prefix.
+	Instructions     int        `json:"instructions"`
+	StubInstructions int        `json:"stubInstructions"`
+	ENOSYS           []stubArch `json:"enosys,omitempty"`
+	Default          Verdict    `json:"default"`
+	// Skipped are the syscall names left out, with the reason.
+	Skipped []Warning `json:"skipped,omitempty"`
+	// Warnings are the profile's own warnings.
+	Warnings []Warning `json:"warnings,omitempty"`
+	// Notify reports whether the filter uses SCMP_ACT_NOTIFY.
+	Notify bool `json:"notify,omitempty"`
+	// Hash is the cache key it was compiled under, when it came from a
+	// Cache.
+	Hash string `json:"hash,omitempty"`
+}
+
+// ErrCompile is wrapped by every error of Compile.
+var ErrCompile = errors.New("compile seccomp profile")
+
+func scmpAction(v Verdict) (libseccomp.ScmpAction, error) {
+	switch v.Action {
+	case ActKill, ActKillThread:
+		return libseccomp.ActKillThread, nil
+	case ActKillProcess:
+		return libseccomp.ActKillProcess, nil
+	case ActTrap:
+		return libseccomp.ActTrap, nil
+	case ActErrno:
+		return libseccomp.ActErrno.SetReturnCode(int16(v.Errno)), nil
+	case ActTrace:
+		return libseccomp.ActTrace.SetReturnCode(int16(v.Errno)), nil
+	case ActAllow:
+		return libseccomp.ActAllow, nil
+	case ActLog:
+		return libseccomp.ActLog, nil
+	case ActNotify:
+		return libseccomp.ActNotify, nil
+	}
+	return libseccomp.ActInvalid, fmt.Errorf("%w %q", ErrUnknownAction, string(v.Action))
+}
+
+var scmpOps = map[Op]libseccomp.ScmpCompareOp{
+	OpNotEqual: libseccomp.CompareNotEqual, OpLessThan: libseccomp.CompareLess,
+	OpLessEqual: libseccomp.CompareLessOrEqual, OpEqualTo: libseccomp.CompareEqual,
+	OpGreaterEqual: libseccomp.CompareGreaterEqual, OpGreaterThan: libseccomp.CompareGreater,
+	OpMaskedEqual: libseccomp.CompareMaskedEqual,
+}
+
+// auditArches maps libseccomp architectures to the AUDIT_ARCH_ value the
+// kernel puts in seccomp_data.arch, for those the ENOSYS prefix covers.
+var auditArches = map[libseccomp.ScmpArch]uint32{
+	libseccomp.ArchAMD64: unix.AUDIT_ARCH_X86_64,
+	libseccomp.ArchX86:   unix.AUDIT_ARCH_I386,
+	libseccomp.ArchARM64: unix.AUDIT_ARCH_AARCH64,
+	libseccomp.ArchARM:   unix.AUDIT_ARCH_ARM,
+}
+
+// nativeArch returns libseccomp's native architecture.
+func nativeArch() (libseccomp.ScmpArch, error) {
+	a, err := libseccomp.GetNativeArch()
+	if err != nil {
+		return 0, fmt.Errorf("%w: native architecture: %w", ErrCompile, err)
+	}
+	return a, nil
+}
+
+// LibraryVersion returns libseccomp's version, e.g. "2.5.4".
+func LibraryVersion() string {
+	maj, min, mic := libseccomp.GetLibraryVersion()
+	return fmt.Sprintf("%d.%d.%d", maj, min, mic)
+}
+
+// treeSupported reports whether libseccomp has the binary tree optimizer
+// (SCMP_FLTATR_CTL_OPTIMIZE, libseccomp 2.5.0).
+func treeSupported() bool {
+	maj, min, _ := libseccomp.GetLibraryVersion()
+	return maj > 2 || (maj == 2 && min >= 5)
+}
+
+// Compile turns a parsed profile into a BPF program for the native
+// architecture plus the profile's architectures.
+//
+// Syscall names that libseccomp does not know, or that exist on none of the
+// filter's architectures, are skipped and listed in Filter.Skipped (runc does
+// the same). Unless opts.NoENOSYS is set and when the default action denies,
+// the program starts with a prefix that answers ENOSYS for every syscall
+// number above the highest one the profile names on that architecture: such
+// a syscall is newer than the profile (or unknown to this kernel, which
+// would answer ENOSYS itself), and ENOSYS is what makes libc fall back to an
+// older call the profile does judge (clone3 to clone, faccessat2 to
+// faccessat), where the default errno would make it fail.
+func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
+	def := p.DefaultVerdict()
+	defAct, err := scmpAction(def)
+	if err != nil {
+		return nil, fmt.Errorf("%w: defaultAction: %w", ErrCompile, err)
+	}
+	native, err := nativeArch()
+	if err != nil {
+		return nil, err
+	}
+	f := &Filter{Default: def, Warnings: p.Warnings}
+	for _, fl := range p.Flags {
+		b, err := fl.Bits()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+		}
+		if fl != FlagTSync {
+			f.Flags |= b
+		}
+	}
+
+	filter, err := libseccomp.NewFilter(defAct)
+	if err != nil {
+		return nil, fmt.Errorf("%w: new filter: %w", ErrCompile, err)
+	}
+	defer filter.Release()
+
+	arches := []libseccomp.ScmpArch{native}
+	for _, name := range p.Architectures {
+		a, err := libseccomp.GetArchFromString(archName(name))
+		if err != nil {
+			return nil, fmt.Errorf("%w: architecture %s: %w", ErrCompile, name, err)
+		}
+		if a == native {
+			continue
+		}
+		if err := filter.AddArch(a); err != nil {
+			return nil, fmt.Errorf("%w: add architecture %s: %w", ErrCompile, name, err)
+		}
+		arches = append(arches, a)
+	}
+	for _, a := range arches {
+		f.Arches = append(f.Arches, a.String())
+	}
+
+	f.Optimize = opts.Optimize
+	if f.Optimize == OptimizeAuto {
+		f.Optimize = OptimizeLinear
+		if treeSupported() {
+			f.Optimize = OptimizeTree
+		}
+	}
+	if f.Optimize == OptimizeTree {
+		if err := filter.SetOptimize(int(OptimizeTree)); err != nil {
+			return nil, fmt.Errorf("%w: binary tree optimizer (libseccomp %s): %w", ErrCompile, LibraryVersion(), err)
+		}
+	}
+	f.OptimizeName = f.Optimize.String()
+
+	maxNr := map[libseccomp.ScmpArch]int{}
+	named := map[string]bool{}
+	for _, s := range p.Syscalls {
+		v := s.Verdict()
+		act, err := scmpAction(v)
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s.action: %w", ErrCompile, s.Path, err)
+		}
+		if v.Action == ActNotify {
+			f.Notify = true
+		}
+		for j, name := range s.Names {
+			path := fmt.Sprintf("%s.names[%d]", s.Path, j)
+			call, err := libseccomp.GetSyscallFromName(name)
+			if err != nil {
+				f.Skipped = append(f.Skipped, Warning{Path: path, Message: fmt.Sprintf("%q is unknown to libseccomp %s; skipped", name, LibraryVersion())})
+				continue
+			}
+			onSome := false
+			for _, a := range arches {
+				n, err := libseccomp.GetSyscallFromNameByArch(name, a)
+				if err != nil || n < 0 {
+					continue
+				}
+				onSome = true
+				if a != libseccomp.ArchX32 && int(n) > maxNr[a] {
+					maxNr[a] = int(n)
+				}
+			}
+			if !onSome {
+				f.Skipped = append(f.Skipped, Warning{Path: path, Message: fmt.Sprintf("%q is not a syscall on %v; skipped", name, f.Arches)})
+				continue
+			}
+			named[name] = true
+			if act == defAct {
+				// libseccomp refuses a rule that repeats the default
+				// action (EACCES); it would change nothing anyway.
+				continue
+			}
+			for _, conds := range ruleSplit(s.Args) {
+				sc := make([]libseccomp.ScmpCondition, 0, len(conds))
+				for k, c := range conds {
+					cond, err := libseccomp.MakeCondition(c.Index, scmpOps[c.Op], c.Value, c.ValueTwo)
+					if c.Op != OpMaskedEqual {
+						cond, err = libseccomp.MakeCondition(c.Index, scmpOps[c.Op], c.Value)
+					}
+					if err != nil {
+						return nil, fmt.Errorf("%w: %s.args[%d]: %w", ErrCompile, s.Path, k, err)
+					}
+					sc = append(sc, cond)
+				}
+				if len(sc) == 0 {
+					err = filter.AddRule(call, act)
+				} else {
+					err = filter.AddRuleConditional(call, act, sc)
+				}
+				if err != nil {
+					return nil, fmt.Errorf("%w: %s %q: add rule: %w", ErrCompile, path, name, err)
+				}
+				f.Rules++
+			}
+		}
+	}
+	f.Syscalls = len(named)
+
+	prog, err := exportBPF(filter)
+	if err != nil {
+		return nil, err
+	}
+	if !opts.NoENOSYS && denies(def) {
+		for _, a := range arches {
+			audit, ok := auditArches[a]
+			if !ok {
+				continue
+			}
+			f.ENOSYS = append(f.ENOSYS, stubArch{Name: a.String(), AuditArch: audit, MaxNr: uint32(maxNr[a]), X32Bit: a == libseccomp.ArchAMD64})
+		}
+		stub := enosysStub(f.ENOSYS)
+		f.StubInstructions = len(stub)
+		prog = append(stub, prog...)
+	}
+	if len(prog) > maxInstructions {
+		return nil, fmt.Errorf("%w: %d instructions, the kernel accepts at most %d", ErrCompile, len(prog), maxInstructions)
+	}
+	f.Program = prog
+	f.Instructions = len(prog)
+	return f, nil
+}
+
+// denies reports whether a default verdict refuses the syscall, the case in
+// which the ENOSYS prefix matters.
+func denies(v Verdict) bool {
+	switch v.Action {
+	case ActErrno:
+		return v.Errno != enosysErrno
+	case ActKill, ActKillThread, ActKillProcess, ActTrap:
+		return true
+	}
+	return false
+}
+
+// archName turns "SCMP_ARCH_X86_64" into the "x86_64" libseccomp-golang reads.
+func archName(s string) string {
+	const prefix = "SCMP_ARCH_"
+	if len(s) > len(prefix) && s[:len(prefix)] == prefix {
+		s = s[len(prefix):]
+	}
+	switch s {
+	case "AARCH64":
+		return "arm64"
+	case "LOONGARCH64":
+		return "loong64"
+	}
+	return s
+}
+
+// exportBPF exports libseccomp's program through a memfd:
+// seccomp_export_bpf_mem only exists from libseccomp 2.6.
+func exportBPF(filter *libseccomp.ScmpFilter) ([]Instruction, error) {
+	fd, err := unix.MemfdCreate("nodeshim-seccomp-export", unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("%w: memfd_create: %w", ErrCompile, err)
+	}
+	file := os.NewFile(uintptr(fd), "nodeshim-seccomp-export")
+	defer file.Close()
+	if err := filter.ExportBPF(file); err != nil {
+		return nil, fmt.Errorf("%w: export BPF: %w", ErrCompile, err)
+	}
+	if _, err := file.Seek(0, io.SeekStart); err != nil {
+		return nil, fmt.Errorf("%w: rewind exported BPF: %w", ErrCompile, err)
+	}
+	b, err := io.ReadAll(file)
+	if err != nil {
+		return nil, fmt.Errorf("%w: read exported BPF: %w", ErrCompile, err)
+	}
+	return DecodeProgram(b)
+}
