@@ -44,7 +44,7 @@ func runHelper(mode string, args []string) int {
 		}
 	}
 	switch mode {
-	case "sysinfo", "tree":
+	case "sysinfo", "tree", "hog":
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			fmt.Fprintln(os.Stderr, "helper: read go signal:", err)
 			return 1
@@ -62,11 +62,33 @@ func runHelper(mode string, args []string) int {
 			return 1
 		}
 		sysinfo(n(0))
+	case "hog":
+		hog(n(0))
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown mode", mode)
 		return 2
 	}
 	return 0
+}
+
+// hog maps and touches anonymous memory, 1 MiB at a time and keeping all
+// of it, until the OOM killer ends it; it gives up with exit status 3 after
+// limitMiB, which the caller's cgroup limit must stay well below.
+func hog(limitMiB int) {
+	var keep [][]byte
+	for range limitMiB {
+		b, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_ANONYMOUS|unix.MAP_PRIVATE)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "hog: mmap:", err)
+			os.Exit(1)
+		}
+		for off := 0; off < len(b); off += os.Getpagesize() {
+			b[off] = 1
+		}
+		keep = append(keep, b)
+	}
+	fmt.Fprintf(os.Stderr, "hog: still alive with %d MiB\n", len(keep))
+	os.Exit(3)
 }
 
 // helperCommand returns the test binary as a workload in the given mode.

@@ -14,16 +14,18 @@ import (
 )
 
 type oomOomEvent struct {
-	_            structs.HostLayout
-	TimestampNs  uint64
-	CgroupId     uint64
-	TotalVmPages uint64
-	RssPages     uint64
-	Pid          uint32
-	Tgid         uint32
-	Hook         uint32
-	OomScoreAdj  int32
-	Comm         [16]int8
+	_           structs.HostLayout
+	TimestampNs uint64
+	CgroupId    uint64
+	TotalVm     uint64
+	Rss         uint64
+	Pid         uint32
+	Tgid        uint32
+	Hook        uint32
+	OomScoreAdj int32
+	MemInKib    uint32
+	Comm        [16]int8
+	_           [4]byte
 }
 
 // Names of all BPF objects in the ELF.

@@ -155,7 +155,6 @@ func TestSyscallName(t *testing.T) {
 	}
 }
 
-
 func TestWriteFileAtomic(t *testing.T) {
 	dir := t.TempDir()
 	path := filepath.Join(dir, "profile.json")

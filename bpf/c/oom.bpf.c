@@ -18,12 +18,13 @@
 struct oom_event {
 	__u64 timestamp_ns;   // bpf_ktime_get_ns (CLOCK_MONOTONIC)
 	__u64 cgroup_id;      // cgroup v2 id of the victim, 0 when unknown
-	__u64 total_vm_pages; // victim's mm->total_vm
-	__u64 rss_pages;      // file + anon + shmem resident pages
+	__u64 total_vm;       // victim's mm->total_vm
+	__u64 rss;            // file + anon + shmem resident memory
 	__u32 pid;            // victim thread id
-	__u32 tgid;           // victim process id
+	__u32 tgid;           // victim process id, 0 when unknown
 	__u32 hook;           // which entry point reported it (HOOK_*)
 	__s32 oom_score_adj;
+	__u32 mem_in_kib;     // total_vm and rss are in KiB, not pages
 	char comm[TASK_COMM_LEN];
 };
 
@@ -104,8 +105,8 @@ static __always_inline int report_task(void *ctx, struct task_struct *tsk, __u32
 	e.cgroup_id = BPF_CORE_READ(tsk, cgroups, dfl_cgrp, kn, id);
 	mm = BPF_CORE_READ(tsk, mm);
 	if (mm) {
-		e.total_vm_pages = BPF_CORE_READ(mm, total_vm);
-		e.rss_pages = mm_rss(mm);
+		e.total_vm = BPF_CORE_READ(mm, total_vm);
+		e.rss = mm_rss(mm);
 	}
 	submit(ctx, &e);
 	return 0;
@@ -135,10 +136,13 @@ int oom_victim_tracepoint(struct trace_event_raw_mark_victim *tp)
 	// vmlinux.h marks every struct preserve_access_index, so these
 	// direct context loads are CO-RE relocated.
 	e.pid = tp->pid;
+	// Since 6.8 the tracepoint reports memory in KiB (K(...) in
+	// include/trace/events/oom.h), where the task hooks count pages.
 	if (bpf_core_field_exists(tp->total_vm)) {
-		e.total_vm_pages = tp->total_vm;
-		e.rss_pages = tp->anon_rss + tp->file_rss + tp->shmem_rss;
+		e.total_vm = tp->total_vm;
+		e.rss = tp->anon_rss + tp->file_rss + tp->shmem_rss;
 		e.oom_score_adj = tp->oom_score_adj;
+		e.mem_in_kib = 1;
 	}
 	if (bpf_core_field_exists(tp->__data_loc_comm)) {
 		__u32 loc = tp->__data_loc_comm;
