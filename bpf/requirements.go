@@ -9,6 +9,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/kernel"
 )
@@ -85,6 +86,10 @@ func featureProbe(check func() error, what string) func(context.Context, *kernel
 			return kernel.Findingf(kernel.Supported, "%s: the kernel accepts it", what)
 		case errors.Is(err, ebpf.ErrNotSupported):
 			return kernel.Findingf(kernel.Unsupported, "%s: %v", what, err)
+		case errors.Is(err, unix.EPERM) && os.Geteuid() == 0:
+			// Root with CAP_BPF and CAP_PERFMON is refused: the kernel
+			// (lockdown, an LSM, a missing trampoline) will not run it.
+			return kernel.Findingf(kernel.Unsupported, "%s: refused to root: %v", what, err)
 		}
 		return kernel.Findingf(kernel.Unknown, "%s: probe failed: %v", what, err)
 	}
