@@ -23,6 +23,7 @@ const (
 	envFlags      = C.NODESHIM_ENV_FLAGS
 	envProbeFD    = C.NODESHIM_ENV_PROBE_FD
 	envProbeStart = C.NODESHIM_ENV_PROBE_START
+	envBenchN     = C.NODESHIM_ENV_BENCH_N
 )
 
 const (
@@ -244,4 +245,46 @@ func runProbes(ctx context.Context, f *Filter, recs []probeRecord) (int, error) 
 		start = next + 1
 	}
 	return children, nil
+}
+
+// timeSyscall runs n calls of nr(args) in a child under f (none when f is
+// nil) and returns the nanoseconds they took inside the child, excluding
+// the child's start and the filter's load. Benchmarks use it: a filter
+// cannot be removed from the process that loaded it.
+func timeSyscall(ctx context.Context, f *Filter, nr int64, args [6]uint64, n int) (int64, error) {
+	fd, err := unix.MemfdCreate("nodeshim-seccomp-bench", unix.MFD_CLOEXEC)
+	if err != nil {
+		return 0, fmt.Errorf("memfd_create: %w", err)
+	}
+	mem := os.NewFile(uintptr(fd), "nodeshim-seccomp-bench")
+	defer mem.Close()
+	recs := []probeRecord{{Nr: nr, Args: args}}
+	if _, err := mem.WriteAt(encodeRecords(recs), 0); err != nil {
+		return 0, err
+	}
+	cmd := exec.CommandContext(ctx, selfExe)
+	cmd.Args = []string{"nodeshim-seccomp-bench"}
+	cmd.Env = []string{envChild + "=bench", envProbeFD + "=3", envBenchN + "=" + strconv.Itoa(n)}
+	cmd.ExtraFiles = []*os.File{mem}
+	if f != nil {
+		prog, err := programFile(f, true)
+		if err != nil {
+			return 0, err
+		}
+		defer prog.Close()
+		cmd.Env = append(cmd.Env, envProgFD+"=4", envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, prog)
+	}
+	if err := cmd.Run(); err != nil {
+		return 0, fmt.Errorf("seccomp bench child: %w", err)
+	}
+	buf := make([]byte, probeHdrSize+probeRecSize)
+	if _, err := mem.ReadAt(buf, 0); err != nil {
+		return 0, err
+	}
+	decodeResults(buf, recs)
+	if recs[0].State != 2 {
+		return 0, fmt.Errorf("seccomp bench child did not finish")
+	}
+	return recs[0].Ret, nil
 }

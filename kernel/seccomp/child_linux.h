@@ -3,6 +3,7 @@
 #ifndef NODESHIM_SECCOMP_CHILD_H
 #define NODESHIM_SECCOMP_CHILD_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #define NODESHIM_ENV_CHILD "NODESHIM_SECCOMP_CHILD"
@@ -10,6 +11,7 @@
 #define NODESHIM_ENV_FLAGS "NODESHIM_SECCOMP_FLAGS"
 #define NODESHIM_ENV_PROBE_FD "NODESHIM_SECCOMP_PROBE_FD"
 #define NODESHIM_ENV_PROBE_START "NODESHIM_SECCOMP_PROBE_START"
+#define NODESHIM_ENV_BENCH_N "NODESHIM_SECCOMP_BENCH_N"
 
 #define NODESHIM_PROBE_MAGIC 0x6e736363u
 #define NODESHIM_PROBE_FORKLIKE 1u
@@ -32,5 +34,14 @@ struct nodeshim_probe_rec {
 	int32_t trap_nr;
 	int32_t trap_data;
 };
+
+/* decodeResults and encodeRecords in child_linux.go use these offsets. */
+_Static_assert(sizeof(struct nodeshim_probe_hdr) == 16, "probe header layout");
+_Static_assert(sizeof(struct nodeshim_probe_rec) == 88, "probe record layout");
+_Static_assert(offsetof(struct nodeshim_probe_rec, flags) == 56, "flags offset");
+_Static_assert(offsetof(struct nodeshim_probe_rec, state) == 60, "state offset");
+_Static_assert(offsetof(struct nodeshim_probe_rec, ret) == 64, "ret offset");
+_Static_assert(offsetof(struct nodeshim_probe_rec, err) == 72, "err offset");
+_Static_assert(offsetof(struct nodeshim_probe_rec, trap_data) == 84, "trap_data offset");
 
 #endif

@@ -283,6 +283,12 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		}
 	}
 	f.Syscalls = len(named)
+	if f.Flags&flagBits[FlagWaitKillableRecv] != 0 && !f.Notify {
+		// The kernel refuses the flag without SECCOMP_FILTER_FLAG_NEW_LISTENER,
+		// which only a filter with NOTIFY rules has.
+		f.Flags &^= flagBits[FlagWaitKillableRecv]
+		f.Warnings = append(f.Warnings[:len(f.Warnings):len(f.Warnings)], Warning{Path: "flags", Message: "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV only applies to SCMP_ACT_NOTIFY rules; ignored"})
+	}
 
 	prog, err := exportBPF(filter)
 	if err != nil {

@@ -152,6 +152,10 @@ func decodeDocument(data []byte) (*document, error) {
 	if !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
+		var se *json.SyntaxError
+		if errors.As(err, &se) {
+			return nil, &FieldError{Err: fmt.Errorf("%w at byte %d: %v", ErrSyntax, se.Offset, err)}
+		}
 		return nil, &FieldError{Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
 	}
 	d := &decoder{}

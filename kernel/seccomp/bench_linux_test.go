@@ -1,0 +1,162 @@
+package seccomp
+
+import (
+	"context"
+	"os"
+	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"golang.org/x/sys/unix"
+)
+
+func benchData(b *testing.B) ([]byte, *Profile) {
+	data, err := os.ReadFile("testdata/runtime-default.json")
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Parse(data, ParseOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return data, p
+}
+
+// BenchmarkParse parses the 355-name RuntimeDefault-like profile.
+func BenchmarkParse(b *testing.B) {
+	data, _ := benchData(b)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Parse(data, ParseOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkCompileCold parses and compiles the profile from its bytes, for
+// the native architecture only and for the profile's three (x86_64, x86,
+// x32), with both layouts.
+func BenchmarkCompileCold(b *testing.B) {
+	data, p := benchData(b)
+	for _, tc := range []struct {
+		name   string
+		arches []string
+		opt    Optimize
+	}{
+		{"native/linear", []string{}, OptimizeLinear},
+		{"native/tree", []string{}, OptimizeTree},
+		{"3arch/linear", nil, OptimizeLinear},
+		{"3arch/tree", nil, OptimizeTree},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				q, err := Parse(data, ParseOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if tc.arches != nil {
+					q.Architectures = tc.arches
+				}
+				if _, err := Compile(q, CompileOptions{Optimize: tc.opt}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+	_ = p
+}
+
+// BenchmarkCompileCached gets the profile from a warm Cache: hashing its
+// bytes and a map lookup.
+func BenchmarkCompileCached(b *testing.B) {
+	data, _ := benchData(b)
+	c := NewCache(0)
+	if _, err := c.Get(data, ParseOptions{}, CompileOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Get(data, ParseOptions{}, CompileOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// lateAllowed returns the allowed syscall that the linear program checks
+// last in its native-architecture section.
+func lateAllowed(b *testing.B, f *Filter) int64 {
+	prog := f.Program
+	start := -1
+	for i := f.StubInstructions; i < len(prog); i++ {
+		if prog[i].Code == bpfJMP|bpfJEQ|bpfK && prog[i].K == unix.AUDIT_ARCH_X86_64 {
+			start = i
+			break
+		}
+	}
+	last := int64(-1)
+	for i := start + 1; start >= 0 && i < len(prog) && prog[i].Code&0x07 != bpfRET; i++ {
+		in := prog[i]
+		if in.Code != bpfJMP|bpfJEQ|bpfK || in.K >= x32SyscallBit {
+			continue
+		}
+		if t := prog[i+1+int(in.Jt)]; t.Code == bpfRET|bpfK && t.K == retAllow {
+			last = int64(in.K)
+		}
+	}
+	if last < 0 {
+		b.Fatal("no allowed syscall in the linear program's native section")
+	}
+	return last
+}
+
+// BenchmarkSyscallOverhead times syscalls in a child process with no
+// filter, the linear filter and the binary tree, side by side: getpid, the
+// allowed syscall the linear program checks last, personality(0xffffffff)
+// (allowed by an argument check, so the kernel's action cache cannot skip
+// the filter) and acct (denied by the default action). ns/syscall is the
+// time per call measured inside the child.
+func BenchmarkSyscallOverhead(b *testing.B) {
+	testutil.RequireRoot(b)
+	_, p := benchData(b)
+	filters := map[string]*Filter{"none": nil}
+	for _, opt := range []Optimize{OptimizeLinear, OptimizeTree} {
+		f, err := Compile(p, CompileOptions{Optimize: opt})
+		if err != nil {
+			b.Fatal(err)
+		}
+		filters[opt.String()] = f
+	}
+	all := ^uint64(0)
+	late := lateAllowed(b, filters["linear"])
+	name, _ := syscallNameNative(late)
+	calls := []struct {
+		name string
+		nr   int64
+		args [6]uint64
+	}{
+		{"getpid", unix.SYS_GETPID, [6]uint64{}},
+		{"late-allowed-" + name, late, [6]uint64{all}},
+		{"personality-arg-checked", unix.SYS_PERSONALITY, [6]uint64{0xffffffff}},
+		{"acct-denied", unix.SYS_ACCT, [6]uint64{all}},
+	}
+	for _, c := range calls {
+		for _, fname := range []string{"none", "linear", "tree"} {
+			b.Run(c.name+"/"+fname, func(b *testing.B) {
+				b.ReportAllocs()
+				ns, err := timeSyscall(context.Background(), filters[fname], c.nr, c.args, b.N)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(float64(ns)/float64(b.N), "ns/syscall")
+			})
+		}
+	}
+}
+
+func syscallNameNative(nr int64) (string, error) {
+	native, err := nativeArch()
+	if err != nil {
+		return "", err
+	}
+	return scmpName(native, nr)
+}
