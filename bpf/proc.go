@@ -33,10 +33,10 @@ func ParseStatPPID(data []byte) (int, error) {
 	return ppid, nil
 }
 
-// Descendants returns pid and every process below it, from the ppid fields
-// of procRoot/*/stat, sorted. Processes that exit while the table is read
-// are left out.
-func Descendants(procRoot string, pid int) ([]uint32, error) {
+// Descendants returns the roots and every process below them, from the
+// ppid fields of procRoot/*/stat, sorted and unique. Processes that exit
+// while the table is read are left out.
+func Descendants(procRoot string, roots ...int) ([]uint32, error) {
 	entries, err := os.ReadDir(procRoot)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", procRoot, err)
@@ -61,12 +61,17 @@ func Descendants(procRoot string, pid int) ([]uint32, error) {
 		}
 		children[ppid] = append(children[ppid], p)
 	}
-	out := []uint32{uint32(pid)}
-	for queue := []int{pid}; len(queue) > 0; queue = queue[1:] {
-		for _, c := range children[queue[0]] {
-			out = append(out, uint32(c))
-			queue = append(queue, c)
+	var out []uint32
+	seen := map[int]bool{}
+	queue := slices.Clone(roots)
+	for ; len(queue) > 0; queue = queue[1:] {
+		p := queue[0]
+		if seen[p] {
+			continue
 		}
+		seen[p] = true
+		out = append(out, uint32(p))
+		queue = append(queue, children[p]...)
 	}
 	slices.Sort(out)
 	return out, nil

@@ -55,22 +55,23 @@ func FuzzParseStatPPID(f *testing.F) {
 func TestDescendants(t *testing.T) {
 	cases := []struct {
 		name string
-		pid  int
+		pids []int
 		want []uint32
 	}{
-		{"subtree", 100, []uint32{100, 101, 102}},
-		{"leaf", 102, []uint32{102}},
-		{"whole tree", 1, []uint32{1, 100, 101, 102, 200}},
-		{"unknown pid", 999, []uint32{999}},
+		{"subtree", []int{100}, []uint32{100, 101, 102}},
+		{"leaf", []int{102}, []uint32{102}},
+		{"whole tree", []int{1}, []uint32{1, 100, 101, 102, 200}},
+		{"unknown pid", []int{999}, []uint32{999}},
+		{"overlapping roots", []int{101, 100, 200}, []uint32{100, 101, 102, 200}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := Descendants("testdata/proc", tc.pid)
+			got, err := Descendants("testdata/proc", tc.pids...)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if !slices.Equal(got, tc.want) {
-				t.Fatalf("Descendants(%d) = %v, want %v", tc.pid, got, tc.want)
+				t.Fatalf("Descendants(%v) = %v, want %v", tc.pids, got, tc.want)
 			}
 		})
 	}
