@@ -21,7 +21,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
-func requireBPF(t *testing.T) {
+func requireBPF(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
