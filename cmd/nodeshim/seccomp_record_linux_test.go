@@ -145,3 +145,59 @@ func TestSeccompRecordPIDUntilSIGTERM(t *testing.T) {
 	}
 	t.Errorf("programs still loaded after nodeshim exited: %v", held)
 }
+
+// TestSeccompRecordCgroup records a shell loop through its cgroup for a
+// fixed duration: a cgroup v2 directory (matched by cgroup id), and on
+// this hybrid host a cgroup v1 memory cgroup (followed as a process tree).
+func TestSeccompRecordCgroup(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
+	sh := testutil.RequireBinary(t, "sh")
+	cases := []struct {
+		name   string
+		parent string
+	}{
+		{"cgroup v2", "/sys/fs/cgroup/unified"},
+		{"cgroup v1 memory", "/sys/fs/cgroup/memory"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			testutil.RequireFile(t, filepath.Join(tc.parent, "cgroup.procs"))
+			cg, err := os.MkdirTemp(tc.parent, "nodeshim-record-test-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer os.Remove(cg)
+			loop := exec.Command(sh, "-c", "read x; while :; do date > /dev/null; sleep 0.05; done")
+			stdin, err := loop.StdinPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := loop.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() {
+				loop.Process.Kill()
+				loop.Wait()
+			}()
+			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(loop.Process.Pid)), 0); err != nil {
+				t.Fatal(err)
+			}
+			stdin.Write([]byte("go\n"))
+			profile := filepath.Join(t.TempDir(), "p.json")
+			_, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--cgroup", cg, "--duration", "700ms")
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			data, err := os.ReadFile(profile)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{`"execve"`, `"wait4"`, `"clock_nanosleep"`} {
+				if !strings.Contains(string(data), want) {
+					t.Errorf("profile lacks %s:\n%s", want, data)
+				}
+			}
+		})
+	}
+}
