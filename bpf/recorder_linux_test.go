@@ -196,7 +196,7 @@ func TestRecordCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range entries {
-		if strings.HasPrefix(e.Name(), "nodeshim-record-") {
+		if strings.HasPrefix(e.Name(), fmt.Sprintf("nodeshim-record-%d-", os.Getpid())) {
 			t.Errorf("recording cgroup %s left behind", e.Name())
 		}
 	}

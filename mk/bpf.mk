@@ -33,3 +33,6 @@ TEST_DEPS += bpf-tracefs
 .PHONY: bpf-tracefs
 bpf-tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
+
+# The OOM watcher reads events on a goroutine.
+RACE_PKGS += ./bpf/...

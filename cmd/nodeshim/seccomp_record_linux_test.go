@@ -167,8 +167,8 @@ func TestSeccompRecordCgroup(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer os.Remove(cg)
 			loop := exec.Command(sh, "-c", "read x; while :; do date > /dev/null; sleep 0.05; done")
+			loop.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 			stdin, err := loop.StdinPipe()
 			if err != nil {
 				t.Fatal(err)
@@ -177,8 +177,19 @@ func TestSeccompRecordCgroup(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer func() {
-				loop.Process.Kill()
+				// The loop's children (sleep, date) must be gone too
+				// before the cgroup can be removed.
+				syscall.Kill(-loop.Process.Pid, syscall.SIGKILL)
 				loop.Wait()
+				for range 400 {
+					if procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs")); len(procs) == 0 {
+						break
+					}
+					time.Sleep(5 * time.Millisecond)
+				}
+				if err := os.Remove(cg); err != nil {
+					t.Errorf("remove %s: %v", cg, err)
+				}
 			}()
 			if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(fmt.Sprint(loop.Process.Pid)), 0); err != nil {
 				t.Fatal(err)
