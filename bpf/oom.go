@@ -110,6 +110,8 @@ type OOMWatcher struct {
 	closeRd   func() error
 	now       func() time.Time
 	dropped   atomic.Uint64
+	readErr   error // why the stream ended early; written by loop before close(loopDone)
+	loopDone  chan struct{}
 	done      chan struct{}
 	wg        sync.WaitGroup
 	closeOnce sync.Once
@@ -138,6 +140,7 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 		transport: transport,
 		events:    make(chan OOMEvent, 64),
 		now:       opts.Now,
+		loopDone:  make(chan struct{}),
 		done:      make(chan struct{}),
 	}
 	if opts.Buffer > 0 {
@@ -266,11 +269,15 @@ func (w *OOMWatcher) attach(hook OOMHook) (err error) {
 func (w *OOMWatcher) loop() {
 	defer w.wg.Done()
 	defer close(w.events)
+	defer close(w.loopDone)
 	for {
 		raw, err := w.read()
 		if err != nil {
 			// ErrClosed after Close; any other error ends the stream too,
 			// since the reader cannot recover from it.
+			if !errors.Is(err, os.ErrClosed) {
+				w.readErr = fmt.Errorf("read OOM events: %w", err)
+			}
 			return
 		}
 		ev, err := decodeOOMEvent(raw)
@@ -293,6 +300,17 @@ func (w *OOMWatcher) loop() {
 
 // Events returns the channel of OOM events; it is closed by Close.
 func (w *OOMWatcher) Events() <-chan OOMEvent { return w.events }
+
+// Err returns why Events was closed before Close was called, once it is
+// closed; nil after a Close.
+func (w *OOMWatcher) Err() error {
+	select {
+	case <-w.loopDone:
+		return w.readErr
+	default:
+		return nil
+	}
+}
 
 // Hook returns the hook the watcher is attached to.
 func (w *OOMWatcher) Hook() OOMHook { return w.hook }

@@ -146,3 +146,20 @@ func TestOOMKillOnHost(t *testing.T) {
 		})
 	}
 }
+
+func TestOOMWatcherErrNilAfterClose(t *testing.T) {
+	requireBPF(t)
+	w, err := WatchOOM(OOMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("Err while running: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
+	}
+}
