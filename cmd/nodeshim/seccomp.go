@@ -325,14 +325,19 @@ Exit code 3 when any probe disagrees with the profile.`,
 			err = writeOutput(cmd.OutOrStdout(), output, rep, func() string {
 				var b strings.Builder
 				tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
-				fmt.Fprintln(tw, "SYSCALL\tNR\tWHY\tARGS\tEXPECTED\tOBSERVED\tBASELINE\tSTATUS")
+				fmt.Fprintln(tw, "SYSCALL\tARCH\tNR\tWHY\tARGS\tEXPECTED\tOBSERVED\tBASELINE\tSTATUS")
 				for _, r := range rep.Results {
 					if !all && r.Status != seccomp.StatusMismatch {
 						continue
 					}
-					fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Syscall, r.Nr, r.Why, shortArgs(r.Args), r.Expected, r.Observed, r.Baseline, r.Status)
+					fmt.Fprintf(tw, "%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\n", r.Syscall, r.Arch, r.Nr, r.Why, shortArgs(r.Args), r.Expected, r.Observed, r.Baseline, r.Status)
 				}
 				tw.Flush()
+				for _, r := range rep.Results {
+					if r.Syscall == "*" {
+						fmt.Fprintf(&b, "\nnot verified (%s): %s\n", r.Arch, r.Detail)
+					}
+				}
 				fmt.Fprintf(&b, "\n%s: %d probes in %d children under the filter: %d ok, %d mismatches, %d inconclusive, %d not probed\n",
 					args[0], rep.Probed, rep.Children, rep.OK, rep.Mismatches, rep.Inconclusive, rep.NotProbed)
 				return b.String()

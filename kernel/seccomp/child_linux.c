@@ -113,6 +113,31 @@ static int nodeshim_load(struct sock_fprog *prog, long flags) {
 	return ret == 0 ? 0 : -1;
 }
 
+#if defined(__x86_64__)
+// nodeshim_int80 makes a syscall through the ia32 entry (int $0x80), which a
+// 64-bit process may use when the kernel has IA32_EMULATION: seccomp sees
+// AUDIT_ARCH_I386 and i386 syscall numbers. Arguments are truncated to 32
+// bits. The 128-byte red zone below %rsp is skipped before %rbp (the sixth
+// argument register) is saved on the stack.
+static long nodeshim_int80(long nr, const uint64_t *a) {
+	long ret;
+	long a5 = (long)(uint32_t)a[5];
+	__asm__ volatile(
+	    "sub $128, %%rsp\n\t"
+	    "push %%rbp\n\t"
+	    "mov %[a5], %%rbp\n\t"
+	    "int $0x80\n\t"
+	    "pop %%rbp\n\t"
+	    "add $128, %%rsp"
+	    : "=a"(ret)
+	    : "a"(nr), "b"((long)(uint32_t)a[0]), "c"((long)(uint32_t)a[1]), "d"((long)(uint32_t)a[2]),
+	      "S"((long)(uint32_t)a[3]), "D"((long)(uint32_t)a[4]), [a5] "r"(a5)
+	    : "memory", "r8", "r9", "r10", "r11", "cc");
+	// The ia32 entry returns a 32-bit value: sign-extend it.
+	return (long)(int)ret;
+}
+#endif
+
 static void nodeshim_die(void) {
 	syscall(SYS_exit_group, 0);
 	syscall(SYS_exit, 0);
@@ -198,8 +223,24 @@ static void nodeshim_probe(void) {
 		r->state = 1;
 		__sync_synchronize();
 		errno = 0;
-		long ret = syscall(r->nr, r->args[0], r->args[1], r->args[2], r->args[3], r->args[4], r->args[5]);
-		int err = errno;
+		long ret;
+		int err;
+		if (r->flags & NODESHIM_PROBE_I386) {
+#if defined(__x86_64__)
+			ret = nodeshim_int80(r->nr, r->args);
+			err = 0;
+			if (ret < 0 && ret > -4096) {
+				err = (int)-ret;
+				ret = -1;
+			}
+#else
+			ret = -1;
+			err = ENOSYS;
+#endif
+		} else {
+			ret = syscall(r->nr, r->args[0], r->args[1], r->args[2], r->args[3], r->args[4], r->args[5]);
+			err = errno;
+		}
 		if (ret == 0 && (r->flags & NODESHIM_PROBE_FORKLIKE)) {
 			// The new child of fork or clone: leave at once.
 			nodeshim_die();

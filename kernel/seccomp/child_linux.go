@@ -29,6 +29,7 @@ const (
 const (
 	probeMagic    = C.NODESHIM_PROBE_MAGIC
 	probeForklike = C.NODESHIM_PROBE_FORKLIKE
+	probeI386     = C.NODESHIM_PROBE_I386
 	probeHdrSize  = C.sizeof_struct_nodeshim_probe_hdr
 	probeRecSize  = C.sizeof_struct_nodeshim_probe_rec
 )
@@ -55,7 +56,7 @@ func programFile(f *Filter, cloexec bool) (*os.File, error) {
 	return file, nil
 }
 
-// ErrNotify is returned by Command and Exec for a filter with NOTIFY
+// ErrNotifyExec is returned by Command and Exec for a filter with NOTIFY
 // rules: handing the listener to a seccomp agent is a container runtime's
 // job, which nodeshim does not do.
 var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listener fd to a seccomp agent is not supported by seccomp exec")
@@ -64,9 +65,18 @@ var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listen
 // under the filter. The command starts as this binary, which sets
 // no_new_privs, loads the filter with SECCOMP_FILTER_FLAG_TSYNC in a
 // single-threaded process and execs path, keeping its pid. The caller owns
-// the returned *exec.Cmd (Stdin, Stdout, Env, Start, Wait...) and must call
-// the returned close function once it has started (or given up on) it.
+// the returned *exec.Cmd (Stdin, Stdout, Start, Wait...) and must call the
+// returned close function once it has started (or given up on) it. Env is
+// this process's environment plus the child's three NODESHIM_SECCOMP_
+// variables (which the command does not see): append to it, do not replace
+// it; ExtraFiles[0] carries the program and must stay first.
 func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
+	return commandWith(selfExe, f, path, argv...)
+}
+
+// commandWith is Command with the binary that carries the seccomp child
+// named: tests run a copy of themselves as an unprivileged user.
+func commandWith(exe string, f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) {
 	if f.Notify {
 		return nil, nil, ErrNotifyExec
 	}
@@ -75,7 +85,7 @@ func Command(f *Filter, path string, argv ...string) (*exec.Cmd, func(), error) 
 		return nil, nil, err
 	}
 	cmd := &exec.Cmd{
-		Path: selfExe,
+		Path: exe,
 		Args: append([]string{"nodeshim-seccomp-exec", path}, argv...),
 		Env: append(os.Environ(),
 			envChild+"=exec",
@@ -115,6 +125,8 @@ type probeRecord struct {
 	Nr       int64
 	Args     [6]uint64
 	Forklike bool
+	// I386 makes the call through the ia32 entry (int $0x80).
+	I386 bool
 
 	State    uint32 // 0 pending, 1 started, 2 done
 	Ret      int64
@@ -137,9 +149,14 @@ func encodeRecords(recs []probeRecord) []byte {
 		for j, a := range r.Args {
 			ne.PutUint64(o[8+8*j:], a)
 		}
+		var flags uint32
 		if r.Forklike {
-			ne.PutUint32(o[56:], probeForklike)
+			flags |= probeForklike
 		}
+		if r.I386 {
+			flags |= probeI386
+		}
+		ne.PutUint32(o[56:], flags)
 	}
 	return b
 }

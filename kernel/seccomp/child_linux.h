@@ -15,6 +15,7 @@
 
 #define NODESHIM_PROBE_MAGIC 0x6e736363u
 #define NODESHIM_PROBE_FORKLIKE 1u
+#define NODESHIM_PROBE_I386 2u /* call through int $0x80, the x86 (ia32) ABI */
 
 struct nodeshim_probe_hdr {
 	uint32_t magic;

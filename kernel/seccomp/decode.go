@@ -117,6 +117,12 @@ func (d *decoder) str(path string, raw json.RawMessage) string {
 
 func (d *decoder) strings(path string, raw json.RawMessage) []string {
 	var out []string
+	// Fast path: a well-formed array of strings decodes in one call; only
+	// a malformed one is walked element by element for the error's path.
+	if err := json.Unmarshal(raw, &out); err == nil {
+		return out
+	}
+	out = nil
 	d.array(path, raw, func(_ int, p string, v json.RawMessage) {
 		out = append(out, d.str(p, v))
 	})

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -106,38 +107,50 @@ func TestKillProcess(t *testing.T) {
 	}
 }
 
-// TestLogAction: SCMP_ACT_LOG lets uname(2) run and the kernel logs it
-// (audit type 1326 with the LOG action code) to the kernel log.
+// TestLogAction: SCMP_ACT_LOG lets uname(2) run and the kernel emits an
+// audit record (type 1326, AUDIT_SECCOMP) with the LOG action code. The
+// record is read from the audit netlink multicast group, which every
+// record reaches whether or not auditd runs and without the printk rate
+// limit of the kernel log.
 func TestLogAction(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireFile(t, "/dev/kmsg")
 	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_logged")
 	if err != nil || !strings.Contains(string(b), "log") {
 		testutil.Skip(t, "kernel.seccomp.actions_logged %q does not log SECCOMP_RET_LOG: %v", b, err)
 	}
-	kmsg, err := os.OpenFile("/dev/kmsg", os.O_RDONLY|unix.O_NONBLOCK, 0)
+	const auditNlgrpReadlog = 1 // AUDIT_NLGRP_READLOG, include/uapi/linux/audit.h
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC, unix.NETLINK_AUDIT)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer kmsg.Close()
-	if _, err := kmsg.Seek(0, 2); err != nil {
-		t.Fatal(err)
+	defer unix.Close(fd)
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (auditNlgrpReadlog - 1)}); err != nil {
+		t.Fatalf("bind audit multicast group: %v", err)
 	}
 	out, stderr, cmd, err := runUnder(t, "log.json", "uname", "-s")
 	if err != nil || out != "Linux\n" {
 		t.Fatalf("uname under LOG: %v %q %q", err, out, stderr)
 	}
-	want := []string{"type=1326", fmt.Sprintf("pid=%d ", cmd.Process.Pid), fmt.Sprintf("syscall=%d ", unix.SYS_UNAME), "code=0x7ffc0000"}
-	buf := make([]byte, 8192)
+	want := []string{fmt.Sprintf("pid=%d ", cmd.Process.Pid), fmt.Sprintf("syscall=%d ", unix.SYS_UNAME), "code=0x7ffc0000"}
+	buf := make([]byte, 1<<16)
 	var seen []string
 	for {
-		n, err := kmsg.Read(buf)
+		// Records were queued before the command ended; MSG_DONTWAIT
+		// stops at the end of the queue instead of waiting for more.
+		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
 		if err != nil {
 			break
 		}
-		line := string(buf[:n])
-		seen = append(seen, line)
-		ok := true
+		// One record a datagram: struct nlmsghdr, then the text. (Audit's
+		// nlmsg_len does not always follow netlink's alignment rules, so
+		// the datagram is not parsed as a netlink message stream.)
+		if n < unix.NLMSG_HDRLEN {
+			continue
+		}
+		typ := binary.NativeEndian.Uint16(buf[4:6])
+		line := string(buf[unix.NLMSG_HDRLEN:n])
+		seen = append(seen, fmt.Sprintf("type=%d %s", typ, line))
+		ok := typ == 1326 // AUDIT_SECCOMP
 		for _, w := range want {
 			ok = ok && strings.Contains(line, w)
 		}
@@ -145,7 +158,7 @@ func TestLogAction(t *testing.T) {
 			return
 		}
 	}
-	t.Errorf("no kernel log record with %q among %d records:\n%s", want, len(seen), strings.Join(seen, ""))
+	t.Errorf("no AUDIT_SECCOMP record with %q among %d records:\n%s", want, len(seen), strings.Join(seen, "\n"))
 }
 
 // TestCommandInstallsWithTSync checks what the command runs under: its own
@@ -279,5 +292,55 @@ func TestNotifyRefusedByCommand(t *testing.T) {
 	}
 	if err := Exec(f, "/bin/true", []string{"true"}, nil); !errors.Is(err, ErrNotifyExec) {
 		t.Errorf("got %v", err)
+	}
+}
+
+// TestCommandUnprivileged: with no_new_privs an unprivileged process may
+// load a filter (no CAP_SYS_ADMIN needed). A copy of this test binary runs
+// as nobody with no capabilities and loads the filter before exec.
+func TestCommandUnprivileged(t *testing.T) {
+	testutil.RequireRoot(t)
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// t.TempDir's parent is private to root; /tmp itself is searchable.
+	dir, err := os.MkdirTemp("", "nodeshim-seccomp-unpriv-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for d := filepath.Dir(dir); d != "/" && d != "."; d = filepath.Dir(d) {
+		st, err := os.Stat(d)
+		if err != nil || st.Mode().Perm()&0o001 == 0 {
+			testutil.Skip(t, "%s is not searchable by other users: %v", d, err)
+		}
+	}
+	exe := filepath.Join(dir, "seccomp.test")
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, f := loadTestdata(t, "deny-mkdir.json", CompileOptions{})
+	sh := testutil.RequireBinary(t, "sh")
+	cmd, done, err := commandWith(exe, f, sh, "sh", "-c", `id -u; grep -E "^(CapEff|NoNewPrivs|Seccomp):" /proc/self/status; mkdir /tmp/nodeshim-unpriv-$$ 2>&1 | grep -o "Permission denied"`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer done()
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	want := "65534\nCapEff:\t0000000000000000\nNoNewPrivs:\t1\nSeccomp:\t2\nPermission denied\n"
+	if string(out) != want {
+		t.Errorf("got\n%s\nwant\n%s", out, want)
 	}
 }
