@@ -26,3 +26,25 @@ vmtest-lint: deps $(STATICCHECK)
 vmtest: apt-deps vmtest-lint $(VMTEST)
 	$(VMTEST) -root $(CURDIR) -cache $(CACHE)/vmtest -kernels "$(KERNELS)" \
 		-timeout $(VMTEST_TIMEOUT) -ldflags '$(LDFLAGS)' $(VMTEST_FLAGS)
+
+# vmtest-faults boots real guests that are broken on purpose and checks that
+# each breaks the run with the message that says why: a kernel panic, a
+# missing test binary, a hung guest (killed after VMTEST_FAULT_TIMEOUT).
+VMTEST_FAULT_TIMEOUT ?= 60s
+VMTEST_FAULT_panic   := guest kernel panicked: Kernel panic - not syncing: Attempted to kill init!
+VMTEST_FAULT_missing := test binary missing in the guest:
+VMTEST_FAULT_hang    := guest hung: QEMU killed after the timeout (last test binary started:
+
+.PHONY: vmtest-faults
+## vmtest-faults: check that a panicking, incomplete or hung guest fails `make vmtest`
+vmtest-faults: apt-deps $(VMTEST)
+	@for f in panic missing hang; do \
+		log=$(CACHE)/vmtest/fault-$$f.log; \
+		if $(VMTEST) -root $(CURDIR) -cache $(CACHE)/vmtest -kernels "$(firstword $(TEST_KERNELS))" \
+			-timeout $(VMTEST_FAULT_TIMEOUT) -fault $$f >$$log 2>&1; then \
+			echo "vmtest-faults: a guest with fault $$f passed: see $$log"; exit 1; fi; \
+		case $$f in panic) want='$(VMTEST_FAULT_panic)';; missing) want='$(VMTEST_FAULT_missing)';; hang) want='$(VMTEST_FAULT_hang)';; esac; \
+		if ! grep -qF -- "$$want" $$log; then echo "vmtest-faults: fault $$f failed without \"$$want\": see $$log"; exit 1; fi; \
+		echo "vmtest-faults: fault $$f failed the run as it should: $$(grep -F -- "$$want" $$log | head -1 | sed 's/^vmtest: FAIL: //')"; \
+	done
+	@echo "vmtest-faults: panic, missing test binary and hang each fail the run with their message"

@@ -49,15 +49,6 @@ func memoryHog() {
 	}
 }
 
-func statfsType(t *testing.T, path string) int64 {
-	t.Helper()
-	var st unix.Statfs_t
-	if err := unix.Statfs(path, &st); err != nil {
-		t.Fatalf("statfs %s: %v", path, err)
-	}
-	return int64(st.Type)
-}
-
 // TestGuestMounts checks what the init script promises every guest test.
 func TestGuestMounts(t *testing.T) {
 	label := testutil.RequireGuest(t)
@@ -89,7 +80,7 @@ func TestGuestMounts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := statfsType(t, tc.path); got != tc.magic {
+			if got := statfsMagic(t, tc.path); got != tc.magic {
 				t.Errorf("%s has file system magic %#x, want %#x (%s)", tc.path, got, tc.magic, tc.name)
 			}
 		})

@@ -40,6 +40,8 @@ type Config struct {
 	Console io.Writer
 	// Log receives progress.
 	Log *slog.Logger
+	// Fault breaks the image on purpose (see Faults); empty for a real run.
+	Fault string
 	// After returns a channel that fires after d (the guest timeout);
 	// time.After when nil.
 	After func(d time.Duration) <-chan time.Time
@@ -85,13 +87,19 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 	var errs []error
 	for _, k := range kernels {
 		log.Info("fetching kernel", "kernel", k.Label, "suite", k.Suite)
-		vmlinuz, pkg, err := fetch.Vmlinuz(ctx, k)
+		img, err := fetch.Fetch(ctx, k)
 		if err != nil {
 			errs = append(errs, err)
 			log.Error("kernel not fetched", "kernel", k.Label, "err", err)
 			continue
 		}
-		r, err := boot(ctx, cfg, k, pkg, vmlinuz, initrd, expected, log)
+		pkg := img.Package
+		kernelInitrd, err := withKernelFiles(ctx, cfg, img, initrd)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("kernel %s: %w", k.Label, err))
+			continue
+		}
+		r, err := boot(ctx, cfg, k, pkg, img.Vmlinuz, kernelInitrd, expected, log)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("kernel %s: %w", k.Label, err))
 			continue
@@ -121,7 +129,10 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, fmt.Errorf("create %s: %w", outDir, err)
 	}
 	b := &Builder{Go: cfg.Go, Root: cfg.Root, OutDir: outDir, Run: ExecRunner}
-	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5}
+	if cfg.Fault != "" && !contains(Faults(), cfg.Fault) {
+		return "", nil, fmt.Errorf("unknown fault %q (known: %s)", cfg.Fault, strings.Join(Faults(), " "))
+	}
+	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5, Fault: cfg.Fault}
 	for i := range pkgs {
 		p := &pkgs[i]
 		log.Info("building test binary", "package", p.ImportPath, "tests", strings.Join(p.Tests, " "))
@@ -150,6 +161,30 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, err
 	}
 	return initrd, expected, nil
+}
+
+// withKernelFiles returns an initramfs for one kernel: the shared one with a
+// second archive of the kernel's own files appended. The kernel unpacks
+// concatenated cpio archives in order
+// (Documentation/driver-api/early-userspace/buffer-format.rst).
+func withKernelFiles(ctx context.Context, cfg Config, img KernelImage, initrd string) (string, error) {
+	extra := filepath.Join(cfg.CacheDir, "initramfs-"+img.Package+".cpio.gz")
+	if err := Pack(ctx, img.Root, extra); err != nil {
+		return "", err
+	}
+	shared, err := os.ReadFile(initrd)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", initrd, err)
+	}
+	own, err := os.ReadFile(extra)
+	if err != nil {
+		return "", fmt.Errorf("read %s: %w", extra, err)
+	}
+	out := filepath.Join(cfg.CacheDir, "initramfs-"+img.Package+".full.cpio.gz")
+	if err := writeFileAtomic(out, append(shared, own...), 0o644); err != nil {
+		return "", err
+	}
+	return out, nil
 }
 
 // boot runs the image under one kernel and keeps its console and files.

@@ -44,7 +44,15 @@ type Image struct {
 	Nodeshim *Binary
 	// TestTimeout is the -test.timeout of each test binary.
 	TestTimeout time.Duration
+	// Fault, when not empty, breaks the image on purpose so that the
+	// harness's failure paths can be checked with a real guest: see Faults.
+	Fault string
 }
+
+// Faults lists what Image.Fault can inject: the kernel panics (init exits),
+// a test binary is missing from the image, the guest hangs in its first
+// test binary.
+func Faults() []string { return []string{"panic", "missing", "hang"} }
 
 // GuestDir is the directory a package's tests run in, in the guest.
 func GuestDir(p Package) string { return path.Join(guestSrcDir, filepath.ToSlash(p.Rel)) }
@@ -55,11 +63,10 @@ var initTemplate = template.Must(template.New("init").Parse(`#!/bin/sh
 /bin/busybox --install -s
 export PATH=/usr/local/bin:/bin:/sbin:/usr/bin:/usr/sbin
 M='{{.Marker}}'
-status=0
 setup() {
 	what=$1
 	shift
-	"$@" || { echo "$M setup-failed $what"; status=1; }
+	"$@" || echo "$M setup-failed $what"
 }
 setup devtmpfs mount -t devtmpfs devtmpfs /dev
 exec </dev/console >/dev/console 2>&1
@@ -76,10 +83,13 @@ done
 setup memlock ulimit -l unlimited
 setup loopback ip link set lo up
 # The kernel hands NODESHIM_GUEST=<label> from its command line to init.
-[ -n "$NODESHIM_GUEST" ] || { echo "$M setup-failed NODESHIM_GUEST-unset"; status=1; }
+[ -n "$NODESHIM_GUEST" ] || echo "$M setup-failed NODESHIM_GUEST-unset"
 export NODESHIM_GUEST NODESHIM_REQUIRE_PRIVILEGED=1 HOME=/root TMPDIR=/tmp
 echo "nodeshim guest $NODESHIM_GUEST: kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 mkdir -p {{.ArtifactDir}}
+{{- if eq .Fault "panic"}}
+exit 1 # fault injected: init exits, the kernel panics
+{{- end}}
 
 if [ -x {{.Nodeshim}} ] && {{.Nodeshim}} report --help >/dev/null 2>&1; then
 	{{.Nodeshim}} report -o json >{{.ArtifactDir}}/report.json 2>{{.ArtifactDir}}/report.stderr
@@ -95,14 +105,14 @@ run_test() {
 	bin={{.BinDir}}/$name.test
 	if [ ! -x "$bin" ]; then
 		echo "$M missing $name"
-		status=1
 		return
 	fi
 	echo "$M begin $name"
+{{- if eq .Fault "hang"}}
+	sleep 2147483647 # fault injected: hang
+{{- end}}
 	(cd "$dir" && "$bin" -test.v -test.count=1 -test.timeout={{.TestTimeout}} -test.run "$pattern")
-	rc=$?
-	echo "$M end $name $rc"
-	[ "$rc" = 0 ] || status=1
+	echo "$M end $name $?"
 }
 {{range .Tests}}run_test '{{.Name}}' '{{.Dir}}' '{{.Pattern}}'
 {{end}}
@@ -119,9 +129,9 @@ type initTest struct{ Name, Dir, Pattern string }
 // InitScript returns the guest's /init.
 func (im *Image) InitScript() string {
 	data := struct {
-		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout string
-		Tests                                                           []initTest
-	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), nil}
+		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault string
+		Tests                                                                  []initTest
+	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
 	}
@@ -161,7 +171,10 @@ func (im *Image) Stage(dir string) error {
 		}
 		return nil
 	}
-	for _, t := range im.Tests {
+	for i, t := range im.Tests {
+		if i == 0 && im.Fault == "missing" {
+			continue // fault injected: the first test binary is left out
+		}
 		if err := add(t.Binary, path.Join(guestBinDir, t.Package.Name+".test")); err != nil {
 			return err
 		}

@@ -159,3 +159,47 @@ func uniqueSorted(s []string) []string {
 	}
 	return out
 }
+
+func TestImageFaults(t *testing.T) {
+	testutil.RequireFile(t, "/bin/busybox")
+	trueBin := testutil.RequireBinary(t, "true")
+	cases := []struct {
+		fault      string
+		initHas    string
+		wantBinary bool
+	}{
+		{fault: "", wantBinary: true},
+		{fault: "panic", initHas: "exit 1 # fault injected", wantBinary: true},
+		{fault: "hang", initHas: "sleep 2147483647 # fault injected", wantBinary: true},
+		{fault: "missing", wantBinary: false},
+	}
+	for _, tc := range cases {
+		t.Run("fault="+tc.fault, func(t *testing.T) {
+			im := goldenImage()
+			im.Busybox = "/bin/busybox"
+			im.Fault = tc.fault
+			for i := range im.Tests {
+				im.Tests[i].Package.Dir = t.TempDir()
+				im.Tests[i].Binary = Binary{Path: trueBin}
+			}
+			script := im.InitScript()
+			if tc.initHas != "" && !strings.Contains(script, tc.initHas) {
+				t.Errorf("init lacks %q", tc.initHas)
+			}
+			if tc.fault == "" && strings.Contains(script, "fault injected") {
+				t.Errorf("a real run's init injects a fault:\n%s", script)
+			}
+			stage := filepath.Join(t.TempDir(), "stage")
+			if err := im.Stage(stage); err != nil {
+				t.Fatal(err)
+			}
+			_, err := os.Stat(filepath.Join(stage, "vmtest", "bin", "cgroup.test"))
+			if got := err == nil; got != tc.wantBinary {
+				t.Errorf("first test binary staged = %v, want %v", got, tc.wantBinary)
+			}
+			if _, err := os.Stat(filepath.Join(stage, "vmtest", "bin", "internal_vmtest.test")); err != nil {
+				t.Errorf("second test binary: %v", err)
+			}
+		})
+	}
+}

@@ -67,9 +67,23 @@ func ExecRunner(ctx context.Context, dir string, name string, args ...string) ([
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return out, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(lastLines(stderr.String(), 15)))
+		return out, fmt.Errorf("%s: %w: %s", commandLine(name, args), err, strings.TrimSpace(lastLines(stderr.String(), 15)))
 	}
 	return out, nil
+}
+
+// commandLine shows a command for an error message, without apt's long
+// "-o Option=value" pairs.
+func commandLine(name string, args []string) string {
+	shown := []string{name}
+	for i := 0; i < len(args); i++ {
+		if args[i] == "-o" {
+			i++
+			continue
+		}
+		shown = append(shown, args[i])
+	}
+	return strings.Join(shown, " ")
 }
 
 // Fetcher downloads Debian kernel images through a private apt configuration
@@ -87,31 +101,48 @@ type Fetcher struct {
 	Refresh bool
 }
 
-// Vmlinuz returns the path of the cached kernel image of k, fetching it first
-// when it is not cached, and the name of its Debian package.
-func (f *Fetcher) Vmlinuz(ctx context.Context, k Kernel) (path, pkg string, err error) {
+// KernelImage is a fetched kernel.
+type KernelImage struct {
+	// Package is the Debian image package, e.g. linux-image-6.1.0-50-amd64.
+	Package string
+	// Vmlinuz is the bootable image.
+	Vmlinuz string
+	// Root holds the package's files the guest gets besides the image:
+	// boot/config-<release>, which `nodeshim report` reads.
+	Root string
+}
+
+// Fetch returns the cached kernel of k, fetching it first when it is not
+// cached.
+func (f *Fetcher) Fetch(ctx context.Context, k Kernel) (KernelImage, error) {
 	labelFile := filepath.Join(f.CacheDir, "kernels", "label-"+k.Label)
 	if !f.Refresh {
 		if b, err := os.ReadFile(labelFile); err == nil {
-			pkg = strings.TrimSpace(string(b))
-			p := filepath.Join(f.CacheDir, "kernels", pkg, "vmlinuz")
-			if _, err := os.Stat(p); err == nil {
-				return p, pkg, nil
+			img := f.image(strings.TrimSpace(string(b)))
+			_, errImage := os.Stat(img.Vmlinuz)
+			_, errRoot := os.Stat(img.Root)
+			if errImage == nil && errRoot == nil {
+				return img, nil
 			}
 		}
 	}
-	pkg, err = f.resolve(ctx, k)
+	pkg, err := f.resolve(ctx, k)
 	if err != nil {
-		return "", "", fmt.Errorf("%w %s (Debian %s): %w", ErrKernelFetch, k.Label, k.Suite, err)
+		return KernelImage{}, fmt.Errorf("%w %s (Debian %s from %s): %w", ErrKernelFetch, k.Label, k.Suite, f.Mirror, err)
 	}
-	p, err := f.download(ctx, k, pkg)
-	if err != nil {
-		return "", "", fmt.Errorf("%w %s (Debian %s, %s): %w", ErrKernelFetch, k.Label, k.Suite, pkg, err)
+	if err := f.download(ctx, k, pkg); err != nil {
+		return KernelImage{}, fmt.Errorf("%w %s (Debian %s from %s, %s): %w", ErrKernelFetch, k.Label, k.Suite, f.Mirror, pkg, err)
 	}
 	if err := writeFileAtomic(labelFile, []byte(pkg+"\n"), 0o644); err != nil {
-		return "", "", err
+		return KernelImage{}, err
 	}
-	return p, pkg, nil
+	return f.image(pkg), nil
+}
+
+// image names the cached files of pkg.
+func (f *Fetcher) image(pkg string) KernelImage {
+	dir := filepath.Join(f.CacheDir, "kernels", pkg)
+	return KernelImage{Package: pkg, Vmlinuz: filepath.Join(dir, "vmlinuz"), Root: filepath.Join(dir, "root")}
 }
 
 // aptDir is the private apt directory of one suite.
@@ -178,47 +209,56 @@ func (f *Fetcher) resolve(ctx context.Context, k Kernel) (string, error) {
 	return pkg, nil
 }
 
-// download fetches pkg with apt-get download and unpacks its boot/vmlinuz-*.
-func (f *Fetcher) download(ctx context.Context, k Kernel, pkg string) (string, error) {
-	dir := filepath.Join(f.CacheDir, "kernels", pkg)
+// download fetches pkg with apt-get download and unpacks its boot/vmlinuz-*
+// and boot/config-* into the cache.
+func (f *Fetcher) download(ctx context.Context, k Kernel, pkg string) error {
+	img := f.image(pkg)
+	dir := filepath.Dir(img.Vmlinuz)
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return fmt.Errorf("create kernel cache: %w", err)
+	}
 	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".download-")
 	if err != nil {
-		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-			return "", fmt.Errorf("create kernel cache: %w", err)
-		}
-		if tmp, err = os.MkdirTemp(filepath.Dir(dir), ".download-"); err != nil {
-			return "", fmt.Errorf("create kernel cache: %w", err)
-		}
+		return fmt.Errorf("create kernel cache: %w", err)
 	}
 	defer os.RemoveAll(tmp)
 	if _, err := f.Run(ctx, tmp, "apt-get", append(append([]string{"-q"}, f.aptOptions(k.Suite)...), "download", pkg)...); err != nil {
-		return "", err
+		return err
 	}
 	debs, _ := filepath.Glob(filepath.Join(tmp, pkg+"_*.deb"))
 	if len(debs) != 1 {
-		return "", fmt.Errorf("apt-get download %s left %d .deb files in %s", pkg, len(debs), tmp)
+		return fmt.Errorf("apt-get download %s left %d .deb files in %s", pkg, len(debs), tmp)
 	}
 	unpacked := filepath.Join(tmp, "root")
 	if err := os.Mkdir(unpacked, 0o755); err != nil {
-		return "", fmt.Errorf("unpack %s: %w", debs[0], err)
+		return fmt.Errorf("unpack %s: %w", debs[0], err)
 	}
-	// Only the image is needed: the modules would be ~400 MB unpacked.
-	const unpack = `dpkg-deb --fsys-tarfile "$1" | tar -x -C "$2" --wildcards './boot/vmlinuz-*'`
+	// Only the image and its config are needed: the modules would be
+	// ~400 MB unpacked.
+	const unpack = `dpkg-deb --fsys-tarfile "$1" | tar -x -C "$2" --wildcards './boot/vmlinuz-*' './boot/config-*'`
 	if _, err := f.Run(ctx, tmp, "sh", "-c", unpack, "sh", debs[0], unpacked); err != nil {
-		return "", err
+		return err
+	}
+	for _, pattern := range []string{"vmlinuz-*", "config-*"} {
+		if m, _ := filepath.Glob(filepath.Join(unpacked, "boot", pattern)); len(m) != 1 {
+			return fmt.Errorf("%s holds %d boot/%s files, want 1", filepath.Base(debs[0]), len(m), pattern)
+		}
 	}
 	images, _ := filepath.Glob(filepath.Join(unpacked, "boot", "vmlinuz-*"))
-	if len(images) != 1 {
-		return "", fmt.Errorf("%s holds %d boot/vmlinuz-* files, want 1", filepath.Base(debs[0]), len(images))
+	if err := os.Rename(images[0], filepath.Join(tmp, "vmlinuz")); err != nil {
+		return fmt.Errorf("keep %s: %w", images[0], err)
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("create kernel cache: %w", err)
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("replace %s: %w", dir, err)
 	}
-	dst := filepath.Join(dir, "vmlinuz")
-	if err := os.Rename(images[0], dst); err != nil {
-		return "", fmt.Errorf("keep %s: %w", images[0], err)
+	if err := os.Remove(debs[0]); err != nil {
+		return fmt.Errorf("remove %s: %w", debs[0], err)
 	}
-	return dst, nil
+	// tmp now holds vmlinuz and root/boot/config-*: it becomes the cache entry.
+	if err := os.Rename(tmp, dir); err != nil {
+		return fmt.Errorf("keep %s: %w", dir, err)
+	}
+	return nil
 }
 
 // dependsName matches one package name at the start of a Depends alternative.
@@ -241,7 +281,7 @@ func FirstDependency(show []byte) (string, error) {
 		first := strings.TrimSpace(strings.Split(strings.Split(v, ",")[0], "|")[0])
 		name := dependsName.FindString(first)
 		if name == "" {
-			return "", fmt.Errorf("Depends field %q names no package", strings.TrimSpace(v))
+			return "", fmt.Errorf("the Depends field %q names no package", strings.TrimSpace(v))
 		}
 		return name, nil
 	}

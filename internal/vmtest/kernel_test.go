@@ -92,7 +92,11 @@ func (a *fakeApt) run(_ context.Context, dir, name string, args ...string) ([]by
 		if err := os.MkdirAll(filepath.Join(last, "boot"), 0o755); err != nil {
 			return nil, err
 		}
-		return nil, os.WriteFile(filepath.Join(last, "boot", "vmlinuz-"+strings.TrimPrefix(a.depends, "linux-image-")), []byte("bzImage"), 0o644)
+		release := strings.TrimPrefix(a.depends, "linux-image-")
+		if err := os.WriteFile(filepath.Join(last, "boot", "config-"+release), []byte("CONFIG_PSI=y\n"), 0o644); err != nil {
+			return nil, err
+		}
+		return nil, os.WriteFile(filepath.Join(last, "boot", "vmlinuz-"+release), []byte("bzImage"), 0o644)
 	}
 	return nil, nil
 }
@@ -105,15 +109,22 @@ func TestFetcherUsesPrivateAptAndCaches(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path, pkg, err := f.Vmlinuz(context.Background(), k)
+	img, err := f.Fetch(context.Background(), k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if pkg != "linux-image-6.1.0-50-amd64" || path != filepath.Join(cache, "kernels", pkg, "vmlinuz") {
-		t.Fatalf("Vmlinuz() = %s, %s", path, pkg)
+	pkg := img.Package
+	if pkg != "linux-image-6.1.0-50-amd64" || img.Vmlinuz != filepath.Join(cache, "kernels", pkg, "vmlinuz") {
+		t.Fatalf("Fetch() = %+v", img)
 	}
-	if b, err := os.ReadFile(path); err != nil || string(b) != "bzImage" {
+	if b, err := os.ReadFile(img.Vmlinuz); err != nil || string(b) != "bzImage" {
 		t.Fatalf("cached image: %q, %v", b, err)
+	}
+	if b, err := os.ReadFile(filepath.Join(img.Root, "boot", "config-6.1.0-50-amd64")); err != nil || string(b) != "CONFIG_PSI=y\n" {
+		t.Fatalf("cached config: %q, %v", b, err)
+	}
+	if entries, err := os.ReadDir(filepath.Dir(img.Vmlinuz)); err != nil || len(entries) != 2 {
+		t.Fatalf("kernel cache entry holds %v (%v), want vmlinuz and root only", entries, err)
 	}
 	sources, err := os.ReadFile(filepath.Join(cache, "apt", "bookworm", "sources.list"))
 	if err != nil {
@@ -149,9 +160,9 @@ func TestFetcherUsesPrivateAptAndCaches(t *testing.T) {
 
 	// A second fetch uses the cache and runs nothing.
 	apt.calls = nil
-	again, _, err := f.Vmlinuz(context.Background(), k)
-	if err != nil || again != path || len(apt.calls) != 0 {
-		t.Fatalf("cached Vmlinuz() = %s, %v after %q", again, err, apt.calls)
+	again, err := f.Fetch(context.Background(), k)
+	if err != nil || again != img || len(apt.calls) != 0 {
+		t.Fatalf("cached Fetch() = %+v, %v after %q", again, err, apt.calls)
 	}
 }
 
@@ -161,19 +172,26 @@ func TestFetcherFailures(t *testing.T) {
 		apt      fakeApt
 		wantText string
 	}{
-		{"archive unreachable", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "apt-get"}, "cannot fetch kernel 6.1 (Debian bookworm): apt-get: exit status 100"},
+		{"archive unreachable", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "apt-get"}, "cannot fetch kernel 6.1 (Debian bookworm from http://deb.debian.org/debian): apt-get: exit status 100"},
 		{"suite moved to another series", fakeApt{depends: "linux-image-6.5.0-1-amd64"}, "not on a linux-image-6.1.0-* package"},
-		{"image not unpacked", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "sh"}, "cannot fetch kernel 6.1 (Debian bookworm, linux-image-6.1.0-50-amd64)"},
+		{"image not unpacked", fakeApt{depends: "linux-image-6.1.0-50-amd64", fail: "sh"}, "cannot fetch kernel 6.1 (Debian bookworm from http://deb.debian.org/debian, linux-image-6.1.0-50-amd64)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := &Fetcher{CacheDir: t.TempDir(), Mirror: "http://deb.debian.org/debian", Keyring: "k", Run: tc.apt.run}
 			k, _ := LookupKernel("6.1")
-			_, _, err := f.Vmlinuz(context.Background(), k)
+			_, err := f.Fetch(context.Background(), k)
 			if !errors.Is(err, ErrKernelFetch) || !strings.Contains(err.Error(), tc.wantText) {
-				t.Fatalf("Vmlinuz() error %v, want ErrKernelFetch with %q", err, tc.wantText)
+				t.Fatalf("Fetch() error %v, want ErrKernelFetch with %q", err, tc.wantText)
 			}
 		})
+	}
+}
+
+func TestCommandLine(t *testing.T) {
+	got := commandLine("apt-get", []string{"-q", "-o", "Dir::Cache=/c", "-o", "APT::Sandbox::User=root", "download", "linux-image-6.1.0-50-amd64"})
+	if want := "apt-get -q download linux-image-6.1.0-50-amd64"; got != want {
+		t.Fatalf("commandLine() = %q, want %q", got, want)
 	}
 }
 
