@@ -12,24 +12,24 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// helperEnv makes the test binary act as a workload instead of running the
+// workloadEnv makes the test binary act as a workload instead of running the
 // tests: "sysinfo N" waits for a line on stdin, then calls sysinfo(2) N
 // times; "tree N M" waits, starts a child that calls sysinfo M times, waits
 // for it, then calls sysinfo N times itself.
-const helperEnv = "NODESHIM_BPF_TEST_HELPER"
+const workloadEnv = "NODESHIM_BPF_TEST_WORKLOAD"
 
 func TestMain(m *testing.M) {
-	if mode := os.Getenv(helperEnv); mode != "" {
-		os.Exit(runHelper(mode, os.Args[1:]))
+	if mode := os.Getenv(workloadEnv); mode != "" {
+		os.Exit(runWorkload(mode, os.Args[1:]))
 	}
 	goleak.VerifyTestMain(m)
 }
 
-func runHelper(mode string, args []string) int {
+func runWorkload(mode string, args []string) int {
 	n := func(i int) int {
 		v, err := strconv.Atoi(args[i])
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "helper:", err)
+			fmt.Fprintln(os.Stderr, "workload:", err)
 			os.Exit(2)
 		}
 		return v
@@ -46,7 +46,7 @@ func runHelper(mode string, args []string) int {
 	switch mode {
 	case "sysinfo", "tree", "hog":
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
-			fmt.Fprintln(os.Stderr, "helper: read go signal:", err)
+			fmt.Fprintln(os.Stderr, "workload: read go signal:", err)
 			return 1
 		}
 	}
@@ -55,17 +55,17 @@ func runHelper(mode string, args []string) int {
 		sysinfo(n(0))
 	case "tree":
 		child := exec.Command(os.Args[0], args[1])
-		child.Env = append(os.Environ(), helperEnv+"=sysinfo-now")
+		child.Env = append(os.Environ(), workloadEnv+"=sysinfo-now")
 		child.Stderr = os.Stderr
 		if err := child.Run(); err != nil {
-			fmt.Fprintln(os.Stderr, "helper: child:", err)
+			fmt.Fprintln(os.Stderr, "workload: child:", err)
 			return 1
 		}
 		sysinfo(n(0))
 	case "hog":
 		hog(n(0))
 	default:
-		fmt.Fprintln(os.Stderr, "helper: unknown mode", mode)
+		fmt.Fprintln(os.Stderr, "workload: unknown mode", mode)
 		return 2
 	}
 	return 0
@@ -91,10 +91,10 @@ func hog(limitMiB int) {
 	os.Exit(3)
 }
 
-// helperCommand returns the test binary as a workload in the given mode.
-func helperCommand(mode string, args ...string) *exec.Cmd {
+// workloadCommand returns the test binary as a workload in the given mode.
+func workloadCommand(mode string, args ...string) *exec.Cmd {
 	cmd := exec.Command(os.Args[0], args...)
-	cmd.Env = append(os.Environ(), helperEnv+"="+mode)
+	cmd.Env = append(os.Environ(), workloadEnv+"="+mode)
 	cmd.Stderr = os.Stderr
 	return cmd
 }

@@ -33,7 +33,7 @@ func oomScenario(t *testing.T, w *OOMWatcher, cg2 string, confine func(pid int))
 	}
 	defer unix.Close(fd)
 
-	cmd := helperCommand("hog", "2048")
+	cmd := workloadCommand("hog", "2048")
 	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: fd}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {

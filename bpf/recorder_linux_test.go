@@ -54,7 +54,7 @@ func gatedRun(t *testing.T, cmd *exec.Cmd, attach func(pid int)) {
 	}
 	stdin.Close()
 	if err := cmd.Wait(); err != nil {
-		t.Fatalf("helper %v: %v", cmd.Args, err)
+		t.Fatalf("workload %v: %v", cmd.Args, err)
 	}
 }
 
@@ -79,14 +79,14 @@ func TestRecorderTargets(t *testing.T) {
 	cases := []struct {
 		name string
 		cmd  func() *exec.Cmd
-		// target returns the recorder's target for the started helper.
+		// target returns the recorder's target for the started workload.
 		target func(t *testing.T, pid int) Target
 		want   uint64
 		procs  int // processes that exit in the target
 	}{
 		{
 			name: "process tree follows forks",
-			cmd:  func() *exec.Cmd { return helperCommand("tree", "7", "5") },
+			cmd:  func() *exec.Cmd { return workloadCommand("tree", "7", "5") },
 			target: func(t *testing.T, pid int) Target {
 				return ProcessTreeTarget(uint32(pid))
 			},
@@ -95,7 +95,7 @@ func TestRecorderTargets(t *testing.T) {
 		{
 			name: "mount namespace",
 			cmd: func() *exec.Cmd {
-				c := helperCommand("sysinfo", "9")
+				c := workloadCommand("sysinfo", "9")
 				c.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWNS}
 				return c
 			},
@@ -109,7 +109,7 @@ func TestRecorderTargets(t *testing.T) {
 					t.Fatal(err)
 				}
 				if ns == self {
-					t.Fatalf("helper shares the test's mount namespace %d", ns)
+					t.Fatalf("workload shares the test's mount namespace %d", ns)
 				}
 				return MountNSTarget(ns)
 			},
@@ -118,7 +118,7 @@ func TestRecorderTargets(t *testing.T) {
 		{
 			name: "cgroup v2 subtree",
 			cmd: func() *exec.Cmd {
-				return helperCommand("tree", "4", "6")
+				return workloadCommand("tree", "4", "6")
 			},
 			target: func(t *testing.T, pid int) Target {
 				dir, err := os.MkdirTemp(cg2, "nodeshim-test-")
@@ -176,18 +176,18 @@ func TestRecordCommand(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	counts, runErr, err := RecordCommand(cg2, helperCommand("sysinfo-now", "11"))
+	counts, runErr, err := RecordCommand(cg2, workloadCommand("sysinfo-now", "11"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if runErr != nil {
-		t.Fatalf("helper: %v", runErr)
+		t.Fatalf("workload: %v", runErr)
 	}
 	if got := countOf(counts, unix.SYS_SYSINFO); got != 11 {
 		t.Errorf("sysinfo count = %d, want 11", got)
 	}
 	// Started into the cgroup by clone3, the recording sees the execve
-	// that turns the child into the helper.
+	// that turns the child into the workload.
 	if countOf(counts, unix.SYS_EXECVE) == 0 {
 		t.Errorf("execve not recorded: %v", counts)
 	}
