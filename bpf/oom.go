@@ -30,9 +30,10 @@ const (
 	// OOMHookKprobe is a kprobe on mark_oom_victim, for kernels where
 	// trampolines are unavailable; same detail as fentry.
 	OOMHookKprobe OOMHook = "kprobe/mark_oom_victim"
-	// OOMHookTracepoint is the oom/mark_victim tracepoint: stable, but
-	// before 6.8 it carries only the pid, so comm, memory and cgroup are
-	// left unknown.
+	// OOMHookTracepoint is the oom/mark_victim tracepoint: stable, but it
+	// carries no cgroup (and before 6.8 only the pid), so process, comm and
+	// cgroup are known only when the victim is the task handling the OOM,
+	// as in a memory cgroup's OOM where the victim is the allocating task.
 	OOMHookTracepoint OOMHook = "tracepoint/oom/mark_victim"
 )
 
@@ -69,12 +70,12 @@ type OOMEvent struct {
 	// Time is when the kernel marked the victim.
 	Time time.Time
 	// PID is the victim's thread id, TGID its process id; TGID is 0 when
-	// the hook cannot see it (tracepoint).
+	// the hook cannot see it (see OOMHookTracepoint).
 	PID, TGID uint32
 	// Comm is the victim's command name; empty when the hook cannot see it.
 	Comm string
 	// CgroupID is the victim's cgroup v2 id (the inode of its cgroup
-	// directory); 0 when the hook cannot see it (tracepoint).
+	// directory); 0 when the hook cannot see it (see OOMHookTracepoint).
 	CgroupID uint64
 	// TotalVMBytes is the size of the victim's address space, RSSBytes its
 	// resident file, anonymous and shmem memory, at the time of the kill.

@@ -148,6 +148,15 @@ int oom_victim_tracepoint(struct trace_event_raw_mark_victim *tp)
 		__u32 loc = tp->__data_loc_comm;
 		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), (void *)tp + (loc & 0xffff));
 	}
+	// A memcg OOM is handled in the task that failed to charge, which is
+	// often the victim itself: then current names its process and cgroup.
+	__u64 pid_tgid = bpf_get_current_pid_tgid();
+	if ((__u32)pid_tgid == e.pid) {
+		e.tgid = pid_tgid >> 32;
+		e.cgroup_id = bpf_get_current_cgroup_id();
+		if (!e.comm[0])
+			bpf_get_current_comm(&e.comm, sizeof(e.comm));
+	}
 	submit(tp, &e);
 	return 0;
 }
