@@ -149,9 +149,11 @@ int oom_victim_tracepoint(struct trace_event_raw_mark_victim *tp)
 		bpf_probe_read_kernel_str(&e.comm, sizeof(e.comm), (void *)tp + (loc & 0xffff));
 	}
 	// A memcg OOM is handled in the task that failed to charge, which is
-	// often the victim itself: then current names its process and cgroup.
+	// often a thread of the victim: then current names its process and
+	// cgroup. The victim's pid is that of the thread whose mm was picked,
+	// usually the group leader, so compare it with both ids of current.
 	__u64 pid_tgid = bpf_get_current_pid_tgid();
-	if ((__u32)pid_tgid == e.pid) {
+	if ((__u32)pid_tgid == e.pid || (__u32)(pid_tgid >> 32) == e.pid) {
 		e.tgid = pid_tgid >> 32;
 		e.cgroup_id = bpf_get_current_cgroup_id();
 		if (!e.comm[0])
