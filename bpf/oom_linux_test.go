@@ -140,7 +140,7 @@ func TestOOMKillOnHost(t *testing.T) {
 				}
 			}
 			write("memory.limit_in_bytes", strconv.Itoa(48<<20))
-			oomScenario(t, w, cg2, func(pid int) {
+			oomScenario(t, w, cg2, true, func(pid int) {
 				write("cgroup.procs", strconv.Itoa(pid))
 			})
 		})

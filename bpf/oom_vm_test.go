@@ -31,35 +31,62 @@ func TestOOMKillInGuest(t *testing.T) {
 	if !strings.Contains(string(ctl), "memory") {
 		t.Fatalf("memory controller not enabled for children: %q", ctl)
 	}
-	w, err := WatchOOM(OOMOptions{})
-	if err != nil {
-		t.Fatal(err)
+	h := kernel.DefaultHost()
+	// The best hook over the ring buffer, then the tracepoint fallback
+	// over the perf buffer (before 6.8 it carries only the pid).
+	cases := []struct {
+		name string
+		opts OOMOptions
+	}{
+		{"default", OOMOptions{}},
+		{"tracepoint over perf buffer", OOMOptions{Hooks: []OOMHook{OOMHookTracepoint}, Transport: OOMTransportPerf}},
 	}
-	defer w.Close()
-	if ok, why := hookAvailable(kernel.DefaultHost(), OOMHookFentry); ok != (w.Hook() == OOMHookFentry) {
-		t.Errorf("watcher on %s, fentry probe says %v (%s)", w.Hook(), ok, why)
-	}
-	t.Logf("guest %s: OOM watcher on %s over %s", label, w.Hook(), w.Transport())
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			w, err := WatchOOM(tc.opts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			if tc.opts.Hooks == nil {
+				if ok, why := hookAvailable(h, OOMHookFentry); ok != (w.Hook() == OOMHookFentry) {
+					t.Errorf("watcher on %s, fentry probe says %v (%s)", w.Hook(), ok, why)
+				}
+			}
+			t.Logf("guest %s: OOM watcher on %s over %s", label, w.Hook(), w.Transport())
+			wantMemory := w.Hook() != OOMHookTracepoint || tracepointHasMemory(t)
 
-	// oomScenario starts the hog in its own cgroup under cg2; the limit
-	// goes on that cgroup's parent, which the scenario cannot know before
-	// it creates the child, so limit a fresh parent instead.
-	parent, err := os.MkdirTemp(cg2, "nodeshim-oom-parent-")
+			// The limit goes on a parent of the cgroup that oomScenario
+			// creates for the hog.
+			parent, err := os.MkdirTemp(cg2, "nodeshim-oom-parent-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.Remove(parent) })
+			for _, kv := range [][2]string{
+				{"cgroup.subtree_control", "+memory"},
+				{"memory.max", strconv.Itoa(48 << 20)},
+				{"memory.swap.max", "0"},
+			} {
+				p := filepath.Join(parent, kv[0])
+				if err := os.WriteFile(p, []byte(kv[1]), 0); err != nil && !(kv[0] == "memory.swap.max" && os.IsNotExist(err)) {
+					t.Fatalf("write %s: %v", p, err)
+				}
+			}
+			oomScenario(t, w, parent, wantMemory, func(int) {})
+		})
+	}
+}
+
+// tracepointHasMemory reports whether this kernel's oom/mark_victim
+// tracepoint carries total_vm (6.8+), from its tracefs format.
+func tracepointHasMemory(t *testing.T) bool {
+	t.Helper()
+	data, err := os.ReadFile("/sys/kernel/tracing/events/oom/mark_victim/format")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(parent) })
-	for file, value := range map[string]string{
-		"cgroup.subtree_control": "+memory",
-		"memory.max":             strconv.Itoa(48 << 20),
-		"memory.swap.max":        "0",
-	} {
-		p := filepath.Join(parent, file)
-		if err := os.WriteFile(p, []byte(value), 0); err != nil && !(file == "memory.swap.max" && os.IsNotExist(err)) {
-			t.Fatalf("write %s: %v", p, err)
-		}
-	}
-	oomScenario(t, w, parent, func(int) {})
+	return strings.Contains(string(data), "total_vm")
 }
 
 // TestProgramsVerifyInGuest loads and attaches both programs on the guest
