@@ -41,7 +41,8 @@ syscall that a workload makes, and write an OCI seccomp profile that allows
 exactly those (by name, for this machine's architecture) and denies every
 other syscall with EPERM (defaultAction SCMP_ACT_ERRNO). With --base the
 recorded syscalls are added to an existing profile (a union; a syscall that
-the base profile denies outright stays denied, with a warning).
+the base profile handles unconditionally with another action, such as
+SCMP_ACT_KILL_PROCESS or SCMP_ACT_LOG, keeps it, with a warning).
 
 The workload is one of:
   -- COMMAND    run COMMAND and record it and every process it starts, from
@@ -140,7 +141,7 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	}
 	profile, kept := bpf.BuildProfile(bpf.AllowedNames(named), arch, base)
 	for _, name := range kept {
-		slog.Warn("the workload used a syscall that the base profile denies; it stays denied", "syscall", name)
+		slog.Warn("the workload used a syscall that the base profile gives another action than allow; the base rule is kept", "syscall", name)
 	}
 	data, err := bpf.MarshalProfile(profile)
 	if err != nil {

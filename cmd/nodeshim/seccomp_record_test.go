@@ -180,3 +180,54 @@ func TestSeccompRecordUsage(t *testing.T) {
 		})
 	}
 }
+
+// TestSeccompRecordWithBase records a command on top of a base profile and
+// expects base's rules first, in order, then one rule with what base did
+// not already settle; a recorded syscall that base kills stays killed.
+func TestSeccompRecordWithBase(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base.json")
+	if err := os.WriteFile(base, []byte(`{"defaultAction":"SCMP_ACT_ERRNO","architectures":["SCMP_ARCH_X86"],
+"syscalls":[{"names":["write","close"],"action":"SCMP_ACT_ALLOW"},{"names":["execve"],"action":"SCMP_ACT_LOG"}]}`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	profile := filepath.Join(dir, "p.json")
+	_, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--base", base, "--", "true")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if !strings.Contains(stderr, "the base rule is kept") || !strings.Contains(stderr, "execve") {
+		t.Errorf("no warning about execve, which base settles with SCMP_ACT_LOG: %s", stderr)
+	}
+	data, err := os.ReadFile(profile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var p struct {
+		Architectures []string
+		Syscalls      []struct {
+			Names  []string
+			Action string
+		}
+	}
+	if err := json.Unmarshal(data, &p); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(p.Architectures, []string{"SCMP_ARCH_X86", "SCMP_ARCH_X86_64"}) || len(p.Syscalls) != 3 {
+		t.Fatalf("merged profile:\n%s", data)
+	}
+	if p.Syscalls[0].Action != "SCMP_ACT_ALLOW" || p.Syscalls[1].Action != "SCMP_ACT_LOG" || p.Syscalls[2].Action != "SCMP_ACT_ALLOW" {
+		t.Errorf("rule order or actions changed:\n%s", data)
+	}
+	added := p.Syscalls[2].Names
+	for _, n := range []string{"write", "close", "execve"} {
+		if slices.Contains(added, n) {
+			t.Errorf("%s added again although base settles it: %v", n, added)
+		}
+	}
+	if !slices.Contains(added, "exit_group") || !slices.IsSorted(added) {
+		t.Errorf("recorded rule: %v", added)
+	}
+}
