@@ -1,10 +1,13 @@
 package main
 
-import "github.com/nodeshim/nodeshim/kernel"
+import (
+	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/kernel"
+)
 
 // requirements is the full requirement catalogue of `nodeshim report`:
 // the kernel package's own entries followed by those of the facility
 // packages.
 func requirements() []kernel.Requirement {
-	return kernel.Catalogue()
+	return append(kernel.Catalogue(), bpf.Requirements()...)
 }

@@ -43,6 +43,7 @@ libc falls back to older calls instead of failing with the default errno.`,
 		newSeccompCompileCommand(),
 		newSeccompVerifyCommand(),
 		newSeccompExecCommand(),
+		newSeccompRecordCommand(),
 	)
 	return cmd
 }

@@ -1,0 +1,130 @@
+// SPDX-License-Identifier: (GPL-2.0-only OR BSD-2-Clause)
+//
+// nodeshim syscall recorder: counts, per syscall number, the syscalls made
+// by a target (a cgroup v2 subtree, a mount namespace or a process tree) as
+// seen on the raw_syscalls/sys_enter tracepoint. Seccomp filters run before
+// this tracepoint (arch/x86/entry: syscall_trace_enter calls
+// __secure_computing before trace_sys_enter), so a syscall that a filter
+// denies is never counted: record unconfined.
+
+#include "vmlinux.h"
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_core_read.h>
+
+#define MAX_SYSCALLS 1024
+// The last slot counts syscall numbers outside [0, MAX_SYSCALLS-1), such as
+// x32 numbers (bit 30 set).
+#define OTHER_SLOT (MAX_SYSCALLS - 1)
+
+enum target_mode {
+	MODE_NONE = 0,
+	MODE_CGROUP = 1,
+	MODE_MNTNS = 2,
+	MODE_TREE = 3,
+};
+
+// Set by the loader before the program is loaded (.rodata): the verifier
+// sees them as constants and prunes the branches of the other modes.
+const volatile __u32 target_mode = MODE_NONE;
+// In cgroup mode, the level of the target cgroup in the cgroup v2 hierarchy
+// (the root is level 0): the program compares the current task's ancestor
+// at that level, so that the whole subtree is recorded.
+const volatile __s32 cgroup_level = 0;
+
+// Keys of the targets: cgroup v2 ids, mount namespace inode numbers or
+// process (thread group) ids.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, __u64);
+	__type(value, __u8);
+} targets SEC(".maps");
+
+// Per-CPU counters indexed by syscall number.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, MAX_SYSCALLS);
+	__type(key, __u32);
+	__type(value, __u64);
+} counts SEC(".maps");
+
+static __always_inline int current_is_target(void)
+{
+	__u64 key;
+
+	switch (target_mode) {
+	case MODE_CGROUP:
+		key = bpf_get_current_ancestor_cgroup_id(cgroup_level);
+		break;
+	case MODE_MNTNS: {
+		struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+		key = BPF_CORE_READ(task, nsproxy, mnt_ns, ns.inum);
+		break;
+	}
+	case MODE_TREE:
+		key = bpf_get_current_pid_tgid() >> 32;
+		break;
+	default:
+		return 0;
+	}
+	return bpf_map_lookup_elem(&targets, &key) != NULL;
+}
+
+// raw_tracepoint/sys_enter: args[0] is struct pt_regs *, args[1] the
+// syscall number (include/trace/events/syscalls.h). The raw tracepoint
+// skips the perf buffer copy of the classic tracepoint, which matters on a
+// hook that every syscall of the host goes through.
+SEC("raw_tracepoint/sys_enter")
+int record_sys_enter(struct bpf_raw_tracepoint_args *ctx)
+{
+	if (!current_is_target())
+		return 0;
+
+	__u64 id = ctx->args[1];
+	__u32 slot = id < OTHER_SLOT ? (__u32)id : OTHER_SLOT;
+	__u64 *count = bpf_map_lookup_elem(&counts, &slot);
+	if (count)
+		*count += 1;
+	return 0;
+}
+
+// raw_tracepoint/sched_process_fork: args[0] is the forking task (current),
+// args[1] the new one (kernel/fork.c: trace_sched_process_fork(current, p)).
+// In process-tree mode a new process of a tracked process is tracked too;
+// threads share the tgid and need no entry.
+SEC("raw_tracepoint/sched_process_fork")
+int record_fork(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *parent = (struct task_struct *)ctx->args[0];
+	struct task_struct *child = (struct task_struct *)ctx->args[1];
+	__u64 ptgid = BPF_CORE_READ(parent, tgid);
+	__u64 ctgid = BPF_CORE_READ(child, tgid);
+	__u8 one = 1;
+
+	if (target_mode != MODE_TREE || ptgid == ctgid)
+		return 0;
+	if (!bpf_map_lookup_elem(&targets, &ptgid))
+		return 0;
+	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
+	return 0;
+}
+
+// raw_tracepoint/sched_process_exit: args[0] is the exiting task. do_exit
+// decrements signal->live before the tracepoint, so live == 0 means the
+// last thread of the process is leaving and its pid may be reused.
+SEC("raw_tracepoint/sched_process_exit")
+int record_exit(struct bpf_raw_tracepoint_args *ctx)
+{
+	struct task_struct *task = (struct task_struct *)ctx->args[0];
+	__u64 tgid;
+
+	if (target_mode != MODE_TREE)
+		return 0;
+	if (BPF_CORE_READ(task, signal, live.counter) != 0)
+		return 0;
+	tgid = BPF_CORE_READ(task, tgid);
+	bpf_map_delete_elem(&targets, &tgid);
+	return 0;
+}
+
+char LICENSE[] SEC("license") = "Dual BSD/GPL";

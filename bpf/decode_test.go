@@ -1,0 +1,68 @@
+package bpf
+
+import (
+	"encoding/binary"
+	"errors"
+	"os"
+	"testing"
+)
+
+// rawOOMEvent encodes e as the kernel lays out struct oom_event.
+func rawOOMEvent(t testing.TB, e oomOomEvent) []byte {
+	t.Helper()
+	b, err := binary.Append(nil, binary.NativeEndian, e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func TestDecodeOOMEvent(t *testing.T) {
+	page := uint64(os.Getpagesize())
+	comm := [16]int8{}
+	for i, c := range "stress-ng-vm" {
+		comm[i] = int8(c)
+	}
+	full := oomOomEvent{TimestampNs: 42, CgroupId: 7, TotalVm: 100, Rss: 10, Pid: 1234, Tgid: 1230, Hook: 1, OomScoreAdj: -998, Comm: comm}
+	cases := []struct {
+		name    string
+		raw     []byte
+		want    OOMEvent
+		wantErr error
+	}{
+		{"fentry event", rawOOMEvent(t, full), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"ring buffer padding after the record", append(rawOOMEvent(t, full), 0, 0, 0, 0), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"tracepoint event with pid only (before 6.8)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3}), OOMEvent{PID: 9, Hook: OOMHookTracepoint}, nil},
+		{"tracepoint event in KiB (6.8+)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3, TotalVm: 4096, Rss: 2048, MemInKib: 1}), OOMEvent{PID: 9, Hook: OOMHookTracepoint, TotalVMBytes: 4 << 20, RSSBytes: 2 << 20}, nil},
+		{"truncated", rawOOMEvent(t, full)[:40], OOMEvent{}, ErrShortOOMEvent},
+		{"empty", nil, OOMEvent{}, ErrShortOOMEvent},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := decodeOOMEvent(tc.raw)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if got.OOMEvent != tc.want {
+				t.Errorf("got %+v\nwant %+v", got.OOMEvent, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzDecodeOOMEvent(f *testing.F) {
+	f.Add(rawOOMEvent(f, oomOomEvent{Pid: 1, Tgid: 1, Hook: 1}))
+	f.Add([]byte{1, 2, 3})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		ev, err := decodeOOMEvent(raw)
+		if err != nil {
+			if !errors.Is(err, ErrShortOOMEvent) {
+				t.Fatalf("error does not wrap ErrShortOOMEvent: %v", err)
+			}
+			return
+		}
+		if len(ev.Comm) > 16 {
+			t.Fatalf("comm longer than TASK_COMM_LEN: %q", ev.Comm)
+		}
+	})
+}

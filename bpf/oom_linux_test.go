@@ -1,0 +1,165 @@
+package bpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel"
+)
+
+// TestOOMWatcherHooks attaches each hook over each transport and holds the
+// outcome to the feature probes: on this 6.18 host BPF_PROG_TYPE_TRACING is
+// refused (bpftool feature probe agrees) and CONFIG_KPROBES is off, so only
+// the tracepoint attaches; in the 6.1 guest fentry does too.
+func TestOOMWatcherHooks(t *testing.T) {
+	requireBPF(t)
+	h := kernel.DefaultHost()
+	for _, hook := range DefaultOOMHooks() {
+		for _, tr := range []OOMTransport{OOMTransportRingbuf, OOMTransportPerf} {
+			t.Run(string(hook)+"/"+string(tr), func(t *testing.T) {
+				avail, why := hookAvailable(h, hook)
+				w, err := WatchOOM(OOMOptions{Hooks: []OOMHook{hook}, Transport: tr})
+				if !avail {
+					if err == nil {
+						w.Close()
+						t.Fatalf("attached although the probe says unavailable (%s)", why)
+					}
+					t.Logf("unavailable as probed (%s): %v", why, err)
+					return
+				}
+				if err != nil {
+					t.Fatalf("probe says available (%s): %v", why, err)
+				}
+				if w.Hook() != hook || w.Transport() != tr {
+					t.Errorf("attached to %s over %s, want %s over %s", w.Hook(), w.Transport(), hook, tr)
+				}
+				if err := w.Close(); err != nil {
+					t.Fatal(err)
+				}
+				if _, open := <-w.Events(); open {
+					t.Error("Events still open after Close")
+				}
+			})
+		}
+	}
+}
+
+func TestOOMWatcherDefaultPicksBestHook(t *testing.T) {
+	requireBPF(t)
+	h := kernel.DefaultHost()
+	want := OOMHook("")
+	for _, hook := range DefaultOOMHooks() {
+		if ok, _ := hookAvailable(h, hook); ok {
+			want = hook
+			break
+		}
+	}
+	w, err := WatchOOM(OOMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	if w.Hook() != want || w.Transport() != OOMTransportRingbuf {
+		t.Errorf("default attached to %s over %s, want %s over ringbuf", w.Hook(), w.Transport(), want)
+	}
+}
+
+// hookAvailable reports whether this kernel should accept hook, from the
+// same feature probes as the report, so that the tests hold WatchOOM to them.
+func hookAvailable(h *kernel.Host, hook OOMHook) (bool, string) {
+	switch hook {
+	case OOMHookFentry:
+		err := features.HaveProgramType(ebpf.Tracing)
+		return err == nil, fmt.Sprintf("BPF_PROG_TYPE_TRACING: %v", err)
+	case OOMHookKprobe:
+		// perf_kprobe PMU (4.17+) or kprobe_events in tracefs; both
+		// need CONFIG_KPROBES.
+		if _, err := os.Stat(h.Path("/sys/bus/event_source/devices/kprobe/type")); err == nil {
+			return true, "kprobe PMU present"
+		}
+		for _, r := range tracefsRoots(h) {
+			if _, err := os.Stat(r + "/kprobe_events"); err == nil {
+				return true, r + "/kprobe_events present"
+			}
+		}
+		return false, "no kprobe PMU and no kprobe_events (CONFIG_KPROBES=n?)"
+	case OOMHookTracepoint:
+		f := probeTracefsEvent("oom", "mark_victim")(context.Background(), h)
+		return f.Verdict == kernel.Supported, f.Evidence
+	}
+	return false, "unknown hook"
+}
+
+func TestOOMWatcherUnknownHook(t *testing.T) {
+	_, err := WatchOOM(OOMOptions{Hooks: []OOMHook{"nowhere"}, Transport: OOMTransportPerf})
+	if err == nil {
+		t.Fatal("attached to an unknown hook")
+	}
+}
+
+// TestOOMKillOnHost makes a real OOM kill on this host: its cgroup v1
+// memory controller (FACTS: hybrid cgroups, no swap) limits the hog, and
+// its cgroup v2 hierarchy, which has no memory controller, gives it a
+// cgroup id to check. The guest test does the same on pure cgroup v2.
+func TestOOMKillOnHost(t *testing.T) {
+	requireBPF(t)
+	const memcgV1 = "/sys/fs/cgroup/memory"
+	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
+	cg2, err := FindCgroup2("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tr := range []OOMTransport{OOMTransportRingbuf, OOMTransportPerf} {
+		t.Run(string(tr), func(t *testing.T) {
+			w, err := WatchOOM(OOMOptions{Transport: tr})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer w.Close()
+			memcg, err := os.MkdirTemp(memcgV1, "nodeshim-oom-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				if err := os.Remove(memcg); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("remove %s: %v", memcg, err)
+				}
+			})
+			write := func(file, value string) {
+				if err := os.WriteFile(filepath.Join(memcg, file), []byte(value), 0); err != nil {
+					t.Fatal(err)
+				}
+			}
+			write("memory.limit_in_bytes", strconv.Itoa(48<<20))
+			oomScenario(t, w, cg2, true, func(pid int) {
+				write("cgroup.procs", strconv.Itoa(pid))
+			})
+		})
+	}
+}
+
+func TestOOMWatcherErrNilAfterClose(t *testing.T) {
+	requireBPF(t)
+	w, err := WatchOOM(OOMOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("Err while running: %v", err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Err(); err != nil {
+		t.Fatalf("Err after Close: %v", err)
+	}
+}

@@ -1,0 +1,182 @@
+package bpf
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
+
+func golden(t *testing.T, name string, got []byte) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, got, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run with -update to create it)", err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", path, got, want)
+	}
+}
+
+func mustParse(t *testing.T, file string) *specs.LinuxSeccomp {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := ParseProfile(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestBuildProfile(t *testing.T) {
+	cases := []struct {
+		name   string
+		names  []string
+		base   string
+		golden string
+		kept   []string
+	}{
+		{"recorded only", []string{"write", "read", "exit_group", "read", "execve"}, "", "profile-recorded.json", nil},
+		{"same set in another order", []string{"execve", "exit_group", "read", "write"}, "", "profile-recorded.json", nil},
+		{"merged with a base", []string{"write", "read", "openat", "socket", "ptrace"}, "base.json", "profile-merged.json", []string{"ptrace"}},
+		{"nothing recorded", nil, "", "profile-empty.json", nil},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			var base *specs.LinuxSeccomp
+			if tc.base != "" {
+				base = mustParse(t, tc.base)
+			}
+			p, kept := BuildProfile(tc.names, specs.ArchX86_64, base)
+			if !slices.Equal(kept, tc.kept) {
+				t.Errorf("kept = %q, want %q", kept, tc.kept)
+			}
+			got, err := MarshalProfile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			golden(t, tc.golden, got)
+			if _, err := ParseProfile(got); err != nil {
+				t.Errorf("the profile does not parse back: %v", err)
+			}
+		})
+	}
+}
+
+func TestParseProfileRejects(t *testing.T) {
+	cases := []struct {
+		name, in string
+	}{
+		{"not json", "defaultAction: SCMP_ACT_ERRNO"},
+		{"no default action", `{"syscalls":[]}`},
+		{"rule without names", `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"action":"SCMP_ACT_ALLOW"}]}`},
+		{"rule without action", `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"]}]}`},
+		{"trailing data", `{"defaultAction":"SCMP_ACT_ERRNO"} {}`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if _, err := ParseProfile([]byte(tc.in)); !errors.Is(err, ErrBadProfile) {
+				t.Fatalf("err = %v, want ErrBadProfile", err)
+			}
+		})
+	}
+}
+
+func FuzzParseProfile(f *testing.F) {
+	for _, name := range []string{"base.json", "profile-merged.json", "profile-recorded.json"} {
+		data, err := os.ReadFile(filepath.Join("testdata", name))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := ParseProfile(data)
+		if err != nil {
+			if !errors.Is(err, ErrBadProfile) {
+				t.Fatalf("error does not wrap ErrBadProfile: %v", err)
+			}
+			return
+		}
+		// Whatever parses must merge and render deterministically.
+		pa, _ := BuildProfile([]string{"read", "write"}, specs.ArchX86_64, p)
+		a, err := MarshalProfile(pa)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pb, _ := BuildProfile([]string{"write", "read"}, specs.ArchX86_64, p)
+		b, _ := MarshalProfile(pb)
+		if !bytes.Equal(a, b) {
+			t.Fatalf("merge is not deterministic:\n%s\n%s", a, b)
+		}
+	})
+}
+
+func TestSyscallName(t *testing.T) {
+	cases := []struct {
+		nr      uint32
+		want    string
+		wantErr bool
+	}{
+		{unix.SYS_READ, "read", false},
+		{unix.SYS_EXECVE, "execve", false},
+		{unix.SYS_SYSINFO, "sysinfo", false},
+		{unix.SYS_EXIT_GROUP, "exit_group", false},
+		{unix.SYS_OPENAT2, "openat2", false},
+		{OtherSyscall, "", true},
+		{900, "", true},
+	}
+	for _, tc := range cases {
+		t.Run(fmt.Sprint(tc.nr), func(t *testing.T) {
+			got, err := SyscallName(tc.nr)
+			if (err != nil) != tc.wantErr || got != tc.want {
+				t.Fatalf("SyscallName(%d) = %q, %v; want %q, error %v", tc.nr, got, err, tc.want, tc.wantErr)
+			}
+		})
+	}
+}
+
+func TestWriteFileAtomic(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "profile.json")
+	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteFileAtomic(path, []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil || string(got) != "new\n" {
+		t.Fatalf("content %q, %v", got, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o644 {
+		t.Fatalf("mode %v, %v; want 0644", fi.Mode(), err)
+	}
+	entries, _ := os.ReadDir(dir)
+	if len(entries) != 1 {
+		t.Fatalf("directory holds %d entries, want only the profile", len(entries))
+	}
+	if err := WriteFileAtomic(filepath.Join(dir, "missing", "p.json"), nil, 0o644); err == nil {
+		t.Fatal("writing into a missing directory succeeded")
+	}
+}

@@ -1,0 +1,243 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+)
+
+// maxSyscalls mirrors MAX_SYSCALLS in c/recorder.bpf.c; the last slot counts
+// numbers outside the table (OtherSyscall).
+const maxSyscalls = 1024
+
+// OtherSyscall is the pseudo syscall number under which the recorder counts
+// syscall numbers it cannot index, such as x32 numbers (bit 30 set).
+const OtherSyscall = maxSyscalls - 1
+
+// TargetKind says how the recorder recognises the tasks it records.
+type TargetKind uint32
+
+// The kinds of target, with the values of enum target_mode in
+// c/recorder.bpf.c.
+const (
+	// TargetCgroup records every task in a cgroup v2 subtree, matched by
+	// the id of its ancestor at the target's level
+	// (bpf_get_current_ancestor_cgroup_id, 4.18+ for tracing programs).
+	TargetCgroup TargetKind = 1
+	// TargetMountNS records every task in the given mount namespaces: the
+	// way to follow a container on a host whose cgroup v2 hierarchy carries
+	// no container cgroups (hybrid cgroups).
+	TargetMountNS TargetKind = 2
+	// TargetProcessTree records the given processes and every process they
+	// fork from the moment the recorder is attached.
+	TargetProcessTree TargetKind = 3
+)
+
+// String names the kind as the CLI prints it.
+func (k TargetKind) String() string {
+	switch k {
+	case TargetCgroup:
+		return "cgroup"
+	case TargetMountNS:
+		return "mount-namespace"
+	case TargetProcessTree:
+		return "process-tree"
+	}
+	return fmt.Sprintf("TargetKind(%d)", uint32(k))
+}
+
+// Target is what a Recorder records. Build it with CgroupTarget,
+// MountNSTarget or ProcessTreeTarget.
+type Target struct {
+	// Kind selects how tasks are matched.
+	Kind TargetKind
+	// Keys are cgroup v2 ids (TargetCgroup), mount namespace inode numbers
+	// (TargetMountNS) or process ids (TargetProcessTree).
+	Keys []uint64
+	// CgroupLevel is the depth of the target cgroup below the cgroup v2
+	// root (the root is 0); only for TargetCgroup.
+	CgroupLevel int
+}
+
+// CgroupTarget records the cgroup v2 subtree whose root has the given id
+// (the inode number of its directory) at the given depth below the root.
+func CgroupTarget(id uint64, level int) Target {
+	return Target{Kind: TargetCgroup, Keys: []uint64{id}, CgroupLevel: level}
+}
+
+// MountNSTarget records the tasks in the mount namespaces with these inode
+// numbers (the inode of /proc/PID/ns/mnt).
+func MountNSTarget(inums ...uint64) Target {
+	return Target{Kind: TargetMountNS, Keys: inums}
+}
+
+// ProcessTreeTarget records these processes and their descendants forked
+// after the recorder is attached.
+func ProcessTreeTarget(pids ...uint32) Target {
+	keys := make([]uint64, len(pids))
+	for i, p := range pids {
+		keys[i] = uint64(p)
+	}
+	return Target{Kind: TargetProcessTree, Keys: keys}
+}
+
+// ErrNoTarget is returned by NewRecorder for a Target without keys or with
+// an unknown kind.
+var ErrNoTarget = errors.New("recorder target has no keys or an unknown kind")
+
+// Recorder counts, per syscall number, the syscalls that its target makes.
+// It is attached from NewRecorder until Close.
+type Recorder struct {
+	target Target
+	// objs holds the maps and programs but not the .rodata variables:
+	// an assigned *ebpf.Variable keeps the map memory-mapped, and with it
+	// alive, until the garbage collector unmaps it.
+	objs  recorderLoaded
+	links []link.Link
+}
+
+type recorderLoaded struct {
+	recorderMaps
+	recorderPrograms
+}
+
+// Close releases the programs and maps.
+func (o *recorderLoaded) Close() error {
+	return errors.Join(o.recorderPrograms.Close(), o.recorderMaps.Close())
+}
+
+// NewRecorder loads the recorder programs for target and attaches them to
+// raw_syscalls/sys_enter (and, for a process tree, to sched_process_fork
+// and sched_process_exit). Close detaches and unloads everything.
+func NewRecorder(target Target) (*Recorder, error) {
+	if len(target.Keys) == 0 || target.Kind < TargetCgroup || target.Kind > TargetProcessTree {
+		return nil, fmt.Errorf("%w: kind %v, %d keys", ErrNoTarget, target.Kind, len(target.Keys))
+	}
+	spec, err := loadRecorder()
+	if err != nil {
+		return nil, err
+	}
+	if err := spec.Variables[recorderVarTargetMode].Set(uint32(target.Kind)); err != nil {
+		return nil, fmt.Errorf("set recorder target_mode: %w", err)
+	}
+	if err := spec.Variables[recorderVarCgroupLevel].Set(int32(target.CgroupLevel)); err != nil {
+		return nil, fmt.Errorf("set recorder cgroup_level: %w", err)
+	}
+
+	r := &Recorder{target: target}
+	if target.Kind == TargetProcessTree {
+		err = spec.LoadAndAssign(&r.objs, nil)
+	} else {
+		// Load only what this mode runs: the fork and exit programs
+		// would be dead weight on two more hot tracepoints.
+		var objs struct {
+			recorderMaps
+			RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
+		}
+		err = spec.LoadAndAssign(&objs, nil)
+		r.objs.recorderMaps = objs.recorderMaps
+		r.objs.RecordSysEnter = objs.RecordSysEnter
+	}
+	if err != nil {
+		return nil, newLoadError("recorder", err)
+	}
+	one := uint8(1)
+	for _, k := range target.Keys {
+		if err := r.objs.Targets.Put(k, one); err != nil {
+			r.Close()
+			return nil, fmt.Errorf("add %s target %d: %w", target.Kind, k, err)
+		}
+	}
+	// Fork tracking goes first, so that no process forked by a target
+	// between the two attachments escapes.
+	attach := []struct {
+		name string
+		prog *ebpf.Program
+	}{
+		{"sched_process_fork", r.objs.RecordFork},
+		{"sched_process_exit", r.objs.RecordExit},
+		{"sys_enter", r.objs.RecordSysEnter},
+	}
+	for _, a := range attach {
+		if a.prog == nil {
+			continue
+		}
+		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: a.prog})
+		if err != nil {
+			r.Close()
+			return nil, fmt.Errorf("attach recorder to raw tracepoint %s: %w", a.name, err)
+		}
+		r.links = append(r.links, l)
+	}
+	return r, nil
+}
+
+// Target returns what the recorder records.
+func (r *Recorder) Target() Target { return r.target }
+
+// AddProcess adds a process to a process-tree target, e.g. a descendant
+// found in /proc after the recorder was attached.
+func (r *Recorder) AddProcess(pid uint32) error {
+	if r.target.Kind != TargetProcessTree {
+		return fmt.Errorf("add process %d: target is a %s, not a process tree", pid, r.target.Kind)
+	}
+	if err := r.objs.Targets.Put(uint64(pid), uint8(1)); err != nil {
+		return fmt.Errorf("add process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SyscallCount is how many times the target entered one syscall.
+type SyscallCount struct {
+	// Nr is the syscall number for the native architecture, or
+	// OtherSyscall.
+	Nr uint32
+	// Count is the number of entries seen.
+	Count uint64
+}
+
+// Counts returns the syscalls seen so far, by ascending number; only
+// syscalls seen at least once are listed.
+func (r *Recorder) Counts() ([]SyscallCount, error) {
+	var (
+		out    []SyscallCount
+		key    uint32
+		values []uint64
+	)
+	it := r.objs.Counts.Iterate()
+	for it.Next(&key, &values) {
+		var sum uint64
+		for _, v := range values {
+			sum += v
+		}
+		if sum > 0 {
+			out = append(out, SyscallCount{Nr: key, Count: sum})
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("read recorder counts: %w", err)
+	}
+	slices.SortFunc(out, func(a, b SyscallCount) int { return int(a.Nr) - int(b.Nr) })
+	return out, nil
+}
+
+// Close detaches the programs and releases the programs and maps. It is
+// safe to call more than once.
+func (r *Recorder) Close() error {
+	var errs []error
+	// Links first: a program must stop running before its maps go.
+	for i := len(r.links) - 1; i >= 0; i-- {
+		if err := r.links[i].Close(); err != nil {
+			errs = append(errs, fmt.Errorf("detach recorder: %w", err))
+		}
+	}
+	r.links = nil
+	if err := r.objs.Close(); err != nil {
+		errs = append(errs, fmt.Errorf("close recorder objects: %w", err))
+	}
+	r.objs = recorderLoaded{}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,296 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/spf13/cobra"
+
+	"github.com/nodeshim/nodeshim/bpf"
+)
+
+// recordFlags are the flags of `nodeshim seccomp record`.
+type recordFlags struct {
+	output   string
+	base     string
+	cgroup   string
+	pid      int
+	duration time.Duration
+	procRoot string
+	sysRoot  string
+}
+
+func newSeccompRecordCommand() *cobra.Command {
+	var f recordFlags
+	cmd := &cobra.Command{
+		Use:   "record -o PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID) [--duration D]",
+		Short: "Record the syscalls of a workload into a seccomp profile",
+		Long: `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
+syscall that a workload makes, and write an OCI seccomp profile that allows
+exactly those (by name, for this machine's architecture) and denies every
+other syscall with EPERM (defaultAction SCMP_ACT_ERRNO). With --base the
+recorded syscalls are added to an existing profile (a union; a syscall that
+the base profile handles unconditionally with another action, such as
+SCMP_ACT_KILL_PROCESS or SCMP_ACT_LOG, keeps it, with a warning).
+
+The workload is one of:
+  -- COMMAND    run COMMAND and record it and every process it starts, from
+                its first syscall until it exits (it is started directly into
+                a fresh cgroup v2 cgroup);
+  --cgroup PATH record a running cgroup: its cgroup v2 subtree, or on a hybrid
+                host a cgroup v1 path, whose processes and their future
+                children are recorded;
+  --pid PID     record a running process: its whole mount namespace when it
+                runs in one of its own (a container), else its process tree.
+--cgroup and --pid record until --duration elapses or nodeshim is stopped
+(Ctrl-C, SIGTERM); the profile is written either way, and the programs are
+detached.
+
+Record unconfined: a seccomp filter runs before the tracepoint, so a syscall
+that the workload's current filter denies is never seen. A table of the
+recorded syscalls and their counts goes to stdout.`,
+		Example: `  # Record a command and its children
+  nodeshim seccomp record -o /tmp/curl.json -- curl -sI https://example.com
+
+  # Record a running pod's cgroup for 30 seconds on top of a base profile
+  nodeshim seccomp record -o app.json --base runtime-default.json \
+    --cgroup /sys/fs/cgroup/kubepods.slice/kubepods-pod1234.slice --duration 30s
+
+  # Record a running container by the pid of its init process until Ctrl-C
+  nodeshim seccomp record -o app.json --pid 4242`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return runSeccompRecord(cmd, &f, args)
+		},
+	}
+	fl := cmd.Flags()
+	fl.StringVarP(&f.output, "output", "o", "", "where to write the profile (required)")
+	fl.StringVar(&f.base, "base", "", "an OCI seccomp profile to merge the recorded syscalls into")
+	fl.StringVar(&f.cgroup, "cgroup", "", "record this running cgroup (a path under the cgroup v2 mount, or a cgroup v1 path)")
+	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
+	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup or --pid, stop after this long (default: until interrupted)")
+	fl.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is mounted")
+	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is mounted")
+	return cmd
+}
+
+func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
+	modes := 0
+	for _, set := range []bool{len(args) > 0, f.cgroup != "", f.pid != 0} {
+		if set {
+			modes++
+		}
+	}
+	switch {
+	case f.output == "":
+		return withExitCode(exitUsage, errors.New("-o PROFILE is required"))
+	case modes != 1:
+		return withExitCode(exitUsage, errors.New("give exactly one of -- COMMAND, --cgroup PATH or --pid PID"))
+	case len(args) > 0 && f.duration != 0:
+		return withExitCode(exitUsage, errors.New("--duration applies to --cgroup and --pid; a command is recorded until it exits"))
+	}
+	arch, err := bpf.NativeArch()
+	if err != nil {
+		return err
+	}
+	var base *specs.LinuxSeccomp
+	if f.base != "" {
+		data, err := os.ReadFile(f.base)
+		if err != nil {
+			return fmt.Errorf("read base profile: %w", err)
+		}
+		if base, err = bpf.ParseProfile(data); err != nil {
+			return fmt.Errorf("base profile %s: %w", f.base, err)
+		}
+	}
+	// Fail before recording, not after, when the output cannot be written.
+	if _, err := os.Stat(filepath.Dir(f.output)); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+
+	ctx := cmd.Context()
+	var (
+		counts []bpf.SyscallCount
+		runErr error
+	)
+	if len(args) > 0 {
+		counts, runErr, err = recordCommand(ctx, f, args)
+	} else {
+		counts, err = recordRunning(ctx, f)
+	}
+	if err != nil {
+		return err
+	}
+
+	named := bpf.NameCounts(counts)
+	for _, n := range named {
+		if n.Name == "" {
+			slog.Warn("recorded a syscall number that has no name on this architecture; it is not in the profile",
+				"nr", n.Nr, "count", n.Count)
+		}
+	}
+	profile, kept := bpf.BuildProfile(bpf.AllowedNames(named), arch, base)
+	for _, name := range kept {
+		slog.Warn("the workload used a syscall that the base profile gives another action than allow; the base rule is kept", "syscall", name)
+	}
+	data, err := bpf.MarshalProfile(profile)
+	if err != nil {
+		return err
+	}
+	if err := bpf.WriteFileAtomic(f.output, data, 0o644); err != nil {
+		return err
+	}
+	slog.Info("wrote seccomp profile", "path", f.output, "syscalls", len(bpf.AllowedNames(named)))
+	if err := writeRecordTable(cmd, named); err != nil {
+		return err
+	}
+	if runErr != nil {
+		return fmt.Errorf("the recorded command failed (the profile was written): %w", runErr)
+	}
+	return nil
+}
+
+// recordCommand runs args under the recorder. Stopping nodeshim sends
+// SIGTERM to the command and the recording ends when it exits.
+func recordCommand(ctx context.Context, f *recordFlags, args []string) ([]bpf.SyscallCount, error, error) {
+	cg2, err := bpf.FindCgroup2(f.sysRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	path, err := exec.LookPath(args[0])
+	if err != nil {
+		return nil, nil, withExitCode(127, fmt.Errorf("command %s: %w", args[0], err))
+	}
+	c := exec.CommandContext(ctx, path, args[1:]...)
+	c.Args[0] = args[0]
+	c.Stdin, c.Stdout, c.Stderr = os.Stdin, os.Stdout, os.Stderr
+	c.Cancel = func() error { return c.Process.Signal(syscall.SIGTERM) }
+	slog.Info("recording", "command", args, "cgroup2", cg2)
+	return bpf.RecordCommand(cg2, c)
+}
+
+// recordRunning records a running cgroup or process until the duration
+// elapses or ctx is cancelled.
+func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, error) {
+	target, err := runningTarget(f)
+	if err != nil {
+		return nil, err
+	}
+	rec, err := bpf.NewRecorder(target)
+	if err != nil {
+		return nil, err
+	}
+	defer rec.Close()
+	if target.Kind == bpf.TargetProcessTree {
+		// Processes forked between the scan and the attachment are only
+		// seen by a second scan.
+		if err := addDescendants(rec, f); err != nil {
+			return nil, err
+		}
+	}
+	slog.Info("recording", "target", target.Kind.String(), "keys", len(target.Keys), "duration", f.duration)
+	if f.duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, f.duration)
+		defer cancel()
+	}
+	<-ctx.Done()
+	counts, err := rec.Counts()
+	if err != nil {
+		return nil, err
+	}
+	return counts, rec.Close()
+}
+
+// addDescendants adds the processes below the target's that were forked
+// between the /proc scan and the attachment of the fork tracking.
+func addDescendants(rec *bpf.Recorder, f *recordFlags) error {
+	var roots []int
+	for _, k := range rec.Target().Keys {
+		roots = append(roots, int(k))
+	}
+	pids, err := bpf.Descendants(f.procRoot, roots...)
+	if err != nil {
+		return err
+	}
+	for _, p := range pids {
+		if err := rec.AddProcess(p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runningTarget(f *recordFlags) (bpf.Target, error) {
+	if f.pid != 0 {
+		ns, err := bpf.MountNSOf(f.procRoot, f.pid)
+		if err != nil {
+			return bpf.Target{}, fmt.Errorf("process %d: %w", f.pid, err)
+		}
+		self, err := bpf.MountNSOf(f.procRoot, os.Getpid())
+		if err != nil {
+			return bpf.Target{}, err
+		}
+		if ns != self {
+			return bpf.MountNSTarget(ns), nil
+		}
+		pids, err := bpf.Descendants(f.procRoot, f.pid)
+		if err != nil {
+			return bpf.Target{}, err
+		}
+		return bpf.ProcessTreeTarget(pids...), nil
+	}
+	cg2, err := bpf.FindCgroup2(f.sysRoot)
+	if err != nil {
+		return bpf.Target{}, err
+	}
+	path := f.cgroup
+	if !filepath.IsAbs(path) {
+		path = filepath.Join(cg2, path)
+	}
+	if t, err := bpf.CgroupTargetFromPath(cg2, path); err == nil {
+		return t, nil
+	}
+	// Not on the cgroup v2 hierarchy: a cgroup v1 path on a hybrid host.
+	// Follow its current processes and whatever they fork.
+	procs := filepath.Join(path, "cgroup.procs")
+	data, err := os.ReadFile(procs)
+	if err != nil {
+		return bpf.Target{}, fmt.Errorf("cgroup %s: %w", f.cgroup, err)
+	}
+	var pids []uint32
+	for _, field := range strings.Fields(string(data)) {
+		p, err := strconv.ParseUint(field, 10, 32)
+		if err != nil {
+			return bpf.Target{}, fmt.Errorf("parse %s: %q: %w", procs, field, err)
+		}
+		pids = append(pids, uint32(p))
+	}
+	if len(pids) == 0 {
+		return bpf.Target{}, fmt.Errorf("cgroup v1 %s has no processes to follow", path)
+	}
+	return bpf.ProcessTreeTarget(pids...), nil
+}
+
+func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount) error {
+	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SYSCALL\tNR\tCOUNT")
+	for _, n := range named {
+		name := n.Name
+		if name == "" {
+			name = "(unnamed)"
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%d\n", name, n.Nr, n.Count)
+	}
+	return tw.Flush()
+}
