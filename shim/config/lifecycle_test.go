@@ -24,7 +24,7 @@ func goodConfig(gen int) string {
 const badUnknownField = "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nrootDri: /x\n"
 
 // writeSource replaces the content of dir the way kubelet updates a
-// ConfigMap volume: a new timestamped directory, an atomic rename of the
+// ConfigMap volume (a value "symlink:TARGET" makes that key a symlink): a new timestamped directory, an atomic rename of the
 // ..data link, and one link per key.
 func writeSource(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
@@ -42,6 +42,12 @@ func writeSourceErr(dir string, files map[string]string) error {
 		return err
 	}
 	for n, v := range files {
+		if target, ok := strings.CutPrefix(v, "symlink:"); ok {
+			if err := os.Symlink(target, filepath.Join(ts, n)); err != nil {
+				return err
+			}
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(ts, n), []byte(v), 0o644); err != nil {
 			return err
 		}

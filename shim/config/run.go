@@ -40,7 +40,7 @@ func (c *Controller) Run(ctx context.Context) error {
 			t := c.clock.NewTimer(backoff)
 			timers = append(timers, t)
 			retry = t.C()
-			backoff = min(2*backoff, RetryMax)
+			backoff = nextBackoff(backoff)
 		} else {
 			backoff = RetryInitial
 		}
@@ -105,4 +105,9 @@ func (c *Controller) watchSource(w *fsnotify.Watcher) {
 	}
 	_ = w.Add(filepath.Dir(c.opts.SourceDir))
 	_ = w.Add(c.opts.SourceDir)
+}
+
+// nextBackoff doubles d up to RetryMax.
+func nextBackoff(d time.Duration) time.Duration {
+	return min(2*d, RetryMax)
 }
