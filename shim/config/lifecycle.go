@@ -45,7 +45,9 @@ type RetryableError struct {
 	Err error
 }
 
+// Error returns the cause's message.
 func (e *RetryableError) Error() string { return e.Err.Error() }
+// Unwrap returns the cause.
 func (e *RetryableError) Unwrap() error { return e.Err }
 
 // Options configure a Controller.

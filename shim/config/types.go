@@ -118,6 +118,7 @@ type ValidationError struct {
 	Problems []string
 }
 
+// Error lists every problem in one message.
 func (e *ValidationError) Error() string {
 	return fmt.Sprintf("invalid %s: %s", Kind, joinProblems(e.Problems))
 }

@@ -38,6 +38,7 @@ type Target struct {
 	Container string
 }
 
+// String returns namespace/pod/container.
 func (t Target) String() string { return t.Namespace + "/" + t.Pod + "/" + t.Container }
 
 // Process is a resolved container.

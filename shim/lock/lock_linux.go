@@ -27,6 +27,7 @@ type HeldError struct {
 	PID int
 }
 
+// Error names the lock file and the holder.
 func (e *HeldError) Error() string {
 	if e.PID == 0 {
 		return fmt.Sprintf("lock %s is held by another process (pid unknown): is another nodeshim running?", e.Path)
