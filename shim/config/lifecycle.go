@@ -47,6 +47,7 @@ type RetryableError struct {
 
 // Error returns the cause's message.
 func (e *RetryableError) Error() string { return e.Err.Error() }
+
 // Unwrap returns the cause.
 func (e *RetryableError) Unwrap() error { return e.Err }
 
