@@ -5,6 +5,7 @@
 package status
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -144,4 +145,21 @@ func (m *Model) Since(t string) (time.Duration, bool) {
 		return 0, false
 	}
 	return m.clock.Since(c.LastTransitionTime.Time), true
+}
+
+// Follow copies a source's conditions into the model now and after every
+// change the source announces, until ctx is done. changed returns a channel
+// closed at the source's next change (the Changed method of the config
+// controller, the network monitor and the plugin watcher); conds reads the
+// source's current conditions.
+func (m *Model) Follow(ctx context.Context, changed func() <-chan struct{}, conds func() []condition.Condition) {
+	for {
+		ch := changed() // before reading, so that no change is missed
+		m.Set(conds()...)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+		}
+	}
 }
