@@ -72,7 +72,9 @@ func TestFollowSources(t *testing.T) {
 		}
 	}
 	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nbogus: 1\n")
-	r := waitReady(t, m, func(c condition.Condition) bool { return c.Status == condition.False && c.Severity == condition.SeverityError })
+	r := waitReady(t, m, func(c condition.Condition) bool {
+		return c.Status == condition.False && c.Severity == condition.SeverityError
+	})
 	if r.Reason != config.ReasonConfigRolledBack {
 		t.Errorf("Ready after a bad config = %+v", r)
 	}
