@@ -38,6 +38,8 @@ type Options struct {
 	AllowedUIDs []uint32
 	// Logger receives refused requests; slog.Default() when nil.
 	Logger *slog.Logger
+	// Metrics, when set, is served at GET /metrics.
+	Metrics http.Handler
 }
 
 type peerKey struct{}
@@ -113,6 +115,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 		w.WriteHeader(http.StatusServiceUnavailable)
 		fmt.Fprintln(w, "no Ready condition")
 	})
+	if opts.Metrics != nil {
+		mux.Handle("GET /metrics", opts.Metrics)
+	}
 	return authorize(mux, opts)
 }
 

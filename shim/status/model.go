@@ -13,6 +13,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/config"
 )
 
 // Transition is one visible change of a condition.
@@ -29,6 +30,8 @@ type Document struct {
 	Generation int64 `json:"generation"`
 	// Conditions are every source's conditions followed by Ready.
 	Conditions []condition.Condition `json:"conditions"`
+	// Config is the configuration lifecycle, when a controller reports it.
+	Config *config.NodeConfigStatus `json:"config,omitempty"`
 }
 
 // Model holds the conditions and keeps Ready up to date. It is safe for
@@ -36,10 +39,11 @@ type Document struct {
 type Model struct {
 	clock clock.Clock
 
-	mu   sync.Mutex
-	gen  int64
-	set  condition.Set
-	subs map[chan Transition]struct{}
+	mu     sync.Mutex
+	gen    int64
+	set    condition.Set
+	config *config.NodeConfigStatus
+	subs   map[chan Transition]struct{}
 }
 
 // New returns a Model whose Ready is Unknown until a condition is set:
@@ -114,7 +118,20 @@ func (m *Model) Snapshot() Document {
 		d.Conditions = append(d.Conditions, c)
 	}
 	d.Conditions = append(d.Conditions, ready)
+	if m.config != nil {
+		cp := *m.config
+		d.Config = &cp
+	}
 	return d
+}
+
+// SetConfig records the configuration lifecycle's status and its
+// ConfigHealthy condition.
+func (m *Model) SetConfig(s config.NodeConfigStatus) {
+	m.mu.Lock()
+	m.config = &s
+	m.mu.Unlock()
+	m.Set(s.Condition())
 }
 
 // Subscribe returns a channel of transitions with room for buffer of them,
