@@ -112,9 +112,13 @@ func TestServeEndToEnd(t *testing.T) {
 	d := wait(func(d status.Document) bool { return d.Config.Active != nil && d.Config.Error == "" })
 	good := d.Config.Active.UID
 	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nnope: 1\n")
-	wait(func(d status.Document) bool { return d.Config.Error != "" && d.Config.Assigned != nil && d.Config.Assigned.UID != good })
+	wait(func(d status.Document) bool {
+		return d.Config.Error != "" && d.Config.Assigned != nil && d.Config.Assigned.UID != good
+	})
 	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
-	wait(func(d status.Document) bool { return d.Config.Error == "" && d.Config.Active != nil && d.Config.Active.UID == good })
+	wait(func(d status.Document) bool {
+		return d.Config.Error == "" && d.Config.Active != nil && d.Config.Active.UID == good
+	})
 
 	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
