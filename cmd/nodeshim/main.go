@@ -68,6 +68,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		newReportCommand(),
 		newSeccompCommand(),
 		newCheckpointCommand(), newRestoreCommand(),
+		newServeCommand(), newStatusCommand(),
 	)
 	return root
 }

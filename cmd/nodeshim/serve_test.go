@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/lock"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// TestServeEndToEnd runs the real binary: serve, query every endpoint over
+// the socket and through `nodeshim status`, move the configuration source
+// through good, bad and good again, then SIGTERM and check the cleanup.
+func TestServeEndToEnd(t *testing.T) {
+	testutil.RequireRoot(t)
+	gobin := testutil.RequireBinary(t, "go")
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "nodeshim")
+	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+		t.Fatalf("build: %v\n%s", err, out)
+	}
+	root, lockFile, source := filepath.Join(dir, "root"), filepath.Join(dir, "nodeshim.lock"), filepath.Join(dir, "source")
+	serve := exec.Command(bin, "serve", "--root-dir", root, "--lock-file", lockFile, "--config-source", source, "--host-root", filepath.Join(dir, "host"))
+	stdout, err := serve.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var transitions strings.Builder
+	copied := make(chan struct{})
+	go func() { io.Copy(&transitions, stdout); close(copied) }()
+	if err := serve.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer serve.Process.Kill()
+
+	sock := filepath.Join(root, "nodeshim.sock")
+	for {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+		time.Sleep(10 * time.Millisecond) // waiting for start-up; go test's -timeout bounds it
+	}
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+	get := func(path string) (int, string) {
+		resp, err := c.Get("http://nodeshim" + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	if code, body := get("/healthz"); code != 200 {
+		t.Errorf("/healthz = %d %s", code, body)
+	}
+	if code, _ := get("/readyz"); code != 200 && code != 503 {
+		t.Errorf("/readyz = %d", code)
+	}
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "nodeshim_condition") {
+		t.Errorf("/metrics = %d", code)
+	}
+	statusJSON := func() status.Document {
+		out, err := exec.Command(bin, "status", "--root-dir", root, "-o", "json").Output()
+		if err != nil {
+			t.Fatalf("nodeshim status: %v", err)
+		}
+		var d status.Document
+		if err := json.Unmarshal(out, &d); err != nil {
+			t.Fatalf("decode %s: %v", out, err)
+		}
+		return d
+	}
+	wait := func(ok func(status.Document) bool) status.Document {
+		for {
+			if d := statusJSON(); d.Config != nil && ok(d) {
+				return d
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	if out, err := exec.Command(bin, "status", "--root-dir", root).Output(); err != nil || !strings.Contains(string(out), "ConfigHealthy") {
+		t.Errorf("nodeshim status table: %v\n%s", err, out)
+	}
+
+	write := func(body string) {
+		os.MkdirAll(source, 0o755)
+		tmp := filepath.Join(source, ".tmp")
+		if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(source, "config.yaml")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	d := wait(func(d status.Document) bool { return d.Config.Active != nil && d.Config.Error == "" })
+	good := d.Config.Active.UID
+	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nnope: 1\n")
+	wait(func(d status.Document) bool {
+		return d.Config.Error != "" && d.Config.Assigned != nil && d.Config.Assigned.UID != good
+	})
+	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	wait(func(d status.Document) bool {
+		return d.Config.Error == "" && d.Config.Active != nil && d.Config.Active.UID == good
+	})
+
+	if err := serve.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	<-copied
+	if err := serve.Wait(); err != nil {
+		t.Fatalf("serve after SIGTERM: %v", err)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left: %v", err)
+	}
+	l, err := lock.Acquire(lockFile, lock.Options{})
+	if err != nil {
+		t.Fatalf("lock not released: %v", err)
+	}
+	l.Release()
+	if !strings.Contains(transitions.String(), "ConfigHealthy False ConfigRolledBack") {
+		t.Errorf("transition lines:\n%s", transitions.String())
+	}
+}

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+func newStatusCommand() *cobra.Command {
+	var rootDir, output string
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Print the node status served by a running nodeshim serve",
+		Long: `Print the conditions and the configuration status that nodeshim serve
+reports, read from its API socket (<root-dir>/nodeshim.sock).`,
+		Example: `  # Conditions as a table
+  nodeshim status
+
+  # Everything as JSON
+  nodeshim status -o json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			sock := filepath.Join(rootDir, api.SocketName)
+			c := &http.Client{Transport: &http.Transport{
+				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+					var d net.Dialer
+					return d.DialContext(ctx, "unix", sock)
+				},
+			}}
+			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, "http://nodeshim/status", nil)
+			if err != nil {
+				return err
+			}
+			resp, err := c.Do(req)
+			if err != nil {
+				return fmt.Errorf("query %s: %w", sock, err)
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("query %s: %s", sock, resp.Status)
+			}
+			var d status.Document
+			if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+				return fmt.Errorf("decode status from %s: %w", sock, err)
+			}
+			return writeOutput(cmd.OutOrStdout(), output, d, func() string { return statusTable(d) })
+		},
+	}
+	cmd.Flags().StringVar(&rootDir, "root-dir", "/var/lib/nodeshim", "root dir of the nodeshim serve to query")
+	addOutputFlag(cmd, &output)
+	return cmd
+}
+
+func statusTable(d status.Document) string {
+	var b strings.Builder
+	w := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(w, "TYPE\tSTATUS\tSEVERITY\tREASON\tMESSAGE")
+	for _, c := range d.Conditions {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Severity, c.Reason, c.Message)
+	}
+	w.Flush()
+	if cfg := d.Config; cfg != nil {
+		fmt.Fprintf(&b, "\nconfig: assigned %s, active %s, last-known-good %s\n",
+			refName(cfg.Assigned), refName(cfg.Active), refName(cfg.LastKnownGood))
+		if cfg.Error != "" {
+			fmt.Fprintf(&b, "config error: %s\n", cfg.Error)
+		}
+	}
+	return b.String()
+}
+
+// refName shows a configuration payload by its short uid; none is the
+// local defaults.
+func refName(r *config.SourceRef) string {
+	if r == nil {
+		return "local defaults"
+	}
+	if len(r.UID) > 12 {
+		return r.UID[:12]
+	}
+	return r.UID
+}

@@ -1,0 +1,3 @@
+# The shim daemon's packages (shim/...). Packages that start goroutines run
+# again under the race detector.
+RACE_PKGS += ./shim/config/... ./shim/plugin/... ./shim/network/... ./shim/cri/... ./shim/status/... ./shim/api/... ./shim/daemon/...

@@ -1,0 +1,141 @@
+package config
+
+import (
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// BaseFile is the name of the base document in a configuration source;
+// the other documents of the source are drop-ins named *.conf.
+const BaseFile = "config.yaml"
+
+// Payload is the content of a configuration source: the base document and
+// its drop-ins, sorted by name.
+type Payload struct {
+	Files []File `json:"files"`
+}
+
+// UID identifies a payload by content: the hex SHA-256 of its files' names
+// and bytes. Two sources with the same documents have the same UID.
+func (p Payload) UID() string {
+	h := sha256.New()
+	var n [8]byte
+	for _, f := range p.Files {
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Name)))
+		h.Write(n[:])
+		h.Write([]byte(f.Name))
+		binary.BigEndian.PutUint64(n[:], uint64(len(f.Data)))
+		h.Write(n[:])
+		h.Write(f.Data)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ReadSource reads the payload of a configuration source directory. When
+// the directory is a ConfigMap volume (it has a ..data link), the files are
+// read through one resolution of ..data, so that an atomic swap by kubelet
+// during the read cannot mix two versions. Dotfiles and names other than
+// config.yaml and *.conf are ignored.
+func ReadSource(dir string) (Payload, error) {
+	root := dir
+	if target, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
+		root = target
+	}
+	entries, err := os.ReadDir(root)
+	if err != nil {
+		return Payload{}, fmt.Errorf("read config source %s: %w", root, err)
+	}
+	var p Payload
+	for _, e := range entries {
+		n := e.Name()
+		if strings.HasPrefix(n, ".") || (n != BaseFile && !strings.HasSuffix(n, DropinSuffix)) {
+			continue
+		}
+		path := filepath.Join(root, n)
+		st, err := os.Stat(path)
+		if err != nil {
+			return Payload{}, fmt.Errorf("stat %s: %w", path, err)
+		}
+		if !st.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return Payload{}, fmt.Errorf("read %s: %w", path, err)
+		}
+		p.Files = append(p.Files, File{Name: n, Data: data})
+	}
+	sort.Slice(p.Files, func(i, j int) bool { return p.Files[i].Name < p.Files[j].Name })
+	return p, nil
+}
+
+// Load merges the payload onto Defaults (base first, then the drop-ins in
+// byte order) and validates the result. Every non-empty document must say
+// apiVersion nodeshim.io/v1alpha1 and kind ShimConfiguration.
+func (p Payload) Load() (ShimConfiguration, error) {
+	var base *File
+	var dropins []File
+	for i, f := range p.Files {
+		if f.Name == BaseFile {
+			base = &p.Files[i]
+		} else {
+			dropins = append(dropins, f)
+		}
+	}
+	if base == nil {
+		return ShimConfiguration{}, fmt.Errorf("%w %s", ErrNoBase, BaseFile)
+	}
+	files := append([]File{*base}, dropins...)
+	for _, f := range files {
+		if err := checkTypeMeta(f); err != nil {
+			return ShimConfiguration{}, err
+		}
+	}
+	cfg, err := Merge(Defaults(), files...)
+	if err != nil {
+		return ShimConfiguration{}, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return ShimConfiguration{}, err
+	}
+	return cfg, nil
+}
+
+// ErrTypeMeta is returned, wrapped with the file's name, for a document
+// with a missing or foreign apiVersion or kind.
+var ErrTypeMeta = errors.New("wrong apiVersion or kind")
+
+func checkTypeMeta(f File) error {
+	var tm metav1.TypeMeta
+	if err := yaml.Unmarshal(f.Data, &tm); err != nil {
+		return fmt.Errorf("%s: %w", f.Name, err)
+	}
+	if tm == (metav1.TypeMeta{}) {
+		if empty, err := isEmptyDocument(f.Data); err == nil && empty {
+			return nil // an empty drop-in is harmless
+		}
+	}
+	if tm.APIVersion != APIVersion || tm.Kind != Kind {
+		return fmt.Errorf("%s: %w: apiVersion %q kind %q, want %q %q", f.Name, ErrTypeMeta, tm.APIVersion, tm.Kind, APIVersion, Kind)
+	}
+	return nil
+}
+
+func isEmptyDocument(data []byte) (bool, error) {
+	j, err := yaml.YAMLToJSON(data)
+	if err != nil {
+		return false, err
+	}
+	s := strings.TrimSpace(string(j))
+	return s == "" || s == "null", nil
+}

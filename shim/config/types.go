@@ -1,0 +1,185 @@
+// Package config is nodeshim's own configuration: the ShimConfiguration
+// document and its drop-in directory, merged with kubelet's --config-dir
+// semantics, and the lifecycle that keeps a configuration delivered at run
+// time safe (assigned, active and last-known-good checkpoints on disk, a
+// soak period, rollback on a bad configuration), reported as a
+// NodeConfigStatus.
+package config
+
+import (
+	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// APIVersion and Kind identify a ShimConfiguration document.
+const (
+	APIVersion = "nodeshim.io/v1alpha1"
+	Kind       = "ShimConfiguration"
+)
+
+// DefaultSoakPeriod is how long an assigned configuration must stay active
+// before it becomes the last-known-good one.
+const DefaultSoakPeriod = 10 * time.Minute
+
+// ShimConfiguration is the configuration of nodeshim serve, in the style of
+// KubeletConfiguration.
+type ShimConfiguration struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// RootDir holds nodeshim's state: config checkpoints, the API socket.
+	RootDir string `json:"rootDir,omitempty"`
+	// KubeletRootDir is kubelet's --root-dir; plugins_registry lives under it.
+	KubeletRootDir string `json:"kubeletRootDir,omitempty"`
+	// LockFile is the single-instance lock.
+	LockFile string `json:"lockFile,omitempty"`
+	// ConfigSoakPeriod is how long a new configuration must stay active
+	// before it becomes last-known-good.
+	ConfigSoakPeriod metav1.Duration `json:"configSoakPeriod,omitzero"`
+	// FeatureGates switches optional behaviour on or off by name.
+	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// API configures the node API.
+	API APIConfig `json:"api,omitzero"`
+	// Checkpoint configures container checkpoints.
+	Checkpoint CheckpointConfig `json:"checkpoint,omitzero"`
+	// Plugins configures the plugin registry watcher.
+	Plugins PluginsConfig `json:"plugins,omitzero"`
+	// Network configures the NetworkReady condition.
+	Network NetworkConfig `json:"network,omitzero"`
+}
+
+// APIConfig configures the node API listeners.
+type APIConfig struct {
+	// TCPAddress, when set, serves the API over TLS on host:port too.
+	TCPAddress string `json:"tcpAddress,omitempty"`
+	// TLSCertFile and TLSKeyFile are the TCP listener's certificate.
+	TLSCertFile string `json:"tlsCertFile,omitempty"`
+	TLSKeyFile  string `json:"tlsKeyFile,omitempty"`
+	// ClientCAFile enables client-certificate authentication on TCP.
+	ClientCAFile string `json:"clientCAFile,omitempty"`
+	// TokenFile holds the bearer token accepted on TCP.
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// CheckpointConfig configures the checkpoint endpoint.
+type CheckpointConfig struct {
+	// Enabled turns POST /checkpoint on; off, it answers 404 as kubelet does.
+	Enabled bool `json:"enabled,omitempty"`
+	// Dir receives the checkpoint archives.
+	Dir string `json:"dir,omitempty"`
+	// DefaultTimeout bounds a checkpoint without ?timeout.
+	DefaultTimeout metav1.Duration `json:"defaultTimeout,omitzero"`
+}
+
+// PluginsConfig configures the plugin registry watcher.
+type PluginsConfig struct {
+	// AcceptedVersions lists, per plugin type (CSIPlugin, DevicePlugin,
+	// DRAPlugin), the versions this node's kubelet accepts.
+	AcceptedVersions map[string][]string `json:"acceptedVersions,omitempty"`
+	// Expected names drivers that should register; their absence is reported.
+	Expected []string `json:"expected,omitempty"`
+}
+
+// NetworkConfig configures the NetworkReady condition.
+type NetworkConfig struct {
+	// CNIConfDir is where CNI network configurations are expected.
+	CNIConfDir string `json:"cniConfDir,omitempty"`
+}
+
+// Defaults returns the local default configuration, used when no source is
+// assigned and none has been good before.
+func Defaults() ShimConfiguration {
+	return ShimConfiguration{
+		TypeMeta:         metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
+		RootDir:          "/var/lib/nodeshim",
+		KubeletRootDir:   "/var/lib/kubelet",
+		LockFile:         "/var/run/nodeshim.lock",
+		ConfigSoakPeriod: metav1.Duration{Duration: DefaultSoakPeriod},
+		Checkpoint: CheckpointConfig{
+			Dir:            "/var/lib/nodeshim/checkpoints",
+			DefaultTimeout: metav1.Duration{Duration: time.Minute},
+		},
+		Plugins: PluginsConfig{
+			AcceptedVersions: map[string][]string{
+				"CSIPlugin":    {"1.0.0"},
+				"DevicePlugin": {"v1beta1"},
+				"DRAPlugin":    {"v1.DRAPlugin", "v1beta1.DRAPlugin"},
+			},
+		},
+		Network: NetworkConfig{CNIConfDir: "/etc/cni/net.d"},
+	}
+}
+
+// ValidationError lists everything wrong with a configuration.
+type ValidationError struct {
+	Problems []string
+}
+
+// Error lists every problem in one message.
+func (e *ValidationError) Error() string {
+	return fmt.Sprintf("invalid %s: %s", Kind, joinProblems(e.Problems))
+}
+
+func joinProblems(p []string) string {
+	s := ""
+	for i, x := range p {
+		if i > 0 {
+			s += "; "
+		}
+		s += x
+	}
+	return s
+}
+
+// Validate checks c and returns a *ValidationError naming every problem.
+func (c *ShimConfiguration) Validate() error {
+	var p []string
+	if c.APIVersion != APIVersion {
+		p = append(p, fmt.Sprintf("apiVersion %q, want %q", c.APIVersion, APIVersion))
+	}
+	if c.Kind != Kind {
+		p = append(p, fmt.Sprintf("kind %q, want %q", c.Kind, Kind))
+	}
+	for _, f := range []struct{ name, v string }{
+		{"rootDir", c.RootDir}, {"kubeletRootDir", c.KubeletRootDir}, {"lockFile", c.LockFile},
+		{"checkpoint.dir", c.Checkpoint.Dir}, {"network.cniConfDir", c.Network.CNIConfDir},
+	} {
+		if f.v == "" || !filepath.IsAbs(f.v) {
+			p = append(p, fmt.Sprintf("%s %q is not an absolute path", f.name, f.v))
+		}
+	}
+	if c.ConfigSoakPeriod.Duration < 0 {
+		p = append(p, fmt.Sprintf("configSoakPeriod %v is negative", c.ConfigSoakPeriod.Duration))
+	}
+	if c.Checkpoint.DefaultTimeout.Duration <= 0 {
+		p = append(p, fmt.Sprintf("checkpoint.defaultTimeout %v is not positive", c.Checkpoint.DefaultTimeout.Duration))
+	}
+	if c.API.TCPAddress != "" {
+		if c.API.TLSCertFile == "" || c.API.TLSKeyFile == "" {
+			p = append(p, "api.tcpAddress needs api.tlsCertFile and api.tlsKeyFile")
+		}
+		if c.API.TokenFile == "" && c.API.ClientCAFile == "" {
+			p = append(p, "api.tcpAddress needs api.tokenFile or api.clientCAFile")
+		}
+	}
+	for typ, vs := range c.Plugins.AcceptedVersions {
+		switch typ {
+		case "CSIPlugin", "DevicePlugin", "DRAPlugin":
+		default:
+			p = append(p, fmt.Sprintf("plugins.acceptedVersions: unknown plugin type %q", typ))
+		}
+		if len(vs) == 0 {
+			p = append(p, fmt.Sprintf("plugins.acceptedVersions[%s] is empty", typ))
+		}
+	}
+	if len(p) > 0 {
+		return &ValidationError{Problems: p}
+	}
+	return nil
+}
+
+// ErrNoBase is returned when a configuration payload has no base document.
+var ErrNoBase = errors.New("no base configuration file")

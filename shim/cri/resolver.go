@@ -1,0 +1,180 @@
+// Package cri resolves a Kubernetes container (namespace, pod, container)
+// to the process that runs it, through the node's CRI runtime
+// (ListContainers by kubelet's labels, then ContainerStatus with verbose
+// info for the pid), or directly from a pid for the command line.
+package cri
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+// Labels kubelet puts on every container it creates
+// (pkg/kubelet/types/labels.go).
+const (
+	LabelPodNamespace  = "io.kubernetes.pod.namespace"
+	LabelPodName       = "io.kubernetes.pod.name"
+	LabelContainerName = "io.kubernetes.container.name"
+)
+
+// ErrNotFound says that no running container matches: an unknown
+// namespace, pod or container (kubelet answers 404 for it).
+var ErrNotFound = errors.New("container not found")
+
+// Target names a container the way kubelet's API does.
+type Target struct {
+	Namespace string
+	Pod       string
+	Container string
+}
+
+// String returns namespace/pod/container.
+func (t Target) String() string { return t.Namespace + "/" + t.Pod + "/" + t.Container }
+
+// Process is a resolved container.
+type Process struct {
+	// ContainerID is the runtime's id, empty for a local pid.
+	ContainerID string
+	// PodSandboxID is the runtime's pod sandbox id, empty for a local pid.
+	PodSandboxID string
+	// PID is the container's init process in the host pid namespace.
+	PID int
+}
+
+// Resolver finds the process of a container.
+type Resolver interface {
+	Resolve(ctx context.Context, t Target) (Process, error)
+}
+
+// RuntimeResolver resolves through a CRI runtime service.
+type RuntimeResolver struct {
+	client runtimeapi.RuntimeServiceClient
+	conn   *grpc.ClientConn
+}
+
+// Dial connects to the runtime's CRI socket, e.g.
+// unix:///run/containerd/containerd.sock. The connection is made lazily by
+// the first call.
+func Dial(endpoint string) (*RuntimeResolver, error) {
+	if !strings.HasPrefix(endpoint, "unix://") {
+		endpoint = "unix://" + endpoint
+	}
+	conn, err := grpc.NewClient(endpoint, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("dial CRI runtime %s: %w", endpoint, err)
+	}
+	return &RuntimeResolver{client: runtimeapi.NewRuntimeServiceClient(conn), conn: conn}, nil
+}
+
+// NewRuntimeResolver uses an existing CRI client.
+func NewRuntimeResolver(client runtimeapi.RuntimeServiceClient) *RuntimeResolver {
+	return &RuntimeResolver{client: client}
+}
+
+// Close closes a connection made by Dial.
+func (r *RuntimeResolver) Close() error {
+	if r.conn == nil {
+		return nil
+	}
+	return r.conn.Close()
+}
+
+// Resolve finds the running container with kubelet's labels for t. When
+// several match (a restart in progress), the most recently created one
+// wins, as kubelet's checkpoint handler takes the current container.
+func (r *RuntimeResolver) Resolve(ctx context.Context, t Target) (Process, error) {
+	resp, err := r.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{
+			LabelPodNamespace:  t.Namespace,
+			LabelPodName:       t.Pod,
+			LabelContainerName: t.Container,
+		},
+	}})
+	if err != nil {
+		return Process{}, fmt.Errorf("list containers for %s: %w", t, err)
+	}
+	var best *runtimeapi.Container
+	for _, c := range resp.Containers {
+		// Filters are advisory for some runtimes: check again.
+		l := c.Labels
+		if c.State != runtimeapi.ContainerState_CONTAINER_RUNNING || l[LabelPodNamespace] != t.Namespace ||
+			l[LabelPodName] != t.Pod || l[LabelContainerName] != t.Container {
+			continue
+		}
+		if best == nil || c.CreatedAt > best.CreatedAt {
+			best = c
+		}
+	}
+	if best == nil {
+		return Process{}, fmt.Errorf("%s: %w", t, ErrNotFound)
+	}
+	st, err := r.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: best.Id, Verbose: true})
+	if err != nil {
+		return Process{}, fmt.Errorf("container status of %s (%s): %w", t, best.Id, err)
+	}
+	pid, err := PIDFromVerboseInfo(st.Info)
+	if err != nil {
+		return Process{}, fmt.Errorf("container %s (%s): %w", t, best.Id, err)
+	}
+	return Process{ContainerID: best.Id, PodSandboxID: best.PodSandboxId, PID: pid}, nil
+}
+
+// ErrNoPID is returned, wrapped, when the runtime's verbose info has no pid.
+var ErrNoPID = errors.New("no pid in the runtime's verbose container info")
+
+// PIDFromVerboseInfo reads the pid from ContainerStatus verbose info: the
+// "info" key holds a JSON object with "pid", as containerd and CRI-O
+// return it.
+func PIDFromVerboseInfo(info map[string]string) (int, error) {
+	raw, ok := info["info"]
+	if !ok {
+		return 0, fmt.Errorf("%w: no \"info\" key", ErrNoPID)
+	}
+	var v struct {
+		PID *int `json:"pid"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return 0, fmt.Errorf("decode verbose info: %w", err)
+	}
+	if v.PID == nil || *v.PID <= 0 {
+		return 0, ErrNoPID
+	}
+	return *v.PID, nil
+}
+
+// LocalResolver is the command line's path: the caller names a pid, which
+// must exist under ProcRoot.
+type LocalResolver struct {
+	// ProcRoot is where /proc is mounted; "/proc" when empty.
+	ProcRoot string
+}
+
+// ResolvePID checks that pid is a live process and returns it.
+func (l LocalResolver) ResolvePID(pid int) (Process, error) {
+	root := l.ProcRoot
+	if root == "" {
+		root = "/proc"
+	}
+	if pid <= 0 {
+		return Process{}, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
+	}
+	p := filepath.Join(root, strconv.Itoa(pid), "stat")
+	if _, err := os.Stat(p); err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return Process{}, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
+		}
+		return Process{}, fmt.Errorf("stat %s: %w", p, err)
+	}
+	return Process{PID: pid}, nil
+}

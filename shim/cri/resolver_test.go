@@ -1,0 +1,215 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// runtimeServer is an in-process CRI runtime serving the two calls the
+// resolver makes, with containerd's filter semantics unless ignoreFilter.
+type runtimeServer struct {
+	runtimeapi.UnimplementedRuntimeServiceServer
+	containers   []*runtimeapi.Container
+	info         map[string]map[string]string // container id -> verbose info
+	ignoreFilter bool
+}
+
+func (s *runtimeServer) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	var out []*runtimeapi.Container
+	f := req.GetFilter()
+	for _, c := range s.containers {
+		if !s.ignoreFilter && f != nil {
+			if f.State != nil && c.State != f.State.State {
+				continue
+			}
+			match := true
+			for k, v := range f.LabelSelector {
+				if c.Labels[k] != v {
+					match = false
+				}
+			}
+			if !match {
+				continue
+			}
+		}
+		out = append(out, c)
+	}
+	return &runtimeapi.ListContainersResponse{Containers: out}, nil
+}
+
+func (s *runtimeServer) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	info, ok := s.info[req.ContainerId]
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "container %q not found", req.ContainerId)
+	}
+	if !req.Verbose {
+		info = nil
+	}
+	return &runtimeapi.ContainerStatusResponse{Status: &runtimeapi.ContainerStatus{Id: req.ContainerId}, Info: info}, nil
+}
+
+func ctr(id, sandbox, ns, pod, name string, state runtimeapi.ContainerState, created int64) *runtimeapi.Container {
+	return &runtimeapi.Container{Id: id, PodSandboxId: sandbox, State: state, CreatedAt: created,
+		Labels: map[string]string{LabelPodNamespace: ns, LabelPodName: pod, LabelContainerName: name}}
+}
+
+func serveCRI(t *testing.T, srv *runtimeServer) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), "cri.sock")
+	l, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := grpc.NewServer()
+	runtimeapi.RegisterRuntimeServiceServer(g, srv)
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); g.Serve(l) }()
+	t.Cleanup(func() { g.Stop(); wg.Wait() })
+	return sock
+}
+
+func TestRuntimeResolver(t *testing.T) {
+	srv := &runtimeServer{
+		containers: []*runtimeapi.Container{
+			ctr("c-old", "s1", "default", "web", "nginx", runtimeapi.ContainerState_CONTAINER_EXITED, 100),
+			ctr("c-new", "s1", "default", "web", "nginx", runtimeapi.ContainerState_CONTAINER_RUNNING, 200),
+			ctr("c-side", "s1", "default", "web", "sidecar", runtimeapi.ContainerState_CONTAINER_RUNNING, 150),
+			ctr("c-restart-a", "s2", "prod", "db", "pg", runtimeapi.ContainerState_CONTAINER_RUNNING, 300),
+			ctr("c-restart-b", "s2", "prod", "db", "pg", runtimeapi.ContainerState_CONTAINER_RUNNING, 400),
+			ctr("c-nopid", "s3", "prod", "broken", "x", runtimeapi.ContainerState_CONTAINER_RUNNING, 1),
+			ctr("c-badjson", "s3", "prod", "broken", "y", runtimeapi.ContainerState_CONTAINER_RUNNING, 1),
+			ctr("c-gone", "s3", "prod", "broken", "z", runtimeapi.ContainerState_CONTAINER_RUNNING, 1),
+		},
+		info: map[string]map[string]string{
+			"c-old":       {"info": `{"pid": 0}`},
+			"c-new":       {"info": `{"pid": 4242, "sandboxID": "s1"}`},
+			"c-side":      {"info": `{"pid": 4343}`},
+			"c-restart-a": {"info": `{"pid": 10}`},
+			"c-restart-b": {"info": `{"pid": 20}`},
+			"c-nopid":     {"info": `{"runtimeType": "io.containerd.runc.v2"}`},
+			"c-badjson":   {"info": `{pid`},
+		},
+	}
+	tests := []struct {
+		name    string
+		target  Target
+		want    Process
+		wantErr error
+		errSub  string
+	}{
+		{"running container", Target{"default", "web", "nginx"}, Process{ContainerID: "c-new", PodSandboxID: "s1", PID: 4242}, nil, ""},
+		{"other container of the pod", Target{"default", "web", "sidecar"}, Process{ContainerID: "c-side", PodSandboxID: "s1", PID: 4343}, nil, ""},
+		{"newest of two running", Target{"prod", "db", "pg"}, Process{ContainerID: "c-restart-b", PodSandboxID: "s2", PID: 20}, nil, ""},
+		{"unknown namespace", Target{"nope", "web", "nginx"}, Process{}, ErrNotFound, "nope/web/nginx"},
+		{"unknown pod", Target{"default", "nope", "nginx"}, Process{}, ErrNotFound, ""},
+		{"unknown container", Target{"default", "web", "nope"}, Process{}, ErrNotFound, ""},
+		{"verbose info without pid", Target{"prod", "broken", "x"}, Process{}, ErrNoPID, "c-nopid"},
+		{"verbose info not JSON", Target{"prod", "broken", "y"}, Process{}, nil, "decode verbose info"},
+		{"status call fails", Target{"prod", "broken", "z"}, Process{}, nil, "container status of prod/broken/z"},
+	}
+	for _, ignore := range []bool{false, true} {
+		srv.ignoreFilter = ignore
+		sock := serveCRI(t, srv)
+		r, err := Dial(sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/ignoreFilter=%v", tt.name, ignore), func(t *testing.T) {
+				var res Resolver = r
+				got, err := res.Resolve(context.Background(), tt.target)
+				if tt.wantErr == nil && tt.errSub == "" {
+					if err != nil {
+						t.Fatal(err)
+					}
+					if got != tt.want {
+						t.Errorf("Resolve = %+v, want %+v", got, tt.want)
+					}
+					return
+				}
+				if err == nil {
+					t.Fatalf("Resolve = %+v, want an error", got)
+				}
+				if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+					t.Errorf("error %v is not %v", err, tt.wantErr)
+				}
+				if !strings.Contains(err.Error(), tt.errSub) {
+					t.Errorf("error %q does not contain %q", err, tt.errSub)
+				}
+			})
+		}
+		r.Close()
+	}
+}
+
+func TestRuntimeResolverUnavailable(t *testing.T) {
+	r, err := Dial(filepath.Join(t.TempDir(), "missing.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	_, err = r.Resolve(context.Background(), Target{"a", "b", "c"})
+	if err == nil || errors.Is(err, ErrNotFound) || status.Code(errors.Unwrap(err)) != codes.Unavailable {
+		t.Errorf("Resolve without a runtime = %v, want Unavailable, not ErrNotFound", err)
+	}
+}
+
+func TestLocalResolver(t *testing.T) {
+	p, err := LocalResolver{}.ResolvePID(os.Getpid())
+	if err != nil || p.PID != os.Getpid() {
+		t.Fatalf("ResolvePID(self) = %+v, %v", p, err)
+	}
+	proc := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(proc, "77"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "77", "stat"), []byte("77 (x) S"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name string
+		pid  int
+		ok   bool
+	}{{"present", 77, true}, {"absent", 78, false}, {"zero", 0, false}, {"negative", -1, false}} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := LocalResolver{ProcRoot: proc}.ResolvePID(tt.pid)
+			if tt.ok && err != nil {
+				t.Fatal(err)
+			}
+			if !tt.ok && !errors.Is(err, ErrNotFound) {
+				t.Errorf("ResolvePID(%d) = %v, want ErrNotFound", tt.pid, err)
+			}
+		})
+	}
+}
+
+func FuzzPIDFromVerboseInfo(f *testing.F) {
+	f.Add(`{"pid": 4242}`)
+	f.Add(`{"pid": -1}`)
+	f.Add(`{"runtimeSpec": {}, "pid": 1e3}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		pid, err := PIDFromVerboseInfo(map[string]string{"info": s})
+		if err == nil && pid <= 0 {
+			t.Errorf("pid %d accepted", pid)
+		}
+	})
+}

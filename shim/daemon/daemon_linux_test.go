@@ -1,0 +1,172 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/lock"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func getStatus(t *testing.T, c *http.Client) status.Document {
+	t.Helper()
+	resp, err := c.Get("http://nodeshim/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var d status.Document
+	if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// waitStatus polls GET /status until ok holds; go test's -timeout bounds it.
+func waitStatus(t *testing.T, c *http.Client, ok func(status.Document) bool) status.Document {
+	t.Helper()
+	for {
+		if d := getStatus(t, c); ok(d) {
+			return d
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func writeSource(t *testing.T, dir, body string) {
+	t.Helper()
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tmp := filepath.Join(dir, ".tmp")
+	if err := os.WriteFile(tmp, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, filepath.Join(dir, config.BaseFile)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestServe(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	host := filepath.Join(dir, "host")
+	opts := Options{
+		RootDir:      filepath.Join(dir, "root"),
+		LockFile:     filepath.Join(dir, "run", "nodeshim.lock"),
+		ConfigSource: filepath.Join(dir, "source"),
+		HostRoot:     host,
+		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	out := &syncBuffer{}
+	opts.Out = out
+	listening := make(chan string, 1)
+	opts.Listening = func(s string) { listening <- s }
+
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, opts) }()
+	sock := <-listening
+	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", sock)
+		}}}
+
+	// A second shim on the node is refused and told who holds the lock.
+	err := Run(context.Background(), opts)
+	var held *lock.HeldError
+	if !errors.As(err, &held) || held.PID != os.Getpid() {
+		t.Fatalf("second Run = %v, want HeldError naming pid %d", err, os.Getpid())
+	}
+
+	d := waitStatus(t, c, func(d status.Document) bool { return d.Config != nil && len(d.Conditions) >= 4 })
+	var types []string
+	for _, cond := range d.Conditions {
+		types = append(types, cond.Type)
+	}
+	for _, want := range []string{"ConfigHealthy", "PluginsReady", "NetworkReady", "Ready"} {
+		if !strings.Contains(strings.Join(types, ","), want) {
+			t.Errorf("status conditions %v lack %s", types, want)
+		}
+	}
+
+	resp, err := c.Get("http://nodeshim/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 || !strings.Contains(string(body), `nodeshim_condition{status="True",type="ConfigHealthy"} 1`) {
+		t.Errorf("/metrics = %d:\n%s", resp.StatusCode, body)
+	}
+
+	// Good, bad, good again: NodeConfigStatus follows.
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	d = waitStatus(t, c, func(d status.Document) bool { return d.Config.Active != nil && d.Config.Error == "" })
+	good := d.Config.Active.UID
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGatez: {A: true}\n")
+	d = waitStatus(t, c, func(d status.Document) bool { return d.Config.Error != "" })
+	if d.Config.Active != nil || d.Config.Assigned == nil || d.Config.Assigned.UID == good {
+		// Not soaked yet: the rollback goes to the local defaults.
+		t.Errorf("bad config: %+v", d.Config)
+	}
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	d = waitStatus(t, c, func(d status.Document) bool { return d.Config.Error == "" && d.Config.Active != nil })
+	if d.Config.Active.UID != good {
+		t.Errorf("good again: active %s, want %s", d.Config.Active.UID, good)
+	}
+	if !strings.Contains(out.String(), "ConfigHealthy False ConfigRolledBack") {
+		t.Errorf("transition lines lack the rollback:\n%s", out.String())
+	}
+
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if _, err := os.Stat(sock); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left after shutdown: %v", err)
+	}
+	l, err := lock.Acquire(opts.LockFile, lock.Options{})
+	if err != nil {
+		t.Fatalf("lock not released: %v", err)
+	}
+	l.Release()
+}
