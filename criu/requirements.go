@@ -1,6 +1,8 @@
 package criu
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -59,6 +61,9 @@ func (p *probe) run(ctx context.Context) {
 		p.checkMsg, p.checkErr = p.bin.Check(ctx)
 	})
 }
+
+// checkTimeout bounds the CRIU probes of the capability report.
+const checkTimeout = 15 * time.Second
 
 // Requirements returns the CRIU entries of the capability report: a criu
 // binary found (through $NODESHIM_CRIU or PATH), its version, the result
@@ -121,6 +126,13 @@ func Requirements() []kernel.Requirement {
 				return featureFinding(f.Name, p.bin.CheckFeature(ctx, f.Name), ctx.Err())
 			},
 		})
+	}
+	// Every entry waits on the one shared run of `criu check`, which
+	// forks CRIU and takes about a second on its own: start them early
+	// and give them longer than the collector's default.
+	for i := range reqs {
+		reqs[i].Slow = true
+		reqs[i].Timeout = checkTimeout
 	}
 	return reqs
 }

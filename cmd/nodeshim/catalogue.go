@@ -2,12 +2,18 @@ package main
 
 import (
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
 // requirements is the full requirement catalogue of `nodeshim report`:
 // the kernel package's own entries followed by those of the facility
-// packages.
+// packages, each of which keeps its probes next to the code that needs them.
 func requirements() []kernel.Requirement {
-	return append(kernel.Catalogue(), bpf.Requirements()...)
+	reqs := kernel.Catalogue()
+	reqs = append(reqs, seccomp.Requirements()...)
+	reqs = append(reqs, bpf.Requirements()...)
+	reqs = append(reqs, criu.Requirements()...)
+	return reqs
 }
