@@ -37,6 +37,9 @@ func readAt(dirfd int, dir string, name cname, buf *[]byte) ([]byte, error) {
 	fd := int(r)
 	defer unix.Close(fd)
 	b := (*buf)[:cap(*buf)]
+	if len(b) == 0 {
+		b = make([]byte, 4096)
+	}
 	n := 0
 	for {
 		if n == len(b) {

@@ -16,8 +16,10 @@ type Mode string
 const (
 	// Unified: cgroup2 alone (normally at /sys/fs/cgroup) and no v1 hierarchy.
 	Unified Mode = "unified"
-	// Hybrid: v1 hierarchies with a cgroup2 mount beside them (systemd's
-	// /sys/fs/cgroup/unified). Controllers bound to v1 are absent from cgroup2.
+	// Hybrid: v1 hierarchies holding controllers, with a cgroup2 mount
+	// beside them (systemd's /sys/fs/cgroup/unified). Controllers bound to
+	// v1 are absent from cgroup2. A v1 named hierarchy without controllers
+	// (name=systemd) beside a full cgroup2 still counts as Unified.
 	Hybrid Mode = "hybrid"
 )
 
@@ -92,7 +94,10 @@ func ParseMountinfo(data []byte) (Mount, error) {
 			for _, o := range strings.Split(superOpts, ",") {
 				switch {
 				case o == "rw" || o == "ro" || strings.HasPrefix(o, "release_agent=") || o == "clone_children" ||
-					o == "noprefix" || o == "xattr" || o == "cpuset_v2_mode" || o == "favordynmods" || o == "nofavordynmods":
+					o == "noprefix" || o == "xattr" || o == "cpuset_v2_mode" || o == "favordynmods" || o == "nofavordynmods" ||
+					o == "none" || strings.HasPrefix(o, "name="):
+					// Mount options and named hierarchies (name=systemd), which
+					// bind no controller.
 				default:
 					v1 = append(v1, o)
 				}

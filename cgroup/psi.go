@@ -64,6 +64,7 @@ var ErrPSISyntax = errors.New("malformed PSI data")
 func ParsePSI(data []byte) (PSI, error) {
 	var p PSI
 	rest, err := parsePSILine(data, "some ", &p.Some)
+	// p stays on the stack: parsePSILine writes through out only.
 	if err != nil {
 		return PSI{}, err
 	}
@@ -86,21 +87,19 @@ func parsePSILine(b []byte, kind string, out *PSILine) ([]byte, error) {
 	if b, ok = cutPrefix(b, kind); !ok {
 		return nil, fmt.Errorf("%w: want %q at %q", ErrPSISyntax, kind, clip(b))
 	}
-	avgs := [3]struct {
-		key string
-		dst *Avg
-	}{{"avg10=", &out.Avg10}, {"avg60=", &out.Avg60}, {"avg300=", &out.Avg300}}
-	for _, a := range avgs {
-		if b, ok = cutPrefix(b, a.key); !ok {
-			return nil, fmt.Errorf("%w: want %q at %q", ErrPSISyntax, a.key, clip(b))
+	var avgs [3]Avg
+	for i, key := range [3]string{"avg10=", "avg60=", "avg300="} {
+		if b, ok = cutPrefix(b, key); !ok {
+			return nil, syntaxError("want "+key, b)
 		}
 		var v Avg
 		if v, b, ok = parseAvg(b); !ok || len(b) == 0 || b[0] != ' ' {
-			return nil, fmt.Errorf("%w: bad %s value at %q", ErrPSISyntax, a.key[:len(a.key)-1], clip(b))
+			return nil, syntaxError("bad "+key+" value", b)
 		}
-		*a.dst = v
+		avgs[i] = v
 		b = b[1:]
 	}
+	out.Avg10, out.Avg60, out.Avg300 = avgs[0], avgs[1], avgs[2]
 	if b, ok = cutPrefix(b, "total="); !ok {
 		return nil, fmt.Errorf("%w: want \"total=\" at %q", ErrPSISyntax, clip(b))
 	}
@@ -121,6 +120,14 @@ func parsePSILine(b []byte, kind string, out *PSILine) ([]byte, error) {
 		return b[1:], nil
 	}
 	return nil, fmt.Errorf("%w: want end of line at %q", ErrPSISyntax, clip(b))
+}
+
+// syntaxError is kept out of line so that the error path's allocations do
+// not make the parser's values escape.
+//
+//go:noinline
+func syntaxError(what string, at []byte) error {
+	return fmt.Errorf("%w: %s at %q", ErrPSISyntax, what, clip(at))
 }
 
 // parseAvg reads "I.FF" with 1-3 integer digits and exactly two decimals.

@@ -1,0 +1,127 @@
+package cgroup
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// thrashMain runs in a child process: it waits for one byte on stdin (the
+// parent moves it into its cgroups first), then touches random pages of a
+// file mapping larger than its memory limit, so every touch risks a
+// refault of a page it just lost: the memory stall PSI accounts. It stops
+// when the parent closes stdin.
+func thrashMain(path string) int {
+	var b [1]byte
+	if _, err := os.Stdin.Read(b[:]); err != nil {
+		fmt.Fprintln(os.Stderr, "wait for start:", err)
+		return 2
+	}
+	go func() {
+		_, _ = os.Stdin.Read(b[:])
+		os.Exit(0)
+	}()
+	f, err := os.Open(path)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	st, _ := f.Stat()
+	m, err := unix.Mmap(int(f.Fd()), 0, int(st.Size()), unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	pages := len(m) / 4096
+	// The sum goes through an atomic so that the compiler keeps the loads.
+	var sum atomic.Uint32
+	for {
+		sum.Add(uint32(m[rand.IntN(pages)*4096]))
+	}
+}
+
+// thrasher is a started thrashing child.
+type thrasher struct {
+	cmd   *exec.Cmd
+	start *os.File
+}
+
+// newThrasher prepares a file of size bytes whose page cache is dropped
+// (so its pages are charged to the thrasher when it faults them in) and
+// starts a child that waits for go().
+func newThrasher(t *testing.T, size int64) *thrasher {
+	t.Helper()
+	// Not a tmpfs: tmpfs pages are swap-backed and cannot be reclaimed
+	// without swap, which would OOM-kill the child instead of thrashing it.
+	dir, err := os.MkdirTemp("/var/tmp", "nodeshim-thrash-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	path := filepath.Join(dir, "data")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 1<<20)
+	for off := int64(0); off < size; off += int64(len(buf)) {
+		for i := range buf {
+			buf[i] = byte(off>>20) ^ byte(i)
+		}
+		if _, err := f.Write(buf); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fadvise(int(f.Fd()), 0, 0, unix.FADV_DONTNEED); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), envThrash+"="+path)
+	cmd.Stdin, cmd.Stderr = r, os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	th := &thrasher{cmd: cmd, start: w}
+	t.Cleanup(func() {
+		th.start.Close()
+		if th.cmd.ProcessState == nil {
+			_ = th.cmd.Process.Kill()
+			_ = th.cmd.Wait()
+		}
+	})
+	return th
+}
+
+func (th *thrasher) pid() int { return th.cmd.Process.Pid }
+
+// begin lets the child start thrashing.
+func (th *thrasher) begin(t *testing.T) {
+	t.Helper()
+	if _, err := th.start.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stop ends the child and waits for it.
+func (th *thrasher) stop(t *testing.T) {
+	t.Helper()
+	th.start.Close()
+	if err := th.cmd.Wait(); err != nil {
+		t.Fatalf("thrasher: %v", err)
+	}
+}
