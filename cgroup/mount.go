@@ -80,7 +80,7 @@ func ParseMountinfo(data []byte) (Mount, error) {
 				break
 			}
 		}
-		if len(fields) < 6 || sep < 0 || len(fields) < sep+3 {
+		if len(fields) < 6 || sep < 0 || len(fields) < sep+4 {
 			return Mount{}, fmt.Errorf("%w: line %d: %q", ErrMountinfoSyntax, lineNum, clip(line))
 		}
 		root, mountPoint, fsType, superOpts := fields[3], fields[4], fields[sep+1], fields[sep+3]

@@ -12,6 +12,9 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// v1Memory is the v1 memory hierarchy of a hybrid node.
+const v1Memory = "/sys/fs/cgroup/memory"
+
 // thrashMain runs in a child process: it waits for one byte on stdin (the
 // parent moves it into its cgroups first), then touches random pages of a
 // file mapping larger than its memory limit, so every touch risks a
@@ -55,7 +58,7 @@ type thrasher struct {
 // newThrasher prepares a file of size bytes whose page cache is dropped
 // (so its pages are charged to the thrasher when it faults them in) and
 // starts a child that waits for go().
-func newThrasher(t *testing.T, size int64) *thrasher {
+func newThrasher(t testing.TB, size int64) *thrasher {
 	t.Helper()
 	// Not a tmpfs: tmpfs pages are swap-backed and cannot be reclaimed
 	// without swap, which would OOM-kill the child instead of thrashing it.
@@ -110,7 +113,7 @@ func newThrasher(t *testing.T, size int64) *thrasher {
 func (th *thrasher) pid() int { return th.cmd.Process.Pid }
 
 // begin lets the child start thrashing.
-func (th *thrasher) begin(t *testing.T) {
+func (th *thrasher) begin(t testing.TB) {
 	t.Helper()
 	if _, err := th.start.Write([]byte{1}); err != nil {
 		t.Fatal(err)
@@ -118,7 +121,7 @@ func (th *thrasher) begin(t *testing.T) {
 }
 
 // stop ends the child and waits for it.
-func (th *thrasher) stop(t *testing.T) {
+func (th *thrasher) stop(t testing.TB) {
 	t.Helper()
 	th.start.Close()
 	if err := th.cmd.Wait(); err != nil {
