@@ -79,6 +79,7 @@ test: lint $(TEST_DEPS)
 	@if grep -qE '^(FAIL|--- FAIL|panic:)' $(CACHE)/test.log; then grep -vE '^(=== |\s*--- PASS|PASS$$)' $(CACHE)/test.log | tail -300; echo "tests failed: see $(CACHE)/test.log"; exit 1; fi
 	@if [ "$(NODESHIM_REQUIRE_PRIVILEGED)" = 1 ] && grep -E '^\s*--- SKIP' $(CACHE)/test.log; then echo "tests were skipped with NODESHIM_REQUIRE_PRIVILEGED=1"; exit 1; fi
 	@if [ -n "$(strip $(RACE_PKGS))" ]; then $(GO) test -count=1 -race $(RACE_PKGS); fi
+	$(MAKE) --no-print-directory vmtest vmtest-faults KERNELS="$(TEST_KERNELS)"
 	@echo "$$(grep -cE '^\s*--- PASS' $(CACHE)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(CACHE)/test.log) failed, $$(grep -cE '^\s*--- SKIP' $(CACHE)/test.log) skipped"
 
 ## bench: run the benchmarks (results are written up in BENCHMARKS.md)

@@ -65,6 +65,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 	})
 	root.AddCommand(
 		newVersionCommand(),
+		newReportCommand(),
 	)
 	return root
 }

@@ -1,0 +1,137 @@
+package vmtest
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+func TestGuestOnly(t *testing.T) {
+	cases := []struct {
+		name string
+		src  string
+		want bool
+	}{
+		{"vmtest tag", "//go:build vmtest\n\npackage a\n", true},
+		{"vmtest and linux", "// Copyright\n\n//go:build vmtest && linux\n\npackage a\n", true},
+		{"no constraint", "package a\n", false},
+		{"linux only", "//go:build linux\n\npackage a\n", false},
+		{"vmtest or linux builds on the host too", "//go:build vmtest || linux\n\npackage a\n", false},
+		{"not vmtest", "//go:build !vmtest\n\npackage a\n", false},
+		{"constraint after the package clause is ignored", "package a\n\n//go:build vmtest\n", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := GuestOnly([]byte(tc.src))
+			if err != nil || got != tc.want {
+				t.Fatalf("GuestOnly() = %v, %v, want %v", got, err, tc.want)
+			}
+		})
+	}
+	if _, err := GuestOnly([]byte("//go:build vmtest &&\n\npackage a\n")); err == nil {
+		t.Fatal("a malformed constraint parsed")
+	}
+}
+
+func TestTestNames(t *testing.T) {
+	src := `package a
+import "testing"
+func TestA(t *testing.T) {}
+func Test(t *testing.T) {}
+func TestÉ(t *testing.T) {}
+func Testify(t *testing.T) {}
+func TestMain(m *testing.M) {}
+func BenchmarkA(b *testing.B) {}
+func helper(t *testing.T) {}
+type s struct{}
+func (s) TestMethod(t *testing.T) {}
+`
+	got, err := TestNames("a_vm_test.go", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []string{"TestA", "Test", "TestÉ"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("TestNames() = %q, want %q", got, want)
+	}
+}
+
+func TestBinaryName(t *testing.T) {
+	for rel, want := range map[string]string{".": "root", "cgroup": "cgroup", "internal/vmtest": "internal_vmtest", "kernel/seccomp": "kernel_seccomp"} {
+		if got := BinaryName(rel); got != want {
+			t.Errorf("BinaryName(%q) = %q, want %q", rel, got, want)
+		}
+	}
+}
+
+// writeModule writes a Go module of files (path -> content) and returns its root.
+func writeModule(t *testing.T, files map[string]string) string {
+	t.Helper()
+	root := t.TempDir()
+	files["go.mod"] = "module example.com/m\n\ngo 1.25\n"
+	for name, content := range files {
+		p := filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return root
+}
+
+// fixtureModule has a pure Go package with guest tests, a package with host
+// tests only, and a cgo package with guest tests.
+func fixtureModule(t *testing.T) string {
+	return writeModule(t, map[string]string{
+		"pure/pure.go":              "package pure\n\nfunc One() int { return 1 }\n",
+		"pure/pure_test.go":         "package pure\n\nimport \"testing\"\n\nfunc TestHost(t *testing.T) {}\n",
+		"pure/pure_vm_test.go":      "//go:build vmtest\n\npackage pure\n\nimport \"testing\"\n\nfunc TestGuestB(t *testing.T) {}\nfunc TestGuestA(t *testing.T) {}\n",
+		"pure/x_vm_test.go":         "//go:build vmtest\n\npackage pure_test\n\nimport \"testing\"\n\nfunc TestGuestX(t *testing.T) {}\n",
+		"pure/testdata/case.golden": "golden\n",
+		"hostonly/h.go":             "package hostonly\n",
+		"hostonly/h_test.go":        "package hostonly\n\nimport \"testing\"\n\nfunc TestH(t *testing.T) {}\n",
+		"withcgo/c.go":              "package withcgo\n\n// int two(void) { return 2; }\nimport \"C\"\n\nfunc Two() int { return int(C.two()) }\n",
+		"withcgo/c_vm_test.go":      "//go:build vmtest\n\npackage withcgo\n\nimport \"testing\"\n\nfunc TestCgo(t *testing.T) {\n\tif Two() != 2 {\n\t\tt.Fatal(Two())\n\t}\n}\n",
+	})
+}
+
+func TestDiscover(t *testing.T) {
+	goTool := testutil.RequireBinary(t, "go")
+	root := fixtureModule(t)
+	pkgs, err := Discover(context.Background(), ExecRunner, goTool, root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, p := range pkgs {
+		got = append(got, p.ImportPath+" "+p.Name+" "+p.RunPattern())
+		if p.Dir != filepath.Join(root, p.Rel) {
+			t.Errorf("%s: Dir %s, Rel %s", p.ImportPath, p.Dir, p.Rel)
+		}
+	}
+	want := []string{
+		"example.com/m/pure pure ^(TestGuestA|TestGuestB|TestGuestX)$",
+		"example.com/m/withcgo withcgo ^(TestCgo)$",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("Discover() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestDiscoverRejectsUntaggedVMFile(t *testing.T) {
+	goTool := testutil.RequireBinary(t, "go")
+	root := writeModule(t, map[string]string{
+		"p/p.go":            "package p\n",
+		"p/oops_vm_test.go": "package p\n\nimport \"testing\"\n\nfunc TestGuest(t *testing.T) {}\n",
+	})
+	_, err := Discover(context.Background(), ExecRunner, goTool, root)
+	if err == nil || !strings.Contains(err.Error(), "oops_vm_test.go: a _vm_test.go file must start with //go:build vmtest") {
+		t.Fatalf("Discover() error %v, want one naming the untagged file", err)
+	}
+}

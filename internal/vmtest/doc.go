@@ -1,0 +1,49 @@
+// Package vmtest is nodeshim's kernel matrix: it runs the tests that need a
+// particular kernel inside real Debian kernels booted under QEMU
+// (`make vmtest KERNELS="6.1 6.12"`).
+//
+// For each kernel label the harness fetches the Debian kernel image package by
+// name with `apt-get download`, through a private apt sources list, state and
+// cache directory, and keeps the unpacked vmlinuz under the git-ignored cache
+// directory. It builds one test binary per package that has guest tests, packs
+// them with busybox-static into an initramfs, boots
+// `qemu-system-x86_64 -nographic -no-reboot -cpu max -m 1G` under TCG (never
+// KVM), streams the serial console back and turns the guest's test results
+// into its own exit status. A guest that panics, a test binary that is
+// missing and a guest that hangs (QEMU is killed after a timeout) each fail
+// the run with a message that names which.
+//
+// # Writing a guest test
+//
+// A test that needs a guest lives in a file named `*_vm_test.go` that starts
+// with the build constraint `//go:build vmtest` and calls
+// testutil.RequireGuest(t) first. On the host, `go test ./...` does not compile
+// such files; the harness finds every package that has them, builds
+// `go test -c -tags vmtest` for it and runs, in the guest, exactly the Test
+// functions declared in its vmtest-tagged files, from the package's source
+// directory (its testdata/ is copied into the image). The rest of the
+// package's tests are compiled in but not run there: they keep asserting the
+// host's facts on the host.
+//
+// Test binaries are linked statically (CGO_ENABLED=0) unless the package
+// depends on cgo outside the standard library (libseccomp); such a binary is
+// linked dynamically and the shared libraries that ldd lists, with the
+// loader, are copied into the image.
+//
+// # The guest
+//
+// The init script mounts proc at /proc, sysfs at /sys, devtmpfs at /dev,
+// cgroup2 at /sys/fs/cgroup (the only cgroup hierarchy: the guest is pure
+// cgroup v2), tracefs at /sys/kernel/tracing, bpffs at /sys/fs/bpf and tmpfs
+// at /tmp, enables every controller of cgroup.controllers in the root's
+// cgroup.subtree_control, and runs the tests as root with
+// NODESHIM_GUEST=<kernel label> (see testutil.InGuest) and
+// NODESHIM_REQUIRE_PRIVILEGED=1, so that a skip fails. The kernel is booted
+// with psi=1. It then runs `nodeshim report -o json` when the nodeshim binary
+// has a report command and keeps the output, with the console log, under
+// .cache/vmtest/artifacts/<label>/.
+//
+// Everything the guest says about its tests comes back on the serial console
+// as lines starting with Marker; files come back as a tar stream on the
+// second serial port.
+package vmtest

@@ -1,0 +1,188 @@
+package kernel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DefaultProbeTimeout bounds one probe when the Collector sets no timeout.
+// Probes normally answer in well under a millisecond; the bound only keeps
+// a hung tool or netlink socket from holding up the boot-time report.
+const DefaultProbeTimeout = 2 * time.Second
+
+// ErrBadCatalogue is wrapped by Collect when the requirement list itself is
+// wrong: an empty or repeated ID, or a requirement without a probe.
+var ErrBadCatalogue = errors.New("bad requirement catalogue")
+
+// Collector runs the probes of a requirement list against a host and
+// assembles the Report.
+type Collector struct {
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// ProbeTimeout bounds each probe; zero means DefaultProbeTimeout. A
+	// probe that does not answer in time is reported Unknown.
+	ProbeTimeout time.Duration
+	// Workers is how many probes run at once; zero means DefaultWorkers.
+	Workers int
+}
+
+// DefaultWorkers is how many probes run at once by default. Probes spend
+// their time in short system calls; measured on a 2-core node (see
+// BENCHMARKS.md), a few workers beat both one and one per probe, because a
+// fork (userns.create) or a blocking read holds an OS thread while the
+// others continue.
+const DefaultWorkers = 4
+
+// Collect runs reqs against h with the default Collector.
+func Collect(ctx context.Context, h *Host, reqs []Requirement) (*Report, error) {
+	return Collector{}.Collect(ctx, h, reqs)
+}
+
+// Collect loads the host's shared facts, runs every probe concurrently and
+// returns the report, with the requirements in the order given. A probe
+// that panics, returns no valid verdict or runs out of time yields Unknown
+// with the reason; only a malformed requirement list is an error.
+func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*Report, error) {
+	if err := checkCatalogue(reqs); err != nil {
+		return nil, err
+	}
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	timeout := c.ProbeTimeout
+	if timeout <= 0 {
+		timeout = DefaultProbeTimeout
+	}
+	start := now()
+	h.Load(ctx)
+
+	type outcome struct {
+		f       Finding
+		elapsed time.Duration
+	}
+	chans := make([]chan outcome, len(reqs))
+	cancels := make([]context.CancelFunc, len(reqs))
+	ctxs := make([]context.Context, len(reqs))
+	jobs := make(chan int, len(reqs))
+	for i := range reqs {
+		chans[i] = make(chan outcome, 1) // buffered: a late probe never blocks
+		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeout)
+		jobs <- i
+	}
+	close(jobs)
+	workers := c.Workers
+	if workers <= 0 {
+		workers = DefaultWorkers
+	}
+	for range min(workers, len(reqs)) {
+		go func() {
+			for i := range jobs {
+				t0 := now()
+				f := runProbe(ctxs[i], h, reqs[i])
+				chans[i] <- outcome{f, now().Sub(t0)}
+			}
+		}()
+	}
+	results := make([]Result, len(reqs))
+	for i, r := range reqs {
+		var o outcome
+		select {
+		case o = <-chans[i]:
+		case <-ctxs[i].Done():
+			// The probe may have answered just as the deadline passed.
+			select {
+			case o = <-chans[i]:
+			default:
+				o = outcome{f: Findingf(Unknown, "probe gave no answer: %v", ctxs[i].Err()), elapsed: timeout}
+			}
+		}
+		cancels[i]()
+		results[i] = newResult(r, h, o.f, o.elapsed)
+	}
+	return newReport(h, results, start, now().Sub(start)), nil
+}
+
+// runProbe calls the probe, turning a panic or a malformed finding into
+// Unknown with the reason.
+func runProbe(ctx context.Context, h *Host, r Requirement) (f Finding) {
+	defer func() {
+		if p := recover(); p != nil {
+			f = Findingf(Unknown, "probe panicked: %v", p)
+		}
+	}()
+	f = r.Probe(ctx, h)
+	switch f.Verdict {
+	case Supported, Degraded, Unsupported, Unknown:
+	default:
+		return Findingf(Unknown, "probe returned no valid verdict (%q): %s", f.Verdict, f.Evidence)
+	}
+	if f.Evidence == "" {
+		f.Evidence = "probe gave no evidence"
+		if f.Verdict != Unknown {
+			f.Evidence = fmt.Sprintf("probe said %s without evidence", f.Verdict)
+			f.Verdict = Unknown
+		}
+	}
+	return f
+}
+
+func checkCatalogue(reqs []Requirement) error {
+	seen := make(map[string]bool, len(reqs))
+	for i, r := range reqs {
+		switch {
+		case r.ID == "":
+			return fmt.Errorf("%w: requirement %d has no ID", ErrBadCatalogue, i)
+		case seen[r.ID]:
+			return fmt.Errorf("%w: requirement %q listed twice", ErrBadCatalogue, r.ID)
+		case r.Probe == nil:
+			return fmt.Errorf("%w: requirement %q has no probe", ErrBadCatalogue, r.ID)
+		}
+		seen[r.ID] = true
+	}
+	return nil
+}
+
+// VersionVerdict is what the kernel version alone says about r: Supported
+// when the running kernel is at least r.MinKernel, Unsupported when older,
+// Unknown when the version could not be read, and "" when r has no
+// version threshold.
+func VersionVerdict(r Requirement, h *Host) Verdict {
+	switch {
+	case r.MinKernel.IsZero():
+		return ""
+	case h.IdentityErr != nil:
+		return Unknown
+	case h.Identity.Version.AtLeast(r.MinKernel):
+		return Supported
+	default:
+		return Unsupported
+	}
+}
+
+// Mismatch names a disagreement between the version verdict and the probe.
+type Mismatch string
+
+// The disagreements the report flags.
+const (
+	// Backport: the kernel is older than the feature upstream, yet the
+	// probe finds it (a distribution backported it).
+	Backport Mismatch = "backport"
+	// Disabled: the kernel is new enough, yet the probe does not find the
+	// feature (configured out, disabled at boot, or blocked).
+	Disabled Mismatch = "disabled"
+)
+
+// mismatchOf compares the version verdict with the probe's verdict.
+func mismatchOf(byVersion, byProbe Verdict) Mismatch {
+	switch {
+	case byVersion == Unsupported && (byProbe == Supported || byProbe == Degraded):
+		return Backport
+	case byVersion == Supported && byProbe == Unsupported:
+		return Disabled
+	default:
+		return ""
+	}
+}

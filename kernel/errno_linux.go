@@ -1,0 +1,9 @@
+package kernel
+
+import (
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+func errnoName(e syscall.Errno) string { return unix.ErrnoName(e) }
