@@ -221,4 +221,3 @@ func detectOnce(b *testing.B, m Mount, i int) (time.Duration, WatchMode) {
 	}
 	return first.Sub(start), w.Mode()
 }
-

@@ -24,7 +24,6 @@ import (
 // where PSI triggers are refused with EINVAL. They are left out of the
 // kernel-matrix guest binary, which runs *_vm_test.go instead.
 
-
 func hostMount(t *testing.T) Mount {
 	t.Helper()
 	testutil.RequireRoot(t)

@@ -371,10 +371,11 @@ func ParseFlatKeyed(data []byte, f func(k []byte, v uint64)) error {
 	return nil
 }
 
-// parseUintLine parses a single-value file: decimal digits and a newline.
+// parseUintLine parses a single-value file: decimal digits, without the
+// leading zeros the kernel never prints, and a newline.
 func parseUintLine(data []byte) (uint64, bool) {
 	data = bytes.TrimSuffix(data, []byte{'\n'})
-	if len(data) == 0 || digits(data) != len(data) {
+	if len(data) == 0 || digits(data) != len(data) || (len(data) > 1 && data[0] == '0') {
 		return 0, false
 	}
 	return atou(data)

@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 
@@ -20,7 +22,15 @@ const v1Memory = "/sys/fs/cgroup/memory"
 // file mapping larger than its memory limit, so every touch risks a
 // refault of a page it just lost: the memory stall PSI accounts. It stops
 // when the parent closes stdin.
+//
+// With the spec "anon:<MiB>" it instead holds that much anonymous memory
+// and keeps faulting in and releasing more: over memory.high, each charge
+// throttles the task in mem_cgroup_handle_over_high, a memory stall PSI
+// accounts, without a disk (a guest booted from an initramfs has none).
 func thrashMain(path string) int {
+	if mib, ok := strings.CutPrefix(path, "anon:"); ok {
+		return thrashAnon(mib)
+	}
 	var b [1]byte
 	if _, err := os.Stdin.Read(b[:]); err != nil {
 		fmt.Fprintln(os.Stderr, "wait for start:", err)
@@ -46,6 +56,42 @@ func thrashMain(path string) int {
 	var sum atomic.Uint32
 	for {
 		sum.Add(uint32(m[rand.IntN(pages)*4096]))
+	}
+}
+
+func thrashAnon(mib string) int {
+	n, err := strconv.Atoi(mib)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bad size", mib)
+		return 2
+	}
+	var b [1]byte
+	if _, err := os.Stdin.Read(b[:]); err != nil {
+		fmt.Fprintln(os.Stderr, "wait for start:", err)
+		return 2
+	}
+	go func() {
+		_, _ = os.Stdin.Read(b[:])
+		os.Exit(0)
+	}()
+	hold, err := unix.Mmap(-1, 0, n<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	for i := 0; i < len(hold); i += 4096 {
+		hold[i] = 1
+	}
+	for {
+		c, err := unix.Mmap(-1, 0, 1<<20, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANONYMOUS)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for i := 0; i < len(c); i += 4096 {
+			c[i] = 1
+		}
+		_ = unix.Munmap(c)
 	}
 }
 
@@ -88,12 +134,18 @@ func newThrasher(t testing.TB, size int64) *thrasher {
 		t.Fatal(err)
 	}
 	f.Close()
+	return startThrasher(t, path)
+}
+
+// startThrasher starts the child with spec (a file path, or "anon:<MiB>").
+func startThrasher(t testing.TB, spec string) *thrasher {
+	t.Helper()
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), envThrash+"="+path)
+	cmd.Env = append(os.Environ(), envThrash+"="+spec)
 	cmd.Stdin, cmd.Stderr = r, os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

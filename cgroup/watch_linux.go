@@ -10,6 +10,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// ErrNoTrigger is the fallback reason for a pressure file outside cgroup2
+// and procfs, which cannot take a trigger.
+var ErrNoTrigger = errors.New("not a kernel pressure file")
+
 // WatchOptions tunes a Watcher.
 type WatchOptions struct {
 	// PollInterval is the fallback's read interval; zero means
@@ -53,6 +57,14 @@ func NewWatcher(path string, trig Trigger, opts WatchOptions) (*Watcher, error) 
 			return w, w.probe()
 		}
 		return nil, classifyPath(path, err)
+	}
+	// Only a kernel pressure file takes a trigger; anything else (a
+	// recorded tree, a copy) must never be written to.
+	var sfs unix.Statfs_t
+	if err := unix.Fstatfs(fd, &sfs); err != nil || (sfs.Type != unix.CGROUP2_SUPER_MAGIC && sfs.Type != unix.PROC_SUPER_MAGIC) {
+		_ = unix.Close(fd)
+		w.mode, w.reason = ModePoll, fmt.Errorf("%s is not on cgroup2 or procfs: %w", path, ErrNoTrigger)
+		return w, w.probe()
 	}
 	// The kernel copies the string including its terminating NUL
 	// (psi_write copies at most sizeof(buf)-1 bytes and terminates it).

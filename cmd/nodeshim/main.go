@@ -66,6 +66,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 	root.AddCommand(
 		newVersionCommand(),
 		newReportCommand(),
+		newPressureCommand(),
 	)
 	return root
 }
