@@ -79,19 +79,35 @@ func classify(dir string, err error) error {
 // (fs/kernfs/file.c, kernfs_get_active failing), and ENOENT for an openat
 // under a removed directory.
 func classifyAt(dir, name string, err error) error {
-	path := dir + "/" + name
-	switch {
-	case errors.Is(err, unix.ENODEV):
-		return fmt.Errorf("read %s: %w (%w)", path, ErrVanished, err)
-	case errors.Is(err, unix.ENOENT):
+	errno, _ := err.(unix.Errno)
+	switch errno {
+	case unix.ENODEV:
+		return &fileError{dir: dir, name: name, class: ErrVanished, errno: errno}
+	case unix.ENOENT:
 		var st unix.Stat_t
-		// A removed cgroup directory has no links left; its path no longer resolves.
+		// A removed cgroup directory's path no longer resolves.
 		if serr := unix.Stat(dir, &st); serr != nil {
-			return fmt.Errorf("read %s: %w (%w)", path, ErrVanished, err)
+			return &fileError{dir: dir, name: name, class: ErrVanished, errno: errno}
 		}
-		return fmt.Errorf("read %s: %w (%w)", path, ErrMissing, err)
+		return &fileError{dir: dir, name: name, class: ErrMissing, errno: errno}
 	}
-	return fmt.Errorf("read %s: %w", path, err)
+	return fmt.Errorf("read %s/%s: %w", dir, name, err)
 }
+
+// fileError is the error of one cgroup file that is missing or gone. Its
+// message is built only when asked for: a pass over many cgroups with a
+// controller missing everywhere would otherwise format thousands of them.
+type fileError struct {
+	dir, name string
+	class     error
+	errno     unix.Errno
+}
+
+func (e *fileError) Error() string {
+	return "read " + e.dir + "/" + e.name + ": " + e.class.Error() + " (" + e.errno.Error() + ")"
+}
+
+// Unwrap returns the class (ErrMissing or ErrVanished) and the errno.
+func (e *fileError) Unwrap() []error { return []error{e.class, e.errno} }
 
 func closeFd(fd int) { _ = unix.Close(fd) }
