@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -179,4 +181,27 @@ func (th *thrasher) stop(t testing.TB) {
 	if err := th.cmd.Wait(); err != nil {
 		t.Fatalf("thrasher: %v", err)
 	}
+}
+
+// stallOnset samples the pressure file's some total every millisecond and
+// returns when it first moves: the moment the cgroup began to stall, the
+// start a detection latency is measured from. It stops at ctx's end.
+func stallOnset(ctx context.Context, path string) <-chan time.Time {
+	ch := make(chan time.Time, 1)
+	go func() {
+		defer close(ch)
+		buf := make([]byte, 256)
+		base, err := readTotal(path, false, buf)
+		if err != nil {
+			return
+		}
+		for ctx.Err() == nil {
+			if t, err := readTotal(path, false, buf); err == nil && t > base {
+				ch <- time.Now()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return ch
 }
