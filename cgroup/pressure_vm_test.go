@@ -185,3 +185,48 @@ func TestGuestDetectionLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestGuestMonitorStreamsTriggerEvents runs a Monitor whose kubepods is a
+// thrashing cgroup: both default watchers (the root's and kubepods'
+// memory.pressure) are kernel triggers, and the kubepods trigger's event
+// arrives on the stream.
+func TestGuestMonitorStreamsTriggerEvents(t *testing.T) {
+	m := guestMount(t)
+	dir := guestCgroup(t, m, fmt.Sprintf("nodeshim-monitor-%d", os.Getpid()))
+	mon, err := NewMonitor(MonitorConfig{
+		Sources: NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, Kubepods: dir, KubeletRoot: "/"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
+	for _, w := range mon.Watchers() {
+		if w.Mode != ModeTrigger {
+			t.Fatalf("watcher %+v: want a kernel trigger", w)
+		}
+	}
+	snap, _ := mon.Evaluate()
+	if o := snap.Observations[SignalAllocatableMemoryAvailable]; !o.Known() || o.Capacity != 96<<20 {
+		t.Fatalf("allocatableMemory.available %+v: want the kubepods memory.max", o)
+	}
+	if o := snap.Observations[SignalMemoryAvailable]; !o.Known() || o.Source != "meminfo+memory.stat" {
+		t.Fatalf("memory.available %+v: want the root memory.stat on a pure cgroup v2 node", o)
+	}
+	th := startThrasher(t, "anon:24")
+	if err := os.WriteFile(filepath.Join(dir, "cgroup.procs"), []byte(strconv.Itoa(th.pid())), 0); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var got *PressureEvent
+	th.begin(t)
+	err = mon.Run(ctx, func(e Event) {
+		if e.Kind == EventPressure && e.Pressure.Path == filepath.Join(dir, "memory.pressure") {
+			got = e.Pressure
+			cancel()
+		}
+	})
+	th.stop(t)
+	if !errors.Is(err, context.Canceled) || got == nil || got.Mode != ModeTrigger {
+		t.Fatalf("Run = %v, event %+v: want a trigger event from kubepods", err, got)
+	}
+}
