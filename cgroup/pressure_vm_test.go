@@ -4,6 +4,7 @@ package cgroup
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"os"
@@ -228,5 +229,92 @@ func TestGuestMonitorStreamsTriggerEvents(t *testing.T) {
 	th.stop(t)
 	if !errors.Is(err, context.Canceled) || got == nil || got.Mode != ModeTrigger {
 		t.Fatalf("Run = %v, event %+v: want a trigger event from kubepods", err, got)
+	}
+}
+
+// recordFiles are the files TestGuestRecordTree records from each cgroup.
+var recordFiles = []string{
+	"cgroup.controllers", "cgroup.subtree_control", "cgroup.procs", "cgroup.pressure",
+	"memory.current", "memory.max", "memory.high", "memory.min", "memory.low", "memory.stat", "memory.events",
+	"memory.swap.current", "memory.swap.max", "pids.current", "pids.max", "cpu.stat", "io.stat",
+	"cpu.pressure", "memory.pressure", "io.pressure",
+}
+
+// TestGuestRecordTree builds a kubelet-shaped tree (cgroupfs naming) with a
+// running container process, checks that every stats group reads as known
+// at every level below the root, and logs each file as a RECORD line:
+// testdata/record-guest-tree.sh turns a `make vmtest` log into the
+// testdata/recorded-6.1 tree the golden tests read.
+func TestGuestRecordTree(t *testing.T) {
+	m := guestMount(t)
+	const uid = "5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09"
+	const cid = "0d2c9a1e4b7f3a6c8e5d1b2a9f7c4e3d2a1b0c9d8e7f6a5b4c3d2e1f0a9b8c7d"
+	rels := []string{"kubepods", "kubepods/burstable", "kubepods/besteffort", "kubepods/burstable/pod" + uid, "kubepods/burstable/pod" + uid + "/" + cid}
+	for i, rel := range rels {
+		dir := filepath.Join(m.Path, rel)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		defer os.Remove(dir)
+		if i < 4 {
+			if err := os.WriteFile(filepath.Join(dir, "cgroup.subtree_control"), []byte("+cpu +io +memory +pids"), 0); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	pod := filepath.Join(m.Path, rels[3])
+	ctr := filepath.Join(m.Path, rels[4])
+	for path, v := range map[string]string{pod + "/memory.max": "256M", pod + "/pids.max": "4096", ctr + "/memory.max": "256M"} {
+		if err := os.WriteFile(path, []byte(v), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	th := startThrasher(t, "anon:8")
+	if err := os.WriteFile(filepath.Join(ctr, "cgroup.procs"), []byte(strconv.Itoa(th.pid())), 0); err != nil {
+		t.Fatal(err)
+	}
+	th.begin(t)
+	time.Sleep(300 * time.Millisecond) // let the container use memory and CPU before recording
+	defer th.stop(t)
+
+	tree, err := DiscoverPods(m.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tree.Driver != Cgroupfs || len(tree.Pods) != 1 || tree.Pods[0].UID != uid || tree.Pods[0].QOS != Burstable ||
+		len(tree.Pods[0].Containers) != 1 || tree.Pods[0].Containers[0].ID != cid {
+		t.Fatalf("discovered %+v", tree)
+	}
+	r := NewReader()
+	for _, rel := range rels {
+		var s Stats
+		if err := r.Read(filepath.Join(m.Path, rel), StatAll, &s); err != nil {
+			t.Fatal(err)
+		}
+		for name, err := range map[string]error{"memory": s.Memory.Err, "memory.events": s.MemoryEvents.Err, "pids": s.Pids.Err,
+			"cpu": s.CPU.Err, "io": s.IO.Err, "cpu.pressure": s.Pressure[0].Err, "memory.pressure": s.Pressure[1].Err, "io.pressure": s.Pressure[2].Err} {
+			if err != nil {
+				t.Errorf("%s: %s unknown: %v", rel, name, err)
+			}
+		}
+		if rel == rels[4] && (s.Memory.Current < 8<<20 || s.Pids.Current != 1 || s.CPU.UsageUsec == 0) {
+			t.Errorf("container stats %+v %+v %+v: want the running process's use", s.Memory, s.Pids, s.CPU)
+		}
+	}
+	var root Stats
+	if err := r.Read(m.Path, StatAll, &root); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(root.Memory.Err, ErrMissing) || root.CPU.Err != nil || root.Pressure[1].Err != nil {
+		t.Errorf("root: memory %v (want ErrMissing: no memory.current), cpu %v, memory.pressure %v", root.Memory.Err, root.CPU.Err, root.Pressure[1].Err)
+	}
+	for _, rel := range append([]string{"."}, rels...) {
+		for _, f := range recordFiles {
+			data, err := os.ReadFile(filepath.Join(m.Path, rel, f))
+			if err != nil {
+				continue // absent at this level (the root has no memory.current)
+			}
+			t.Logf("RECORD %s/%s %s", rel, f, base64.StdEncoding.EncodeToString(data))
+		}
 	}
 }
