@@ -102,8 +102,20 @@ func renderStats(root, rel string, s *Stats, readErr error) goldenStats {
 	return g
 }
 
-func TestGoldenUnifiedTree(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("testdata", "unified"))
+// goldenTrees are the cgroup v2 trees under testdata: "unified" composed in
+// the kernel's formats with the cases a live node rarely shows at once
+// (controllers not enabled, a container without io), "recorded-6.1"
+// recorded from a Debian 6.1 guest by TestGuestRecordTree.
+var goldenTrees = []string{"unified", "recorded-6.1"}
+
+func TestGoldenTrees(t *testing.T) {
+	for _, name := range goldenTrees {
+		t.Run(name, func(t *testing.T) { goldenTree(t, name) })
+	}
+}
+
+func goldenTree(t *testing.T, name string) {
+	root, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +153,7 @@ func TestGoldenUnifiedTree(t *testing.T) {
 		}
 		pods = append(pods, g)
 	}
-	goldenJSON(t, "unified.golden.json", map[string]any{
+	goldenJSON(t, name+".golden.json", map[string]any{
 		"driver": tree.Driver, "kubepods": rel(tree.Kubepods), "burstable": rel(tree.Burstable),
 		"besteffort": rel(tree.BestEffort), "pods": pods, "stats": out,
 	})
@@ -176,7 +188,13 @@ func TestDiscoverPodsWithoutKubepods(t *testing.T) {
 // containerd reports the root's memory usage as 0 where nodeshim reports it
 // unknown.
 func TestContainerdAgrees(t *testing.T) {
-	root, _ := filepath.Abs(filepath.Join("testdata", "unified"))
+	for _, name := range goldenTrees {
+		t.Run(name, func(t *testing.T) { containerdAgrees(t, name) })
+	}
+}
+
+func containerdAgrees(t *testing.T, name string) {
+	root, _ := filepath.Abs(filepath.Join("testdata", name))
 	tree, err := DiscoverPods(root)
 	if err != nil {
 		t.Fatal(err)

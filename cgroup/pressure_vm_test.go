@@ -241,7 +241,7 @@ var recordFiles = []string{
 }
 
 // TestGuestRecordTree builds a kubelet-shaped tree (cgroupfs naming) with a
-// running container process, checks that every stats group reads as known
+// running container process (pids counts its threads), checks that every stats group reads as known
 // at every level below the root, and logs each file as a RECORD line:
 // testdata/record-guest-tree.sh turns a `make vmtest` log into the
 // testdata/recorded-6.1 tree the golden tests read.
@@ -297,7 +297,7 @@ func TestGuestRecordTree(t *testing.T) {
 				t.Errorf("%s: %s unknown: %v", rel, name, err)
 			}
 		}
-		if rel == rels[4] && (s.Memory.Current < 8<<20 || s.Pids.Current != 1 || s.CPU.UsageUsec == 0) {
+		if rel == rels[4] && (s.Memory.Current < 8<<20 || s.Pids.Current == 0 || s.CPU.UsageUsec == 0) {
 			t.Errorf("container stats %+v %+v %+v: want the running process's use", s.Memory, s.Pids, s.CPU)
 		}
 	}
