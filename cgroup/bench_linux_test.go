@@ -239,7 +239,6 @@ func detectOnce(b *testing.B, m Mount, i int) (time.Duration, time.Duration, Wat
 	start := time.Now()
 	th.begin(b)
 	<-done
-	stopOnset()
 	stall, ok := <-onset
 	th.stop(b)
 	if first.IsZero() || !ok {

@@ -103,7 +103,6 @@ func detectGuest(t testing.TB, m Mount, name string, opts WatchOptions, check fu
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("watcher: %v", err)
 	}
-	stopOnset()
 	stall, ok := <-onset
 	if !ok {
 		t.Fatal("the event came but no stall was seen")

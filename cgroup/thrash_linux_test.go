@@ -184,17 +184,21 @@ func (th *thrasher) stop(t testing.TB) {
 }
 
 // stallOnset samples the pressure file's some total every millisecond and
-// returns when it first moves: the moment the cgroup began to stall, the
-// start a detection latency is measured from. It stops at ctx's end.
+// sends the time it first moves past its value at the call: the moment the
+// cgroup began to stall, the start a detection latency is measured from.
+// Once a pressure event has come the total has moved, so the receive does
+// not block for long; the channel closes without a value only when ctx ends
+// first or the file cannot be read.
 func stallOnset(ctx context.Context, path string) <-chan time.Time {
 	ch := make(chan time.Time, 1)
+	buf := make([]byte, 256)
+	base, err := readTotal(path, false, buf)
+	if err != nil {
+		close(ch)
+		return ch
+	}
 	go func() {
 		defer close(ch)
-		buf := make([]byte, 256)
-		base, err := readTotal(path, false, buf)
-		if err != nil {
-			return
-		}
 		for ctx.Err() == nil {
 			if t, err := readTotal(path, false, buf); err == nil && t > base {
 				ch <- time.Now()
