@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -54,8 +55,20 @@ func thrashMain(path string) int {
 		return 1
 	}
 	pages := len(m) / 4096
+	// Several threads fault at once, so that some task of the cgroup is
+	// almost always waiting for reclaim or a refault: PSI's "some". Page
+	// faults do not release a P, hence GOMAXPROCS above the thread count.
+	const threads = 8
+	runtime.GOMAXPROCS(threads)
 	// The sum goes through an atomic so that the compiler keeps the loads.
 	var sum atomic.Uint32
+	for range threads - 1 {
+		go func() {
+			for {
+				sum.Add(uint32(m[rand.IntN(pages)*4096]))
+			}
+		}()
+	}
 	for {
 		sum.Add(uint32(m[rand.IntN(pages)*4096]))
 	}
