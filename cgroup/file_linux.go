@@ -58,6 +58,15 @@ func readAt(dirfd int, dir string, name cname, buf *[]byte) ([]byte, error) {
 			break
 		}
 		n += m
+		// A short read is the end of the file for what nodeshim reads:
+		// cgroup and proc files are seq_files, which fill the buffer until
+		// the last record (fs/seq_file.c, seq_read_iter), and regular files
+		// (a recorded tree) return all bytes up to i_size. Stopping here
+		// saves the read that would return 0, a third of the syscalls of a
+		// small file.
+		if n < len(b) {
+			break
+		}
 	}
 	*buf = b[:0]
 	return b[:n], nil
