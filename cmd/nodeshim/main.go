@@ -69,6 +69,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		newSeccompCommand(),
 		newCheckpointCommand(), newRestoreCommand(),
 		newServeCommand(), newStatusCommand(),
+		newPressureCommand(),
 	)
 	return root
 }

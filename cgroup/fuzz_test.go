@@ -1,0 +1,77 @@
+package cgroup
+
+import (
+	"errors"
+	"testing"
+)
+
+func FuzzParseFlatKeyed(f *testing.F) {
+	f.Add([]byte("anon 1\nfile 2\ninactive_file 3\n"))
+	f.Add([]byte("usage_usec 18446744073709551615\n"))
+	f.Add([]byte("x 18446744073709551616\n"))
+	f.Add([]byte("bad\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		n := 0
+		err := ParseFlatKeyed(data, func(k []byte, v uint64) {
+			if len(k) == 0 {
+				t.Fatal("empty key")
+			}
+			n++
+		})
+		if err != nil && !errors.Is(err, ErrMalformed) {
+			t.Fatalf("error %v does not wrap ErrMalformed", err)
+		}
+	})
+}
+
+func FuzzParseMeminfo(f *testing.F) {
+	f.Add([]byte("MemTotal:       16384000 kB\nMemFree:         2048000 kB\nInactive(file):  4096000 kB\n"))
+	f.Add([]byte("MemTotal: 1 MB\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		m, err := ParseMeminfo(data)
+		if err != nil {
+			if !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v does not wrap ErrMalformed", err)
+			}
+			return
+		}
+		if m.MemTotal%1024 != 0 || m.MemFree%1024 != 0 {
+			t.Fatalf("values not in kB: %+v", m)
+		}
+	})
+}
+
+func FuzzParseLimit(f *testing.F) {
+	for _, s := range []string{"max\n", "1024\n", "max", "", "-1\n", "18446744073709551616\n"} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		l, ok := ParseLimit(data)
+		if ok && !l.Unlimited && string(data) != l.String() && string(data) != l.String()+"\n" {
+			t.Fatalf("accepted %q as %v", data, l)
+		}
+	})
+}
+
+func FuzzParseThresholds(f *testing.F) {
+	f.Add(DefaultHardThresholds)
+	f.Add("pid.available<5%")
+	f.Add("memory.available<1e3")
+	f.Fuzz(func(t *testing.T, s string) {
+		ths, err := ParseThresholds(s)
+		if err != nil {
+			if !errors.Is(err, ErrThreshold) {
+				t.Fatalf("error %v does not wrap ErrThreshold", err)
+			}
+			return
+		}
+		for _, th := range ths {
+			if (th.Quantity == nil) == (th.Percentage == 0) || th.Percentage < 0 || th.Percentage > 1 {
+				t.Fatalf("threshold %+v", th)
+			}
+			if _, err := ParseThresholds(th.String()); err != nil {
+				t.Fatalf("%q does not parse back: %v", th.String(), err)
+			}
+		}
+	})
+}

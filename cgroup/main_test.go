@@ -1,0 +1,22 @@
+package cgroup
+
+import (
+	"flag"
+	"os"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+var update = flag.Bool("update", false, "rewrite golden files under testdata/")
+
+// envThrash makes the test binary a thrashing workload instead of running
+// tests: see thrashMain.
+const envThrash = "NODESHIM_CGROUP_THRASH"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(envThrash) != "" {
+		os.Exit(thrashMain(os.Getenv(envThrash)))
+	}
+	goleak.VerifyTestMain(m)
+}
