@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"testing"
 
-
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 )
