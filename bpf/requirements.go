@@ -66,6 +66,8 @@ func Requirements() []kernel.Requirement {
 			ID: "ebpf.prog-tracing", Group: "ebpf", MinKernel: kernel.V(5, 5, 0),
 			NeededBy: []string{neededByOOM + ": fentry on mark_oom_victim, which sees the victim's cgroup"},
 			Probe:    featureProbe(tracing, "BPF_PROG_TYPE_TRACING (fentry on bpf_init)"),
+			// Decodes the kernel BTF that the two program loads share.
+			Slow: true,
 		},
 		{
 			ID: "ebpf.tracefs-oom-mark-victim", Group: "ebpf",
@@ -76,11 +78,15 @@ func Requirements() []kernel.Requirement {
 			ID: "ebpf.syscall-recorder", Group: "ebpf",
 			NeededBy: []string{neededByRecorder},
 			Probe:    recorderProbe(cache),
+			Slow:     true,
 		},
 		{
 			ID: "ebpf.oom-watcher", Group: "ebpf",
 			NeededBy: []string{neededByOOM},
 			Probe:    oomWatcherProbe(cache, tracing),
+			// Detaching a perf-event tracepoint waits for an RCU grace
+			// period: 30-60 ms of wall time here.
+			Slow: true,
 		},
 	}
 }
