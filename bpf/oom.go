@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/perf"
@@ -97,6 +98,11 @@ type OOMOptions struct {
 	Now func() time.Time
 	// Buffer is the capacity of the Events channel; 0 means 64.
 	Buffer int
+	// BTFCache holds the decoded kernel BTF for the CO-RE relocations and
+	// the fentry target; nil decodes it afresh. Share one cache between
+	// loads that run close together (the capability report) to decode
+	// /sys/kernel/btf/vmlinux once.
+	BTFCache *btf.Cache
 }
 
 // OOMWatcher delivers OOM kills on a channel until Close.
@@ -150,9 +156,15 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 	if w.now == nil {
 		w.now = time.Now
 	}
+	// One parse of the embedded ELF serves every hook tried; each
+	// attempt works on its own copy.
+	spec, err := loadOom()
+	if err != nil {
+		return nil, fmt.Errorf("parse the OOM watcher object: %w", err)
+	}
 	var errs []error
 	for _, h := range hooks {
-		err := w.attach(h)
+		err := w.attach(spec.Copy(), h, opts.BTFCache)
 		if err == nil {
 			break
 		}
@@ -168,11 +180,7 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 
 // attach loads the program for hook and its maps, attaches it and opens the
 // reader; on failure it releases what it created.
-func (w *OOMWatcher) attach(hook OOMHook) (err error) {
-	spec, err := loadOom()
-	if err != nil {
-		return err
-	}
+func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.Cache) (err error) {
 	useRingbuf := w.transport == OOMTransportRingbuf
 	if err := spec.Variables[oomVarUseRingbuf].Set(useRingbuf); err != nil {
 		return fmt.Errorf("set use_ringbuf: %w", err)
@@ -197,12 +205,12 @@ func (w *OOMWatcher) attach(hook OOMHook) (err error) {
 		return fmt.Errorf("unknown hook")
 	}
 	// Only the chosen program is loaded.
-	coll, err := ebpf.NewCollection(&ebpf.CollectionSpec{
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
 		Maps:      spec.Maps,
 		Programs:  map[string]*ebpf.ProgramSpec{progName: spec.Programs[progName]},
 		Variables: spec.Variables,
 		Types:     spec.Types,
-	})
+	}, ebpf.CollectionOptions{Cache: cache})
 	if err != nil {
 		return newLoadError("OOM watcher "+progName, err)
 	}

@@ -1,16 +1,11 @@
 package bpf
 
 import (
-	"context"
 	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"testing"
-
-	"github.com/cilium/ebpf"
-	"github.com/cilium/ebpf/features"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
@@ -71,32 +66,6 @@ func TestOOMWatcherDefaultPicksBestHook(t *testing.T) {
 	if w.Hook() != want || w.Transport() != OOMTransportRingbuf {
 		t.Errorf("default attached to %s over %s, want %s over ringbuf", w.Hook(), w.Transport(), want)
 	}
-}
-
-// hookAvailable reports whether this kernel should accept hook, from the
-// same feature probes as the report, so that the tests hold WatchOOM to them.
-func hookAvailable(h *kernel.Host, hook OOMHook) (bool, string) {
-	switch hook {
-	case OOMHookFentry:
-		err := features.HaveProgramType(ebpf.Tracing)
-		return err == nil, fmt.Sprintf("BPF_PROG_TYPE_TRACING: %v", err)
-	case OOMHookKprobe:
-		// perf_kprobe PMU (4.17+) or kprobe_events in tracefs; both
-		// need CONFIG_KPROBES.
-		if _, err := os.Stat(h.Path("/sys/bus/event_source/devices/kprobe/type")); err == nil {
-			return true, "kprobe PMU present"
-		}
-		for _, r := range tracefsRoots(h) {
-			if _, err := os.Stat(r + "/kprobe_events"); err == nil {
-				return true, r + "/kprobe_events present"
-			}
-		}
-		return false, "no kprobe PMU and no kprobe_events (CONFIG_KPROBES=n?)"
-	case OOMHookTracepoint:
-		f := probeTracefsEvent("oom", "mark_victim")(context.Background(), h)
-		return f.Verdict == kernel.Supported, f.Evidence
-	}
-	return false, "unknown hook"
 }
 
 func TestOOMWatcherUnknownHook(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 )
 
@@ -113,6 +114,12 @@ func (o *recorderLoaded) Close() error {
 // raw_syscalls/sys_enter (and, for a process tree, to sched_process_fork
 // and sched_process_exit). Close detaches and unloads everything.
 func NewRecorder(target Target) (*Recorder, error) {
+	return newRecorder(target, nil)
+}
+
+// newRecorder is NewRecorder with a shared kernel BTF cache (nil decodes
+// the kernel BTF afresh).
+func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 	if len(target.Keys) == 0 || target.Kind < TargetCgroup || target.Kind > TargetProcessTree {
 		return nil, fmt.Errorf("%w: kind %v, %d keys", ErrNoTarget, target.Kind, len(target.Keys))
 	}
@@ -128,8 +135,9 @@ func NewRecorder(target Target) (*Recorder, error) {
 	}
 
 	r := &Recorder{target: target}
+	opts := &ebpf.CollectionOptions{Cache: cache}
 	if target.Kind == TargetProcessTree {
-		err = spec.LoadAndAssign(&r.objs, nil)
+		err = spec.LoadAndAssign(&r.objs, opts)
 	} else {
 		// Load only what this mode runs: the fork and exit programs
 		// would be dead weight on two more hot tracepoints.
@@ -137,7 +145,7 @@ func NewRecorder(target Target) (*Recorder, error) {
 			recorderMaps
 			RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
 		}
-		err = spec.LoadAndAssign(&objs, nil)
+		err = spec.LoadAndAssign(&objs, opts)
 		r.objs.recorderMaps = objs.recorderMaps
 		r.objs.RecordSysEnter = objs.RecordSysEnter
 	}

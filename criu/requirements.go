@@ -33,16 +33,19 @@ var ProbedFeatures = []struct {
 	{"network_lock_nftables", "CRIU: locking the network of containers with TCP connections"},
 }
 
-// probe caches the binary, version and `criu check` result for the
-// requirements of one Requirements call, so that a report runs criu once.
+// probe holds the binary, version, `criu check` and feature results for
+// the requirements of one Requirements call, so that a report runs criu
+// once per question, or not at all when a CheckCache has the answers.
 type probe struct {
-	once     sync.Once
-	bin      Binary
-	findErr  error
-	version  Version
-	verErr   error
-	checkMsg string
-	checkErr error
+	once    sync.Once
+	cache   *CheckCache
+	now     func() time.Time
+	bin     Binary
+	findErr error
+	checkResults
+	// cacheNote says why the cache was not used or not written; logged
+	// in the evidence of criu.check only.
+	cacheNote string
 }
 
 func (p *probe) run(ctx context.Context) {
@@ -51,15 +54,63 @@ func (p *probe) run(ctx context.Context) {
 		if p.findErr != nil {
 			return
 		}
-		p.version, p.verErr = p.bin.Version(ctx)
-		if os.Geteuid() != 0 {
-			// criu check refuses to run unprivileged; that says nothing
-			// about the node.
-			p.checkErr = fmt.Errorf("criu check needs root (euid %d)", os.Geteuid())
-			return
+		names := make([]string, len(ProbedFeatures))
+		for i, f := range ProbedFeatures {
+			names[i] = f.Name
 		}
-		p.checkMsg, p.checkErr = p.bin.Check(ctx)
+		if p.cache != nil && os.Geteuid() == 0 {
+			r, err := p.cache.load(p.bin, names)
+			if err == nil {
+				p.checkResults = r
+				return
+			}
+			if !errors.Is(err, errCacheMiss) {
+				p.cacheNote = fmt.Sprintf("check cache unusable: %v", err)
+			}
+		}
+		p.checkResults = runChecks(ctx, p.bin, names)
+		if p.cache != nil && os.Geteuid() == 0 {
+			if _, err := p.cache.store(p.bin, p.checkResults, p.now()); err != nil {
+				p.cacheNote = fmt.Sprintf("check cache not written: %v", err)
+			}
+		}
 	})
+}
+
+// runChecks runs `criu --version`, `criu check` and `criu check --feature`
+// for each name, all at once: each is a separate criu process, and the
+// features are only used when the check passes.
+func runChecks(ctx context.Context, bin Binary, names []string) checkResults {
+	r := checkResults{features: make(map[string]error, len(names))}
+	if os.Geteuid() != 0 {
+		// criu check refuses to run unprivileged; that says nothing
+		// about the node.
+		r.version, r.verErr = bin.Version(ctx)
+		r.checkErr = fmt.Errorf("criu check needs root (euid %d)", os.Geteuid())
+		return r
+	}
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	wg.Go(func() { r.version, r.verErr = bin.Version(ctx) })
+	wg.Go(func() { r.checkMsg, r.checkErr = bin.Check(ctx) })
+	for _, name := range names {
+		wg.Go(func() {
+			err := bin.CheckFeature(ctx, name)
+			mu.Lock()
+			r.features[name] = err
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	return r
+}
+
+// cached is the note a finding from a cached result carries.
+func (p *probe) cached() string {
+	if p.cachedAt.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf(" (cached: criu ran at %s in this boot; binary unchanged)", p.cachedAt.UTC().Format(time.RFC3339))
 }
 
 // checkTimeout bounds the CRIU probes of the capability report.
@@ -70,7 +121,24 @@ const checkTimeout = 15 * time.Second
 // of `criu check`, and one entry per feature in ProbedFeatures, each probed
 // with `criu check --feature NAME`.
 func Requirements() []kernel.Requirement {
-	p := &probe{}
+	return RequirementsWith(ReportOptions{})
+}
+
+// ReportOptions tune the CRIU entries of the capability report.
+type ReportOptions struct {
+	// Cache, if not nil, keeps the results of criu between reports of one
+	// boot (see CheckCache); findings taken from it say so.
+	Cache *CheckCache
+	// Now is the clock that dates cache records; nil means time.Now.
+	Now func() time.Time
+}
+
+// RequirementsWith is Requirements with options.
+func RequirementsWith(opts ReportOptions) []kernel.Requirement {
+	p := &probe{cache: opts.Cache, now: opts.Now}
+	if p.now == nil {
+		p.now = time.Now
+	}
 	checkpoint := []string{"Kubernetes: kubelet Checkpoint API (ContainerCheckpoint)", "nodeshim: checkpoint and restore"}
 	reqs := []kernel.Requirement{
 		{
@@ -96,16 +164,21 @@ func Requirements() []kernel.Requirement {
 				case p.verErr != nil:
 					return kernel.Findingf(kernel.Unknown, "%v", p.verErr)
 				case !p.version.AtLeast(MinVersion):
-					return kernel.Findingf(kernel.Degraded, "criu %s is older than %s", p.version, MinVersion)
+					return kernel.Findingf(kernel.Degraded, "criu %s is older than %s%s", p.version, MinVersion, p.cached())
 				}
-				return kernel.Findingf(kernel.Supported, "criu --version: %s", p.version)
+				return kernel.Findingf(kernel.Supported, "criu --version: %s%s", p.version, p.cached())
 			},
 		},
 		{
 			ID: "criu.check", Group: "criu", NeededBy: checkpoint,
 			Probe: func(ctx context.Context, _ *kernel.Host) kernel.Finding {
 				p.run(ctx)
-				return checkFinding(p.findErr, p.checkMsg, p.checkErr)
+				f := checkFinding(p.findErr, p.checkMsg, p.checkErr)
+				f.Evidence += p.cached()
+				if p.cacheNote != "" {
+					f.Evidence += "; " + p.cacheNote
+				}
+				return f
 			},
 		},
 	}
@@ -118,18 +191,20 @@ func Requirements() []kernel.Requirement {
 					return kernel.Findingf(kernel.Unsupported, "no criu binary: %v", p.findErr)
 				}
 				if errors.Is(p.checkErr, ErrCheckFailed) {
-					return kernel.Findingf(kernel.Unsupported, "criu check fails, so no feature is usable: %v", p.checkErr)
+					return kernel.Findingf(kernel.Unsupported, "criu check fails, so no feature is usable: %v%s", p.checkErr, p.cached())
 				}
 				if p.checkErr != nil {
 					return kernel.Findingf(kernel.Unknown, "%v", p.checkErr)
 				}
-				return featureFinding(f.Name, p.bin.CheckFeature(ctx, f.Name), ctx.Err())
+				fd := featureFinding(f.Name, p.features[f.Name], ctx.Err())
+				fd.Evidence += p.cached()
+				return fd
 			},
 		})
 	}
-	// Every entry waits on the one shared run of `criu check`, which
-	// forks CRIU and takes about a second on its own: start them early
-	// and give them longer than the collector's default.
+	// Every entry waits on the one shared run of the criu processes,
+	// which takes about half a second when nothing is cached: start them
+	// early and give them longer than the collector's default.
 	for i := range reqs {
 		reqs[i].Slow = true
 		reqs[i].Timeout = checkTimeout

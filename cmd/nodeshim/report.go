@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/spf13/cobra"
@@ -21,7 +22,24 @@ type reportOptions struct {
 	nfdFile      string
 	require      []string
 	probeTimeout time.Duration
+	cacheDir     string
 	host         kernel.Host
+}
+
+// defaultReportCacheDir keeps results that stay true for one boot (`criu
+// check`), so that the report after the first of a boot is quick.
+const defaultReportCacheDir = "/var/lib/nodeshim/report-cache"
+
+// criuOptions are the options of the CRIU entries for o: a cache of
+// `criu check` results under o.cacheDir, keyed by the host's boot id.
+func (o *reportOptions) criuOptions() criu.ReportOptions {
+	if o.cacheDir == "" {
+		return criu.ReportOptions{}
+	}
+	return criu.ReportOptions{Cache: &criu.CheckCache{
+		Dir:        o.cacheDir,
+		BootIDPath: o.host.Path("/proc/sys/kernel/random/boot_id"),
+	}}
 }
 
 func newReportCommand() *cobra.Command {
@@ -55,6 +73,9 @@ Supported; 2 on a usage error; 1 on any other failure.`,
   # Hand the verdicts to node-feature-discovery as node labels
   nodeshim report --nfd-features-file /etc/kubernetes/node-feature-discovery/features.d/nodeshim
 
+  # Run every probe afresh, ignoring results cached earlier in this boot
+  nodeshim report --cache-dir ""
+
   # Probe a host whose filesystems are mounted under /host
   nodeshim report --proc-root /host/proc --sys-root /host/sys --boot-root /host/boot`,
 		Args: func(cmd *cobra.Command, args []string) error {
@@ -64,7 +85,7 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, requirements())
+			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, catalogue(o.criuOptions()))
 		},
 	}
 	addOutputFlag(cmd, &o.output)
@@ -72,6 +93,7 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 	f.StringVar(&o.nfdFile, "nfd-features-file", "", "also write the verdicts as a node-feature-discovery feature file (features.d format) to this path")
 	f.StringSliceVar(&o.require, "require", nil, "requirement IDs that must be Supported; exit 3 naming the reasons if any is not")
 	f.DurationVar(&o.probeTimeout, "probe-timeout", kernel.DefaultProbeTimeout, "longest time one probe may take before it counts as Unknown")
+	f.StringVar(&o.cacheDir, "cache-dir", defaultReportCacheDir, "where results that hold for one boot (criu check) are kept between runs; empty to probe everything afresh")
 	f.StringVar(&o.host.ProcRoot, "proc-root", def.ProcRoot, "where the host's procfs is mounted")
 	f.StringVar(&o.host.SysRoot, "sys-root", def.SysRoot, "where the host's sysfs is mounted")
 	f.StringVar(&o.host.BootRoot, "boot-root", def.BootRoot, "where the host's /boot is")
