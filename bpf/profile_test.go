@@ -154,29 +154,3 @@ func TestSyscallName(t *testing.T) {
 		})
 	}
 }
-
-func TestWriteFileAtomic(t *testing.T) {
-	dir := t.TempDir()
-	path := filepath.Join(dir, "profile.json")
-	if err := os.WriteFile(path, []byte("old"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := WriteFileAtomic(path, []byte("new\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	got, err := os.ReadFile(path)
-	if err != nil || string(got) != "new\n" {
-		t.Fatalf("content %q, %v", got, err)
-	}
-	fi, err := os.Stat(path)
-	if err != nil || fi.Mode().Perm() != 0o644 {
-		t.Fatalf("mode %v, %v; want 0644", fi.Mode(), err)
-	}
-	entries, _ := os.ReadDir(dir)
-	if len(entries) != 1 {
-		t.Fatalf("directory holds %d entries, want only the profile", len(entries))
-	}
-	if err := WriteFileAtomic(filepath.Join(dir, "missing", "p.json"), nil, 0o644); err == nil {
-		t.Fatal("writing into a missing directory succeeded")
-	}
-}

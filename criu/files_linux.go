@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
 
 // Names of nodeshim's private entries in the checkpoints directory. Both
@@ -128,22 +130,10 @@ func publish(dir, tmp string, name func(attempt int) string) (string, error) {
 		if err != nil {
 			return "", fmt.Errorf("rename %s to %s: %w", tmp, final, err)
 		}
-		if err := fsyncDir(dir); err != nil {
+		if err := atomicfile.SyncDir(dir); err != nil {
 			return final, err
 		}
 		return final, nil
 	}
 	return "", fmt.Errorf("rename %s: 1000 names in %s are taken", tmp, dir)
-}
-
-func fsyncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -11,6 +11,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -199,7 +200,7 @@ exist yet. --disasm prints the program instruction by instruction.`,
 			}
 			took := time.Since(start)
 			if out != "" {
-				if err := writeNewFile(out, seccomp.EncodeProgram(f.Program)); err != nil {
+				if err := atomicfile.WriteNew(out, seccomp.EncodeProgram(f.Program), 0o644); err != nil {
 					return err
 				}
 			}
@@ -232,51 +233,6 @@ exist yet. --disasm prints the program instruction by instruction.`,
 	cmd.Flags().StringVar(&format, "format", "table", "summary format: table, json or yaml")
 	cmd.Flags().BoolVar(&disasm, "disasm", false, "print the program's instructions")
 	return cmd
-}
-
-// writeNewFile writes data to a path that must not exist: O_EXCL temp file,
-// fsync, rename without replacing (a link), fsync of the directory.
-func writeNewFile(path string, data []byte) error {
-	if _, err := os.Lstat(path); err == nil {
-		return fmt.Errorf("write %s: %w", path, os.ErrExist)
-	}
-	dir := "."
-	if i := strings.LastIndex(path, "/"); i >= 0 {
-		dir = path[:i+1]
-	}
-	tmp, err := os.CreateTemp(dir, ".nodeshim-seccomp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("fsync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	// link(2) fails with EEXIST instead of replacing a file created since.
-	if err := os.Link(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync %s: %w", dir, err)
-	}
-	return nil
 }
 
 func newSeccompVerifyCommand() *cobra.Command {

@@ -18,6 +18,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
 
 // recordFlags are the flags of `nodeshim seccomp record`.
@@ -147,7 +148,7 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := bpf.WriteFileAtomic(f.output, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(f.output, data, 0o644); err != nil {
 		return err
 	}
 	slog.Info("wrote seccomp profile", "path", f.output, "syscalls", len(bpf.AllowedNames(named)))

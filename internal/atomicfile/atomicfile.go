@@ -19,7 +19,19 @@ import (
 // starts with a dot, which readers of drop-in directories (NFD's
 // features.d among them) skip. On failure the temporary file is removed
 // and path is left as it was.
-func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
+func WriteFile(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, false)
+}
+
+// WriteNew writes data to path, which must not exist, with the same
+// guarantees as WriteFile; the temporary file is linked to path rather
+// than renamed over it, so that a file created at path in the meantime is
+// never replaced: the error then wraps fs.ErrExist.
+func WriteNew(path string, data []byte, perm fs.FileMode) error {
+	return write(path, data, perm, true)
+}
+
+func write(path string, data []byte, perm fs.FileMode, exclusive bool) (err error) {
 	dir, base := filepath.Split(path)
 	if dir == "" {
 		dir = "."
@@ -42,6 +54,11 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
 			os.Remove(tmp)
 		}
 	}()
+	// The umask may have narrowed perm; it never widens it, so setting the
+	// exact mode now exposes nothing.
+	if err := f.Chmod(perm); err != nil {
+		return fmt.Errorf("chmod %s: %w", tmp, err)
+	}
 	if _, err := f.Write(data); err != nil {
 		return fmt.Errorf("write %s: %w", tmp, err)
 	}
@@ -51,13 +68,24 @@ func WriteFile(path string, data []byte, perm fs.FileMode) (err error) {
 	if err := f.Close(); err != nil {
 		return fmt.Errorf("close %s: %w", tmp, err)
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	if exclusive {
+		// link(2) fails with EEXIST instead of replacing a file created since.
+		if err := os.Link(tmp, path); err != nil {
+			return fmt.Errorf("write %s: %w", path, err)
+		}
+		if err := os.Remove(tmp); err != nil {
+			return fmt.Errorf("remove %s: %w", tmp, err)
+		}
+	} else if err := os.Rename(tmp, path); err != nil {
 		return fmt.Errorf("rename %s to %s: %w", tmp, path, err)
 	}
-	return syncDir(dir)
+	return SyncDir(dir)
 }
 
-func syncDir(dir string) error {
+// SyncDir fsyncs the directory dir, so that an entry just created, renamed
+// or removed in it survives a crash. Filesystems that cannot sync a
+// directory (EINVAL) are accepted.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return fmt.Errorf("open directory %s: %w", dir, err)

@@ -1,6 +1,8 @@
 package atomicfile
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -66,5 +68,29 @@ func TestWriteFileFailureLeavesNothing(t *testing.T) {
 	}
 	if err := WriteFile(filepath.Join(dir, "missing", "f"), []byte("x"), 0o644); err == nil {
 		t.Error("missing directory: no error")
+	}
+}
+
+func TestWriteNew(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "filter.bpf")
+	if err := WriteNew(path, []byte("first"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Stat(path)
+	if err != nil || st.Mode().Perm() != 0o640 {
+		t.Fatalf("stat %s: %v, %v; want mode 0640 whatever the umask", path, st, err)
+	}
+	err = WriteNew(path, []byte("second"), 0o640)
+	if !errors.Is(err, fs.ErrExist) || !strings.Contains(err.Error(), path) {
+		t.Fatalf("second write: %v, want an error wrapping fs.ErrExist naming %s", err, path)
+	}
+	b, _ := os.ReadFile(path)
+	if string(b) != "first" {
+		t.Errorf("existing file changed to %q", b)
+	}
+	ents, _ := os.ReadDir(dir)
+	if len(ents) != 1 {
+		t.Errorf("directory holds %v, want only filter.bpf", ents)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
 
 // InstallLocalhost validates a profile and writes it to the node as the
@@ -25,44 +27,9 @@ func InstallLocalhost(seccompRoot, name string, data []byte, opts ParseOptions) 
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", fmt.Errorf("install %s: %w", name, err)
 	}
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".*")
-	if err != nil {
+	// Profiles are not secret, and the runtime may read them as another user.
+	if err := atomicfile.WriteFile(path, data, 0o644); err != nil {
 		return "", fmt.Errorf("install %s: %w", name, err)
-	}
-	committed := false
-	defer func() {
-		if !committed {
-			os.Remove(tmp.Name())
-		}
-	}()
-	// CreateTemp opens with O_EXCL and mode 0600; profiles are not secret
-	// and the runtime may read them as another user.
-	if err := tmp.Chmod(0o644); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("chmod %s: %w", tmp.Name(), err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("write %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return "", fmt.Errorf("fsync %s: %w", tmp.Name(), err)
-	}
-	if err := tmp.Close(); err != nil {
-		return "", fmt.Errorf("close %s: %w", tmp.Name(), err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return "", fmt.Errorf("rename %s to %s: %w", tmp.Name(), path, err)
-	}
-	committed = true
-	d, err := os.Open(dir)
-	if err != nil {
-		return "", fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return "", fmt.Errorf("fsync %s: %w", dir, err)
 	}
 	return path, nil
 }

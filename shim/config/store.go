@@ -10,6 +10,8 @@ import (
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
 
 // SourceRef names one checkpointed configuration payload.
@@ -91,22 +93,10 @@ func (s *store) writeFile(dir, name string, data []byte) error {
 		return fmt.Errorf("rename %s to %s: %w", tmp, target, err)
 	}
 	s.point("renamed")
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return err
 	}
 	s.point("dir-synced")
-	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("open directory %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("fsync directory %s: %w", dir, err)
-	}
 	return nil
 }
 
