@@ -1,12 +1,13 @@
 package cgroup
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 )
 
 // Mode says how cgroups are mounted on the node.
@@ -52,46 +53,31 @@ func FindMount(procRoot string) (Mount, error) {
 
 // ErrMountinfoSyntax is wrapped by the errors ParseMountinfo returns for
 // malformed lines.
-var ErrMountinfoSyntax = errors.New("malformed mountinfo")
+var ErrMountinfoSyntax = mountinfo.ErrSyntax
 
 // ParseMountinfo finds the cgroup2 mount in the contents of a mountinfo file
 // (proc(5)). When several cgroup2 filesystems are mounted, the first one
 // whose root is the hierarchy's root ("/") wins, which is the node's own
 // mount rather than a bind of a sub-tree.
 func ParseMountinfo(data []byte) (Mount, error) {
+	entries, err := mountinfo.Parse(data)
+	if err != nil {
+		return Mount{}, err
+	}
 	var (
-		m       Mount
-		found   bool
-		v1      []string
-		lineNum int
+		m     Mount
+		found bool
+		v1    []string
 	)
-	for len(data) > 0 {
-		var line []byte
-		line, data, _ = bytes.Cut(data, []byte{'\n'})
-		lineNum++
-		if len(bytes.TrimSpace(line)) == 0 {
-			continue
-		}
-		fields := strings.Fields(string(line))
-		sep := -1
-		for i := 6; i < len(fields); i++ {
-			if fields[i] == "-" {
-				sep = i
-				break
-			}
-		}
-		if len(fields) < 6 || sep < 0 || len(fields) < sep+4 {
-			return Mount{}, fmt.Errorf("%w: line %d: %q", ErrMountinfoSyntax, lineNum, clip(line))
-		}
-		root, mountPoint, fsType, superOpts := fields[3], fields[4], fields[sep+1], fields[sep+3]
-		switch fsType {
+	for _, e := range entries {
+		switch e.FSType {
 		case "cgroup2":
-			if !found && root == "/" {
-				m.Path = unescapeMountinfo(mountPoint)
+			if !found && e.Root == "/" {
+				m.Path = e.Point
 				found = true
 			}
 		case "cgroup":
-			for _, o := range strings.Split(superOpts, ",") {
+			for _, o := range e.SuperOptions {
 				switch {
 				case o == "rw" || o == "ro" || strings.HasPrefix(o, "release_agent=") || o == "clone_children" ||
 					o == "noprefix" || o == "xattr" || o == "cpuset_v2_mode" || o == "favordynmods" || o == "nofavordynmods" ||
@@ -114,26 +100,6 @@ func ParseMountinfo(data []byte) (Mount, error) {
 	}
 	return m, nil
 }
-
-// unescapeMountinfo undoes the kernel's octal escaping of space, tab,
-// newline and backslash in mountinfo paths (fs/proc_namespace.c, mangle()).
-func unescapeMountinfo(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) && isOctal(s[i+1]) && isOctal(s[i+2]) && isOctal(s[i+3]) {
-			b.WriteByte((s[i+1]-'0')<<6 | (s[i+2]-'0')<<3 | (s[i+3] - '0'))
-			i += 3
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
-}
-
-func isOctal(c byte) bool { return c >= '0' && c <= '7' }
 
 // Controllers returns the controllers available in the cgroup at dir (its
 // cgroup.controllers). On a hybrid node the cgroup2 root lists only those not
