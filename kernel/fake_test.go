@@ -64,7 +64,7 @@ func (f *fakeCalls) Run(_ context.Context, name string, _ ...string) (string, er
 	return r.out, r.err
 }
 
-// fakeHosts are the recorded hosts under testdata/hosts with the outcomes
+// fakeHosts are the recorded hosts under ../testdata/hosts with the outcomes
 // their kernels give to the probes' system calls.
 var fakeHosts = map[string]*fakeCalls{
 	// Debian 12 on its 6.1 kernel: unified cgroup v2, everything but
@@ -100,7 +100,7 @@ func testHost(t testing.TB, name string) *Host {
 	if !ok {
 		t.Fatalf("no fake host %q", name)
 	}
-	root := filepath.Join("testdata", "hosts", name)
+	root := filepath.Join("..", "testdata", "hosts", name)
 	return &Host{
 		ProcRoot:    filepath.Join(root, "proc"),
 		SysRoot:     filepath.Join(root, "sys"),

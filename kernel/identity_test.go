@@ -106,7 +106,7 @@ func TestKubeArch(t *testing.T) {
 }
 
 func TestReadIdentity(t *testing.T) {
-	id, err := ReadIdentity(filepath.Join("testdata", "hosts", "rhel-8.10", "proc"))
+	id, err := ReadIdentity(filepath.Join("..", "testdata", "hosts", "rhel-8.10", "proc"))
 	if err != nil {
 		t.Fatal(err)
 	}

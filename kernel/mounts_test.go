@@ -34,7 +34,7 @@ func TestParseMountInfo(t *testing.T) {
 }
 
 func FuzzParseMountInfo(f *testing.F) {
-	for _, p := range []string{"testdata/hosts/debian-6.1/proc/self/mountinfo", "testdata/hosts/rhel-8.10/proc/self/mountinfo"} {
+	for _, p := range []string{"../testdata/hosts/debian-6.1/proc/self/mountinfo", "../testdata/hosts/rhel-8.10/proc/self/mountinfo"} {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			f.Fatal(err)

@@ -75,7 +75,7 @@ func TestProbeVerdicts(t *testing.T) {
 			writeFile(t, filepath.Join(h.ProcRoot, "filesystems"), "nodev\ttmpfs\n")
 			h.Config = &Config{Options: map[string]string{}}
 		}},
-		{"overlay registered", "debian-6.1", nil, probeOverlayFS, Supported, "overlay registered in testdata/hosts/debian-6.1/proc/filesystems", nil},
+		{"overlay registered", "debian-6.1", nil, probeOverlayFS, Supported, "overlay registered in ../testdata/hosts/debian-6.1/proc/filesystems", nil},
 		{"overlay module", "rhel-8.10", nil, probeOverlayFS, Supported, "CONFIG_OVERLAY_FS=m", nil},
 
 		{"nf_tables on 6.1", "debian-6.1", nil, probeNFTables, Supported, "generation 7", nil},
@@ -112,7 +112,7 @@ func TestProbeVerdicts(t *testing.T) {
 		{"sysctl present", "debian-6.1", nil, sysctlProbe("net.ipv4.tcp_rmem", ""), Supported, "net.ipv4.tcp_rmem = 4096 131072 6291456", nil},
 		{"sysctl empty", "debian-6.1", nil, sysctlProbe("net.ipv4.ip_local_reserved_ports", ""), Supported, "= (empty)", nil},
 		{"ipvs sysctl absent, module not loaded", "debian-6.1", nil, sysctlProbe("net.ipv4.vs.conn_reuse_mode", "IP_VS"), Unsupported, "(CONFIG_IP_VS=m)", nil},
-		{"br_netfilter not loaded", "debian-6.1", nil, sysctlProbe("net.bridge.bridge-nf-call-iptables", "BRIDGE_NETFILTER"), Unsupported, "absent: no testdata/hosts/debian-6.1/proc/sys/net/bridge/bridge-nf-call-iptables (CONFIG_BRIDGE_NETFILTER=m)", nil},
+		{"br_netfilter not loaded", "debian-6.1", nil, sysctlProbe("net.bridge.bridge-nf-call-iptables", "BRIDGE_NETFILTER"), Unsupported, "absent: no ../testdata/hosts/debian-6.1/proc/sys/net/bridge/bridge-nf-call-iptables (CONFIG_BRIDGE_NETFILTER=m)", nil},
 		{"ipvs sysctl present", "rhel-8.10", nil, sysctlProbe("net.ipv4.vs.conn_reuse_mode", "IP_VS"), Supported, "= 1", nil},
 	}
 	for _, tc := range tests {

@@ -1,7 +1,10 @@
 package mountinfo
 
 import (
+	"bytes"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
@@ -56,7 +59,35 @@ func TestParseErrors(t *testing.T) {
 	}
 }
 
+func TestParseRecordedHosts(t *testing.T) {
+	files, err := filepath.Glob("../../testdata/hosts/*/proc/self/mountinfo")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("recorded hosts: %v, %v", files, err)
+	}
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		entries, err := Parse(data)
+		if err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		if want := bytes.Count(bytes.TrimSpace(data), []byte{'\n'}) + 1; len(entries) != want {
+			t.Errorf("%s: %d entries, want one per line (%d)", file, len(entries), want)
+		}
+	}
+}
+
 func FuzzParse(f *testing.F) {
+	files, _ := filepath.Glob("../../testdata/hosts/*/proc/self/mountinfo")
+	for _, file := range files {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
 	f.Add([]byte("30 22 0:26 / /sys/fs/cgroup rw,nosuid shared:9 - cgroup2 cgroup2 rw,nsdelegate\n"))
 	f.Add([]byte(`1 2 0:3 / /a\134b\040c\07 rw - cgroup2 x rw` + "\n"))
 	f.Add([]byte("23 28 0:22 / /proc rw\n"))
