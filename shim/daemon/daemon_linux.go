@@ -116,6 +116,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	// Read the source once now, so that a configuration present at start
+	// (the listeners, the kubelet root dir) is the one started with; a
+	// failure here is retried by cfg.Run.
+	if err := cfg.Sync(); err != nil {
+		log.Warn("initial config sync failed; retrying in the background", "err", err)
+	}
 	active := cfg.Active()
 	model := status.New(nil)
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,6 +26,22 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The test binary doubles as the workloads and clients the tests start.
+	switch os.Getenv(envWorkload) {
+	case "":
+	case "count", "count-tcp":
+		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
+		return
+	case "hog":
+		runHog(os.Getenv(envWorkloadDir))
+		return
+	case "client":
+		runClient()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "unknown workload %q\n", os.Getenv(envWorkload))
+		os.Exit(2)
+	}
 	goleak.VerifyTestMain(m)
 }
 
