@@ -478,4 +478,3 @@ func TestAPIAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 }
-
