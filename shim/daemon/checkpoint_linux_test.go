@@ -58,6 +58,16 @@ type daemonRun struct {
 // source directory, on the real /proc, with an empty host root otherwise.
 func startDaemon(t *testing.T, cfg string) *daemonRun {
 	t.Helper()
+	return startDaemonWith(t, func(o *Options) {
+		if cfg != "" {
+			writeSource(t, o.ConfigSource, cfg)
+		}
+	})
+}
+
+// startDaemonWith runs the daemon with options changed by mod.
+func startDaemonWith(t *testing.T, mod func(*Options)) *daemonRun {
+	t.Helper()
 	dir := t.TempDir()
 	d := &daemonRun{out: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan error, 1)}
 	d.opts = Options{
@@ -69,9 +79,7 @@ func startDaemon(t *testing.T, cfg string) *daemonRun {
 		Out:          d.out,
 		Logger:       slog.New(slog.NewTextHandler(d.logs, nil)),
 	}
-	if cfg != "" {
-		writeSource(t, d.opts.ConfigSource, cfg)
-	}
+	mod(&d.opts)
 	listening := make(chan string, 1)
 	tcp := make(chan net.Addr, 1)
 	d.opts.Listening = func(s string) { listening <- s }

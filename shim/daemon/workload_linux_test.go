@@ -286,3 +286,19 @@ func serveCRI(t *testing.T, s *criServer) string {
 	t.Cleanup(func() { g.Stop(); wg.Wait() })
 	return "unix://" + sock
 }
+
+// startHog starts the hog workload, which joins the memory cgroup named in
+// dir/cgroup and allocates until it is killed, and returns its pid.
+func startHog(t *testing.T, dir string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envWorkload+"=hog", envWorkloadDir+"="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hog: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
