@@ -53,7 +53,7 @@ removed and the lock released.`,
 			opts.Out = cmd.OutOrStdout()
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			if !noReport {
-				opts.Report = serveReport(opts.HostRoot, opts.RootDir, probeTimeout)
+				opts.Report = serveReport(opts.HostRoot, opts.ProcRoot, opts.RootDir, probeTimeout)
 			}
 			return daemon.Run(cmd.Context(), opts)
 		},
@@ -71,13 +71,16 @@ removed and the lock released.`,
 }
 
 // serveReport collects the full catalogue of `nodeshim report` against
-// the host under hostRoot, keeping `criu check` results for the boot under
-// <root-dir>/report-cache.
-func serveReport(hostRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*kernel.Report, error) {
+// the host under hostRoot (procfs at procRoot when set), keeping `criu
+// check` results for the boot under <root-dir>/report-cache.
+func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*kernel.Report, error) {
 	return func(ctx context.Context) (*kernel.Report, error) {
 		def := kernel.DefaultHost()
+		if procRoot == "" {
+			procRoot = filepath.Join(hostRoot, def.ProcRoot)
+		}
 		o := reportOptions{cacheDir: filepath.Join(rootDir, "report-cache"), host: kernel.Host{
-			ProcRoot:    filepath.Join(hostRoot, def.ProcRoot),
+			ProcRoot:    procRoot,
 			SysRoot:     filepath.Join(hostRoot, def.SysRoot),
 			BootRoot:    filepath.Join(hostRoot, def.BootRoot),
 			ModulesRoot: filepath.Join(hostRoot, def.ModulesRoot),
