@@ -22,7 +22,9 @@ func TestMain(m *testing.M) {
 // path is tested end to end in shim/daemon.
 type resolverFunc func(context.Context, cri.Target) (cri.Process, error)
 
-func (f resolverFunc) Resolve(ctx context.Context, t cri.Target) (cri.Process, error) { return f(ctx, t) }
+func (f resolverFunc) Resolve(ctx context.Context, t cri.Target) (cri.Process, error) {
+	return f(ctx, t)
+}
 
 func newService(enabled bool, r cri.Resolver, dialErr error) (*Service, *status.Model) {
 	m := status.New(nil)

@@ -281,4 +281,3 @@ func TestReport(t *testing.T) {
 		}
 	})
 }
-
