@@ -184,7 +184,7 @@ func TestCheckpointEndpoint(t *testing.T) {
 	tcpPid, tcpDir := startWorkload(t, "count-tcp", 4)
 	rt := &criServer{containers: map[string]int{"default/web-0/app": pid, "default/web-0/tcp": tcpPid}}
 	endpoint := serveCRI(t, rt)
-	ckDir := filepath.Join(t.TempDir(), "checkpoints")
+	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 
 	tests := []struct {
@@ -296,7 +296,7 @@ func TestCheckpointAbortedByShutdown(t *testing.T) {
 	requireCriu(t)
 	pid, wdir := startWorkload(t, "count", 512)
 	endpoint := serveCRI(t, &criServer{containers: map[string]int{"default/big-0/app": pid}})
-	ckDir := filepath.Join(t.TempDir(), "checkpoints")
+	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 
 	type answer struct {
