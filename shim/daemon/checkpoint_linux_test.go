@@ -30,7 +30,7 @@ import (
 
 // requireCriu gates a test on root and a criu that passes `criu check`
 // (make installs one and exports NODESHIM_CRIU).
-func requireCriu(t *testing.T) {
+func requireCriu(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
 	b, err := criu.Find("", nil)
@@ -56,7 +56,7 @@ type daemonRun struct {
 
 // startDaemon runs the daemon with the configuration document cfg in its
 // source directory, on the real /proc, with an empty host root otherwise.
-func startDaemon(t *testing.T, cfg string) *daemonRun {
+func startDaemon(t testing.TB, cfg string) *daemonRun {
 	t.Helper()
 	return startDaemonWith(t, func(o *Options) {
 		if cfg != "" {
@@ -66,7 +66,7 @@ func startDaemon(t *testing.T, cfg string) *daemonRun {
 }
 
 // startDaemonWith runs the daemon with options changed by mod.
-func startDaemonWith(t *testing.T, mod func(*Options)) *daemonRun {
+func startDaemonWith(t testing.TB, mod func(*Options)) *daemonRun {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemonRun{out: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan error, 1)}
@@ -102,7 +102,7 @@ func startDaemonWith(t *testing.T, mod func(*Options)) *daemonRun {
 }
 
 // stop shuts the daemon down once and returns Run's error.
-func (d *daemonRun) stop(t *testing.T) error {
+func (d *daemonRun) stop(t testing.TB) error {
 	t.Helper()
 	if d.cancel == nil {
 		return nil

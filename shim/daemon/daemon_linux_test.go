@@ -87,7 +87,7 @@ func waitStatus(t *testing.T, c *http.Client, ok func(status.Document) bool) sta
 	}
 }
 
-func writeSource(t *testing.T, dir, body string) {
+func writeSource(t testing.TB, dir, body string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

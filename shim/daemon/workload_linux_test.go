@@ -160,7 +160,7 @@ func unixClient(sock string) *http.Client {
 // startWorkload starts the test binary as workload kind in a session of
 // its own (CRIU dumps a tree only with its session leader), waits for its
 // pid file and kills it when the test ends.
-func startWorkload(t *testing.T, kind string, mib int) (int, string) {
+func startWorkload(t testing.TB, kind string, mib int) (int, string) {
 	t.Helper()
 	dir := t.TempDir()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
@@ -187,7 +187,7 @@ func startWorkload(t *testing.T, kind string, mib int) (int, string) {
 }
 
 // counted returns how many counts the counter in dir has logged.
-func counted(t *testing.T, dir string) int {
+func counted(t testing.TB, dir string) int {
 	t.Helper()
 	f, err := os.Open(filepath.Join(dir, "log"))
 	if errors.Is(err, os.ErrNotExist) {
@@ -271,7 +271,7 @@ func (s *criServer) ContainerStatus(_ context.Context, req *runtimeapi.Container
 
 // serveCRI serves s on a unix socket until the test ends and returns its
 // endpoint.
-func serveCRI(t *testing.T, s *criServer) string {
+func serveCRI(t testing.TB, s *criServer) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), "cri.sock")
 	l, err := net.Listen("unix", sock)
@@ -289,7 +289,7 @@ func serveCRI(t *testing.T, s *criServer) string {
 
 // startHog starts the hog workload, which joins the memory cgroup named in
 // dir/cgroup and allocates until it is killed, and returns its pid.
-func startHog(t *testing.T, dir string) int {
+func startHog(t testing.TB, dir string) int {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), envWorkload+"=hog", envWorkloadDir+"="+dir)
