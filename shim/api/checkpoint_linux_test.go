@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
@@ -165,6 +167,33 @@ func TestBearer(t *testing.T) {
 			}
 			got, who := Bearer([]byte(tt.token))(r)
 			if got != tt.want || who == "" {
+				t.Errorf("access %v (%s), want %v", got, who, tt.want)
+			}
+		})
+	}
+}
+
+func TestUnixPeer(t *testing.T) {
+	auth := UnixPeer(nil, []uint32{1000}, []uint32{2000})
+	tests := []struct {
+		name string
+		p    *peer
+		want Access
+	}{
+		{"root", &peer{cred: &unix.Ucred{Uid: 0, Gid: 0}}, FullAccess},
+		{"reader uid", &peer{cred: &unix.Ucred{Uid: 1000, Gid: 100}}, ReadOnly},
+		{"reader gid", &peer{cred: &unix.Ucred{Uid: 1001, Gid: 2000}}, ReadOnly},
+		{"stranger", &peer{cred: &unix.Ucred{Uid: 1001, Gid: 100}}, NoAccess},
+		{"credentials unreadable", &peer{err: errors.New("not a unix connection")}, NoAccess},
+		{"no credentials recorded", nil, NoAccess},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r, _ := http.NewRequest("GET", "http://nodeshim/status", nil)
+			if tt.p != nil {
+				r = r.WithContext(context.WithValue(r.Context(), peerKey{}, *tt.p))
+			}
+			if got, who := auth(r); got != tt.want || who == "" {
 				t.Errorf("access %v (%s), want %v", got, who, tt.want)
 			}
 		})

@@ -150,6 +150,12 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 	defer func() { unsubscribe(); printer.Wait() }()
+	// Sources that report later start Unknown, so that Ready is never True
+	// before they have spoken.
+	model.Set(
+		condition.Condition{Type: status.TypePressureMonitor, Status: condition.Unknown, Reason: "NotStarted", Message: "the pressure monitor has not started"},
+		condition.Condition{Type: status.TypeOOMWatcher, Status: condition.Unknown, Reason: "NotStarted", Message: "the OOM watcher has not started"},
+	)
 	if opts.Report != nil {
 		model.SetReport(rep, repErr)
 	} else {
