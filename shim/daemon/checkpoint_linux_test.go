@@ -25,6 +25,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -485,4 +486,32 @@ func TestAPIAccess(t *testing.T) {
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestTCPMisconfigured: a TLS listener that cannot start stops the daemon
+// with an error naming the file, and leaves neither socket nor lock behind.
+func TestTCPMisconfigured(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	opts := Options{
+		RootDir:      filepath.Join(dir, "root"),
+		LockFile:     filepath.Join(dir, "nodeshim.lock"),
+		ConfigSource: filepath.Join(dir, "source"),
+		HostRoot:     filepath.Join(dir, "host"),
+		Logger:       slog.New(slog.DiscardHandler),
+	}
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\n"+
+		"api: {tcpAddress: '127.0.0.1:0', tlsCertFile: "+dir+"/missing.crt, tlsKeyFile: "+dir+"/missing.key, tokenFile: "+dir+"/token}\n")
+	err := Run(context.Background(), opts)
+	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
+		t.Fatalf("Run = %v, want an error naming the certificate", err)
+	}
+	if _, err := os.Stat(filepath.Join(opts.RootDir, "nodeshim.sock")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("socket left: %v", err)
+	}
+	l, err := lock.Acquire(opts.LockFile, lock.Options{})
+	if err != nil {
+		t.Fatalf("lock not released: %v", err)
+	}
+	l.Release()
 }

@@ -210,7 +210,16 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return nil
 	})
 	run("oom", func(ctx context.Context) error { return runOOM(ctx, model, opts.OOMHooks, log) })
-	defer func() { stopSources(); sources.Wait() }()
+	// Shutdown order after the API: stop the sources (the eBPF OOM watcher
+	// is detached), then remove the socket; the lock goes last.
+	var socket string
+	defer func() {
+		stopSources()
+		sources.Wait()
+		if socket != "" {
+			os.Remove(socket)
+		}
+	}()
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(metrics.NewCollector(model, cfg.Status))
@@ -247,8 +256,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	socket := servers[0].addr
-	defer os.Remove(socket)
+	socket = servers[0].addr
 	serveErr := make(chan error, len(servers))
 	for _, s := range servers {
 		go func() {
@@ -322,6 +330,9 @@ func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.O
 		if err != nil {
 			for _, s := range out {
 				s.ln.Close()
+			}
+			if len(out) > 0 {
+				os.Remove(out[0].addr)
 			}
 		}
 	}()
