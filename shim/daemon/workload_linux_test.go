@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -102,6 +103,7 @@ func runHog(dir string) {
 			b[i] = 1
 		}
 		chunks = append(chunks, b)
+		runtime.KeepAlive(chunks) // every chunk stays live until the kill
 	}
 }
 
