@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -107,9 +108,11 @@ func TestCheckpointErrors(t *testing.T) {
 // and refuses new ones.
 func TestBusyAndClose(t *testing.T) {
 	entered := make(chan struct{})
+	var resolverDone atomic.Bool
 	s, _ := newService(true, resolverFunc(func(ctx context.Context, _ cri.Target) (cri.Process, error) {
 		close(entered)
 		<-ctx.Done()
+		resolverDone.Store(true)
 		return cri.Process{}, ctx.Err()
 	}), nil)
 	first := make(chan error, 1)
@@ -124,13 +127,11 @@ func TestBusyAndClose(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-first:
-		if !errors.Is(err, ErrShuttingDown) || !errors.Is(err, context.Canceled) {
-			t.Errorf("in-flight checkpoint after Close: %v, want ErrShuttingDown", err)
-		}
-	default:
-		t.Error("Close returned before the in-flight checkpoint")
+	if !resolverDone.Load() {
+		t.Error("Close returned before the in-flight checkpoint ended")
+	}
+	if err := <-first; !errors.Is(err, ErrShuttingDown) || !errors.Is(err, context.Canceled) {
+		t.Errorf("in-flight checkpoint after Close: %v, want ErrShuttingDown", err)
 	}
 	if _, err := s.Checkpoint(context.Background(), web, 0); !errors.Is(err, ErrShuttingDown) {
 		t.Errorf("checkpoint after Close: %v, want ErrShuttingDown", err)
