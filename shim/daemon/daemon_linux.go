@@ -17,6 +17,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -70,6 +71,21 @@ type Options struct {
 	// TCPListening, when set, is called with the TCP listener's address
 	// once it accepts requests (api.tcpAddress configured).
 	TCPListening func(addr net.Addr)
+
+	// extraSources are run beside the built-in ones (tests).
+	extraSources map[string]func(context.Context) error
+}
+
+// runGuarded runs a source and turns a panic into an error, logging its
+// stack.
+func runGuarded(ctx context.Context, log *slog.Logger, f func(context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			log.Error("source panicked", "panic", r, "stack", string(debug.Stack()))
+			err = fmt.Errorf("panic: %v", r)
+		}
+	}()
+	return f(ctx)
 }
 
 // shutdownTimeout bounds the API's shutdown; it outlasts CRIU's kill grace
@@ -172,12 +188,23 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	srcCtx, stopSources := context.WithCancel(context.Background())
 	var sources sync.WaitGroup
+	model.SetShim(time.Now(), os.Getpid())
+	// run starts a source. One that fails or panics while the daemon runs
+	// turns ShimHealthy False; the daemon and the other sources go on.
 	run := func(name string, f func(context.Context) error) {
 		sources.Add(1)
+		model.SetSource(name, status.SourceRunning, "")
 		go func() {
 			defer sources.Done()
-			if err := f(srcCtx); err != nil {
-				log.Error("source stopped", "source", name, "err", err)
+			err := runGuarded(srcCtx, log, f)
+			switch {
+			case srcCtx.Err() != nil:
+				// shutting down
+			case err != nil:
+				log.Error("source failed", "source", name, "err", err)
+				model.SetSource(name, status.SourceFailed, err.Error())
+			default:
+				model.SetSource(name, status.SourceDone, "")
 			}
 		}()
 	}
@@ -210,6 +237,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return nil
 	})
 	run("oom", func(ctx context.Context) error { return runOOM(ctx, model, opts.OOMHooks, log) })
+	for name, f := range opts.extraSources {
+		run(name, f)
+	}
 	// Shutdown order after the API: stop the sources (the eBPF OOM watcher
 	// is detached), then remove the socket; the lock goes last.
 	var socket string

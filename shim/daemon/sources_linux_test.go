@@ -281,3 +281,58 @@ func TestReport(t *testing.T) {
 		}
 	})
 }
+
+// TestSourceFailures: a source that fails or panics turns ShimHealthy
+// False naming it, and the daemon goes on serving; a source that returns
+// on its own is Done and no failure.
+func TestSourceFailures(t *testing.T) {
+	testutil.RequireRoot(t)
+	d := startDaemonWith(t, func(o *Options) {
+		o.extraSources = map[string]func(context.Context) error{
+			"boom":     func(context.Context) error { panic("index out of range") },
+			"broken":   func(context.Context) error { return errors.New("read /sys/x: no such file") },
+			"finished": func(context.Context) error { return nil },
+		}
+	})
+	doc := d.wait(t, func(doc status.Document) bool {
+		n := 0
+		for _, s := range doc.Shim.Sources {
+			if s.State != status.SourceRunning && (s.Name == "boom" || s.Name == "broken" || s.Name == "finished") {
+				n++
+			}
+		}
+		return n == 3
+	})
+	states := map[string]status.SourceState{}
+	for _, s := range doc.Shim.Sources {
+		states[s.Name] = s
+	}
+	tests := []struct {
+		name, state, err string
+	}{
+		{"boom", status.SourceFailed, "panic: index out of range"},
+		{"broken", status.SourceFailed, "no such file"},
+		{"finished", status.SourceDone, ""},
+		{"pressure", status.SourceRunning, ""},
+		{"config", status.SourceRunning, ""},
+	}
+	for _, tt := range tests {
+		if s := states[tt.name]; s.State != tt.state || !strings.Contains(s.Error, tt.err) {
+			t.Errorf("source %s = %+v, want %s %q", tt.name, s, tt.state, tt.err)
+		}
+	}
+	c, _ := cond(doc, status.TypeShimHealthy)
+	if c.Status != condition.False || c.Severity != condition.SeverityError || !strings.Contains(c.Message, "source boom failed: panic") ||
+		!strings.Contains(c.Message, "source broken failed") || strings.Contains(c.Message, "goroutine") {
+		t.Errorf("%s = %+v", status.TypeShimHealthy, c)
+	}
+	if doc.Shim.PID != os.Getpid() || doc.Shim.StartedAt.IsZero() {
+		t.Errorf("shim = %+v", doc.Shim)
+	}
+	if code, _ := d.do(t, "GET", "/healthz"); code != 200 {
+		t.Errorf("/healthz after source failures = %d", code)
+	}
+	if !strings.Contains(d.logs.String(), "source panicked") {
+		t.Error("the panic was not logged with its stack")
+	}
+}

@@ -44,6 +44,8 @@ type Document struct {
 	OOMKills OOMKills `json:"oomKills"`
 	// Checkpoints is the recent checkpoint history, oldest first.
 	Checkpoints []CheckpointRecord `json:"checkpoints"`
+	// Shim is nodeshim's own health: start, pid, and each source's state.
+	Shim ShimHealth `json:"shim"`
 }
 
 // Model holds the conditions and keeps Ready up to date. It is safe for
@@ -61,6 +63,7 @@ type Model struct {
 	pressure    *Pressure
 	oom         OOMKills
 	checkpoints []CheckpointRecord
+	shim        ShimHealth
 }
 
 // New returns a Model whose Ready is Unknown until a condition is set:
@@ -156,6 +159,10 @@ func (m *Model) Snapshot() Document {
 	d.Checkpoints = m.checkpoints
 	if d.Checkpoints == nil {
 		d.Checkpoints = []CheckpointRecord{}
+	}
+	d.Shim = m.shim
+	if d.Shim.Sources == nil {
+		d.Shim.Sources = []SourceState{}
 	}
 	return d
 }

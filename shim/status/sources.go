@@ -2,6 +2,7 @@ package status
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/nodeshim/nodeshim/kernel"
@@ -168,4 +169,72 @@ func appendBounded[T any](s []T, v T, n int) []T {
 	out := make([]T, 0, len(s)+1)
 	out = append(out, s...)
 	return append(out, v)
+}
+
+// TypeShimHealthy is nodeshim's own health: False when one of its sources
+// failed or panicked while the daemon runs.
+const TypeShimHealthy = "ShimHealthy"
+
+// The states of a source.
+const (
+	SourceRunning = "Running"
+	SourceDone    = "Done"
+	SourceFailed  = "Failed"
+)
+
+// ShimHealth is nodeshim's own health in the status document.
+type ShimHealth struct {
+	// StartedAt is when the daemon started, PID its process id.
+	StartedAt time.Time `json:"startedAt"`
+	PID       int       `json:"pid"`
+	// Sources are the daemon's sources in the order they started.
+	Sources []SourceState `json:"sources"`
+}
+
+// SourceState is how one source is doing: Running, Done (it returned on
+// its own; its conditions say why, as with an OOM watcher the kernel cannot
+// run) or Failed (an error or a panic).
+type SourceState struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// SetShim records when and as which process the daemon started.
+func (m *Model) SetShim(startedAt time.Time, pid int) {
+	m.mu.Lock()
+	m.shim.StartedAt, m.shim.PID = startedAt, pid
+	m.gen++
+	m.mu.Unlock()
+}
+
+// SetSource records the state of a source and updates ShimHealthy.
+func (m *Model) SetSource(name, state, errMsg string) {
+	m.mu.Lock()
+	srcs := make([]SourceState, 0, len(m.shim.Sources)+1)
+	found := false
+	for _, s := range m.shim.Sources {
+		if s.Name == name {
+			s, found = SourceState{Name: name, State: state, Error: errMsg}, true
+		}
+		srcs = append(srcs, s)
+	}
+	if !found {
+		srcs = append(srcs, SourceState{Name: name, State: state, Error: errMsg})
+	}
+	m.shim.Sources = srcs
+	m.gen++
+	var failed []string
+	for _, s := range srcs {
+		if s.State == SourceFailed {
+			failed = append(failed, fmt.Sprintf("source %s failed: %s", s.Name, s.Error))
+		}
+	}
+	m.mu.Unlock()
+	c := condition.Condition{Type: TypeShimHealthy, Status: condition.True, Reason: "SourcesHealthy", Message: "no source has failed"}
+	if len(failed) > 0 {
+		c = condition.Condition{Type: TypeShimHealthy, Status: condition.False, Severity: condition.SeverityError,
+			Reason: "SourceFailed", Message: strings.Join(failed, "; ")}
+	}
+	m.Set(c)
 }

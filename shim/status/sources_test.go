@@ -150,3 +150,35 @@ func TestPolarityAndPreviousReason(t *testing.T) {
 		t.Errorf("transitions\n%v\nwant\n%v", got, want)
 	}
 }
+
+func TestSetSource(t *testing.T) {
+	steps := []struct {
+		name, source, state, err string
+		wantStatus               string
+		wantMsg                  string
+	}{
+		{"first source runs", "pressure", SourceRunning, "", "True", "no source has failed"},
+		{"one returns on its own", "oom", SourceDone, "", "True", "no source has failed"},
+		{"one fails", "network", SourceFailed, "netlink: permission denied", "False", "source network failed: netlink: permission denied"},
+		{"another fails", "pressure", SourceFailed, "panic: boom", "False", "source pressure failed: panic: boom; source network failed: netlink: permission denied"},
+	}
+	m := New(nil)
+	m.SetShim(time.Unix(10, 0), 42)
+	for _, st := range steps {
+		m.SetSource(st.source, st.state, st.err)
+		d := m.Snapshot()
+		var c condition.Condition
+		for _, x := range d.Conditions {
+			if x.Type == TypeShimHealthy {
+				c = x
+			}
+		}
+		if string(c.Status) != st.wantStatus || c.Message != st.wantMsg {
+			t.Errorf("%s: %s = %+v, want %s %q", st.name, TypeShimHealthy, c, st.wantStatus, st.wantMsg)
+		}
+	}
+	d := m.Snapshot()
+	if d.Shim.PID != 42 || len(d.Shim.Sources) != 3 || d.Shim.Sources[0].Name != "pressure" || d.Shim.Sources[0].State != SourceFailed {
+		t.Errorf("shim = %+v", d.Shim)
+	}
+}
