@@ -60,7 +60,7 @@ build: deps
 
 ## run: build and run the main job on the embedded default configuration
 run: build $(RUN_DEPS)
-	$(BIN) report
+	$(BIN) $(RUN_ARGS)
 
 $(STATICCHECK):
 	GOBIN=$(TOOLS)/bin $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION)

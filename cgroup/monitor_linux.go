@@ -29,6 +29,10 @@ type MonitorConfig struct {
 	// node's memory.pressure (the cgroup2 root's) and kubepods' when present.
 	WatchPaths []string
 	Clock      Clock
+	// OnEvaluate, when set, is called by Run after every evaluation with
+	// its snapshot (the live values a status model shows between
+	// transitions), from Run's goroutine, before the events are emitted.
+	OnEvaluate func(Snapshot)
 }
 
 // EventKind tells what an Event reports.
@@ -202,7 +206,10 @@ func (m *Monitor) Run(ctx context.Context, emit func(Event)) error {
 	tick := time.NewTicker(m.cfg.Interval)
 	defer tick.Stop()
 	evaluate := func() {
-		_, evs := m.Evaluate()
+		snap, evs := m.Evaluate()
+		if m.cfg.OnEvaluate != nil {
+			m.cfg.OnEvaluate(snap)
+		}
 		for _, e := range evs {
 			emit(e)
 		}

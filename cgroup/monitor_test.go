@@ -39,6 +39,7 @@ func TestMonitorEventStream(t *testing.T) {
 	cg, _ := filepath.Abs(filepath.Join("testdata", "unified"))
 	pod := filepath.Join(cg, "kubepods", "burstable", "pod5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09")
 	clk := newFakeClock()
+	var snaps []Snapshot // appended from Run's goroutine, read after Run returns
 	ths, err := ParseThresholds("memory.available<200Mi,nodefs.available<10%")
 	if err != nil {
 		t.Fatal(err)
@@ -50,6 +51,7 @@ func TestMonitorEventStream(t *testing.T) {
 		Watch:      WatchOptions{PollInterval: time.Hour},
 		WatchPaths: []string{filepath.Join(pod, "memory.pressure")},
 		Clock:      clk,
+		OnEvaluate: func(s Snapshot) { snaps = append(snaps, s) },
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -61,7 +63,11 @@ func TestMonitorEventStream(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	got := map[string]corev1.ConditionStatus{}
 	var sev Severity
+	eventsBeforeSnapshot := false
 	err = mon.Run(ctx, func(e Event) {
+		if len(snaps) == 0 {
+			eventsBeforeSnapshot = true
+		}
 		switch e.Kind {
 		case EventCondition:
 			got[string(e.Condition.Condition.Type)] = e.Condition.Condition.Status
@@ -92,6 +98,13 @@ func TestMonitorEventStream(t *testing.T) {
 	}
 	if sev != SeverityInfo {
 		t.Errorf("memory contention severity %q, want Info (avg10 35.51 but avg60 20.02 < Warning's 25)", sev)
+	}
+	// OnEvaluate sees each evaluation's snapshot before its events.
+	if len(snaps) == 0 || eventsBeforeSnapshot {
+		t.Fatalf("OnEvaluate: %d snapshots, events before the first: %v", len(snaps), eventsBeforeSnapshot)
+	}
+	if o := snaps[0].Observations[SignalMemoryAvailable]; !o.Known() || o.Available >= 200<<20 || len(snaps[0].Conditions) != 3 {
+		t.Errorf("first snapshot: memory.available %+v, %d conditions", o, len(snaps[0].Conditions))
 	}
 }
 

@@ -46,6 +46,9 @@ type Options struct {
 	// RootDir is kubelet's root dir; archives go to RootDir/checkpoints.
 	// Empty means DefaultRootDir.
 	RootDir string
+	// ArchiveDir, when set, receives the archives instead of
+	// RootDir/checkpoints (the daemon's configured checkpoint.dir).
+	ArchiveDir string
 	// ProcRoot is where procfs is mounted; empty means /proc.
 	ProcRoot string
 
@@ -235,7 +238,10 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if before.TracerPid != 0 {
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
-	dir := filepath.Join(o.RootDir, CheckpointsDir)
+	dir := o.ArchiveDir
+	if dir == "" {
+		dir = filepath.Join(o.RootDir, CheckpointsDir)
+	}
 	if err := ensurePrivateDir(dir); err != nil {
 		return res, err
 	}

@@ -32,7 +32,7 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
 	root, lockFile, source := filepath.Join(dir, "root"), filepath.Join(dir, "nodeshim.lock"), filepath.Join(dir, "source")
-	serve := exec.Command(bin, "serve", "--root-dir", root, "--lock-file", lockFile, "--config-source", source, "--host-root", filepath.Join(dir, "host"))
+	serve := exec.Command(bin, "serve", "--root-dir", root, "--lock-file", lockFile, "--config-source", source, "--host-root", filepath.Join(dir, "host"), "--proc-root", "/proc")
 	stdout, err := serve.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -72,8 +72,19 @@ func TestServeEndToEnd(t *testing.T) {
 	if code, _ := get("/readyz"); code != 200 && code != 503 {
 		t.Errorf("/readyz = %d", code)
 	}
-	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "nodeshim_condition") {
+	if code, body := get("/metrics"); code != 200 || !strings.Contains(body, "nodeshim_condition") || !strings.Contains(body, "nodeshim_oom_watcher_attached") {
 		t.Errorf("/metrics = %d", code)
+	}
+	if code, body := get("/report"); code != 200 || !strings.Contains(body, `"kind": "KernelReport"`) {
+		t.Errorf("/report = %d %.200s", code, body)
+	}
+	resp, err := c.Post("http://nodeshim/checkpoint/default/web-0/app", "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 404 {
+		t.Errorf("POST /checkpoint with checkpoints off by default = %d, want 404", resp.StatusCode)
 	}
 	statusJSON := func() status.Document {
 		out, err := exec.Command(bin, "status", "--root-dir", root, "-o", "json").Output()
@@ -135,7 +146,17 @@ func TestServeEndToEnd(t *testing.T) {
 		t.Fatalf("lock not released: %v", err)
 	}
 	l.Release()
-	if !strings.Contains(transitions.String(), "ConfigHealthy False ConfigRolledBack") {
-		t.Errorf("transition lines:\n%s", transitions.String())
+	out := transitions.String()
+	if !strings.Contains(out, "ConfigHealthy False ConfigRolledBack") {
+		t.Errorf("transition lines:\n%s", out)
+	}
+	// The capability report comes first, then one line per transition.
+	if !strings.HasPrefix(out, "KERNEL ") || strings.Index(out, "KernelReportSucceeded True") < strings.Index(out, "requirements:") {
+		t.Errorf("stdout does not start with the capability report:\n%.2000s", out)
+	}
+	for _, line := range []string{" OOMWatcherReady True Attached ", " PressureMonitorReady True Watching ", " MemoryPressure "} {
+		if !strings.Contains(out, line) {
+			t.Errorf("no transition line with %q", line)
+		}
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -22,8 +23,9 @@ func newStatusCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the node status served by a running nodeshim serve",
-		Long: `Print the conditions and the configuration status that nodeshim serve
-reports, read from its API socket (<root-dir>/nodeshim.sock).`,
+		Long: `Print the conditions that nodeshim serve reports, with the capability
+report's summary, the node's PSI, recent OOM kills, recent checkpoints and the
+configuration status, read from its API socket (<root-dir>/nodeshim.sock).`,
 		Example: `  # Conditions as a table
   nodeshim status
 
@@ -70,6 +72,34 @@ func statusTable(d status.Document) string {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\n", c.Type, c.Status, c.Severity, c.Reason, c.Message)
 	}
 	w.Flush()
+	if r := d.Report; r != nil {
+		fmt.Fprintf(&b, "\nreport: kernel %s at %s: %d requirements, %d supported, %d degraded, %d unsupported, %d unknown\n",
+			r.KernelRelease, r.GeneratedAt.UTC().Format(time.RFC3339), r.Summary.Total, r.Summary.Supported, r.Summary.Degraded, r.Summary.Unsupported, r.Summary.Unknown)
+	}
+	if p := d.Pressure; p != nil {
+		var psi []string
+		for _, r := range p.PSI {
+			if r.Unknown == "" {
+				psi = append(psi, fmt.Sprintf("%s some avg10=%.2f%%", r.Resource, r.Some.Avg10))
+			}
+		}
+		fmt.Fprintf(&b, "pressure: %s\n", strings.Join(psi, ", "))
+	}
+	if o := d.OOMKills; o.Watching {
+		fmt.Fprintf(&b, "OOM kills: %d since start (watching %s)\n", o.Total, o.Hook)
+		for _, k := range o.Recent[max(0, len(o.Recent)-5):] {
+			fmt.Fprintf(&b, "  %s pid %d %s rss %s\n", k.Time.UTC().Format(time.RFC3339), k.TGID, k.Comm, humanBytes(int64(k.RSSBytes)))
+		}
+	} else {
+		fmt.Fprintf(&b, "OOM kills: not watched: %s\n", o.Reason)
+	}
+	for _, c := range d.Checkpoints[max(0, len(d.Checkpoints)-5):] {
+		what := c.Path
+		if c.Error != "" {
+			what = c.Error
+		}
+		fmt.Fprintf(&b, "checkpoint %s %s/%s/%s %s in %.2fs: %s\n", c.StartedAt.UTC().Format(time.RFC3339), c.Namespace, c.Pod, c.Container, c.Result, c.DurationSeconds, what)
+	}
 	if cfg := d.Config; cfg != nil {
 		fmt.Fprintf(&b, "\nconfig: assigned %s, active %s, last-known-good %s\n",
 			refName(cfg.Assigned), refName(cfg.Active), refName(cfg.LastKnownGood))

@@ -1,25 +1,37 @@
-// Package api serves nodeshim's node API on a unix socket: GET /status,
-// /healthz and /readyz over the status model. The peer of every connection
-// is identified with SO_PEERCRED and only allowed uids (root by default)
-// are served; others get 401 and are logged.
+// Package api serves nodeshim's node API: GET /status, /report, /healthz,
+// /readyz and /metrics over the status model, and POST
+// /checkpoint/{namespace}/{pod}/{container} with kubelet's semantics. On
+// the unix socket the peer of every connection is identified with
+// SO_PEERCRED: root has full access, configured reporter uids or gids may
+// read the status endpoints only (403 for anything else), everyone else
+// gets 401. On the optional TCP listener, TLS with a bearer token or a
+// verified client certificate is required. Refusals are logged.
 package api
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -30,17 +42,57 @@ const SocketName = "nodeshim.sock"
 // Source is what the API reads: the status model.
 type Source interface {
 	Snapshot() status.Document
+	Report() *kernel.Report
+}
+
+// Checkpointer takes container checkpoints for POST /checkpoint.
+type Checkpointer interface {
+	Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error)
 }
 
 // Options configure a Handler.
 type Options struct {
-	// AllowedUIDs may use the API; root only when empty.
-	AllowedUIDs []uint32
+	// Auth decides what a request may do; UnixPeer(nil, nil, nil) (root
+	// only, over a unix socket) when nil.
+	Auth Authenticator
 	// Logger receives refused requests; slog.Default() when nil.
 	Logger *slog.Logger
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
+	// Checkpoint, when set, serves POST /checkpoint/{namespace}/{pod}/{container};
+	// without it that path answers 404, as kubelet's does with the
+	// feature off.
+	Checkpoint Checkpointer
+	// RefreshReport, when set, collects a new capability report for GET
+	// /report?refresh=true. It is called at most once per
+	// ReportRefreshInterval; more frequent requests get the last report.
+	RefreshReport func(ctx context.Context)
+	// ReportRefreshInterval is the least time between two refreshes;
+	// DefaultReportRefreshInterval when zero.
+	ReportRefreshInterval time.Duration
 }
+
+// DefaultReportRefreshInterval bounds how often GET /report?refresh=true
+// runs the probes again.
+const DefaultReportRefreshInterval = 10 * time.Second
+
+// Access is what a caller may do.
+type Access int
+
+// The access levels.
+const (
+	// NoAccess: the request is refused with 401.
+	NoAccess Access = iota
+	// ReadOnly: the status endpoints only (GET /status, /report, /healthz,
+	// /readyz, /metrics); anything else is refused with 403.
+	ReadOnly
+	// FullAccess: every endpoint.
+	FullAccess
+)
+
+// Authenticator decides the access of a request and names the caller for
+// the log.
+type Authenticator func(r *http.Request) (access Access, who string)
 
 type peerKey struct{}
 
@@ -51,7 +103,7 @@ type peer struct {
 }
 
 // ConnContext records the peer credentials of a unix connection in its
-// context; set it as http.Server.ConnContext.
+// context; set it as http.Server.ConnContext of the unix socket's server.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
@@ -70,16 +122,67 @@ func ConnContext(ctx context.Context, c net.Conn) context.Context {
 	return context.WithValue(ctx, peerKey{}, p)
 }
 
+// UnixPeer authenticates the peer of a unix socket connection by the
+// credentials ConnContext recorded: uids in full (root when empty) have
+// full access, and uids in readUIDs or gids in readGIDs read-only access.
+func UnixPeer(full, readUIDs, readGIDs []uint32) Authenticator {
+	if len(full) == 0 {
+		full = []uint32{0}
+	}
+	return func(r *http.Request) (Access, string) {
+		p, ok := r.Context().Value(peerKey{}).(peer)
+		if !ok || p.err != nil || p.cred == nil {
+			return NoAccess, fmt.Sprintf("unknown peer (%v)", p.err)
+		}
+		who := fmt.Sprintf("uid=%d gid=%d pid=%d", p.cred.Uid, p.cred.Gid, p.cred.Pid)
+		switch {
+		case slices.Contains(full, p.cred.Uid):
+			return FullAccess, who
+		case slices.Contains(readUIDs, p.cred.Uid), slices.Contains(readGIDs, p.cred.Gid):
+			return ReadOnly, who
+		}
+		return NoAccess, who
+	}
+}
+
+// Bearer authenticates TCP requests: a request over TLS carrying
+// "Authorization: Bearer <token>" equal to token, or a client certificate
+// that the TLS handshake verified against the configured client CAs, has
+// full access. An empty token accepts no bearer token.
+func Bearer(token []byte) Authenticator {
+	return func(r *http.Request) (Access, string) {
+		who := "remote=" + r.RemoteAddr
+		if r.TLS == nil {
+			return NoAccess, who + " (not TLS)"
+		}
+		if len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+			return FullAccess, who + " cn=" + r.TLS.PeerCertificates[0].Subject.CommonName
+		}
+		h := r.Header.Get("Authorization")
+		got, ok := strings.CutPrefix(h, "Bearer ")
+		if !ok || len(token) == 0 {
+			return NoAccess, who + " (no bearer token)"
+		}
+		if subtle.ConstantTimeCompare([]byte(strings.TrimSpace(got)), token) != 1 {
+			return NoAccess, who + " (bad bearer token)"
+		}
+		return FullAccess, who + " (bearer token)"
+	}
+}
+
 // NewHandler returns the API's HTTP handler.
 func NewHandler(src Source, opts Options) http.Handler {
-	if len(opts.AllowedUIDs) == 0 {
-		opts.AllowedUIDs = []uint32{0}
+	if opts.Auth == nil {
+		opts.Auth = UnixPeer(nil, nil, nil)
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
 	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+	if opts.ReportRefreshInterval <= 0 {
+		opts.ReportRefreshInterval = DefaultReportRefreshInterval
+	}
+	read := http.NewServeMux()
+	read.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		d := src.Snapshot()
 		if q := r.URL.Query().Get("conditions"); q != "" {
 			want := strings.Split(q, ",")
@@ -93,11 +196,25 @@ func NewHandler(src Source, opts Options) http.Handler {
 		}
 		writeJSON(w, http.StatusOK, d)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
+	var refresh refresher
+	read.HandleFunc("GET /report", func(w http.ResponseWriter, r *http.Request) {
+		if v := r.URL.Query().Get("refresh"); v == "true" || v == "1" {
+			if opts.RefreshReport != nil {
+				refresh.run(r.Context(), opts.RefreshReport, opts.ReportRefreshInterval)
+			}
+		}
+		rep := src.Report()
+		if rep == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the capability report has not been collected"})
+			return
+		}
+		writeJSON(w, http.StatusOK, rep)
+	})
+	read.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		fmt.Fprintln(w, "ok")
 	})
-	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+	read.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		d := src.Snapshot()
 		for _, c := range d.Conditions {
@@ -116,23 +233,86 @@ func NewHandler(src Source, opts Options) http.Handler {
 		fmt.Fprintln(w, "no Ready condition")
 	})
 	if opts.Metrics != nil {
-		mux.Handle("GET /metrics", opts.Metrics)
+		read.Handle("GET /metrics", opts.Metrics)
 	}
-	return authorize(mux, opts)
+	full := http.NewServeMux()
+	full.Handle("/", read)
+	full.HandleFunc("POST /checkpoint/{namespace}/{pod}/{container}", func(w http.ResponseWriter, r *http.Request) {
+		serveCheckpoint(w, r, opts)
+	})
+	return authorize(read, full, opts)
 }
 
-func authorize(next http.Handler, opts Options) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		p, ok := r.Context().Value(peerKey{}).(peer)
-		switch {
-		case !ok || p.err != nil || p.cred == nil:
-			opts.Logger.Warn("API request refused: peer credentials unknown", "method", r.Method, "path", r.URL.Path, "err", p.err)
-		case !slices.Contains(opts.AllowedUIDs, p.cred.Uid):
-			opts.Logger.Warn("API request refused", "method", r.Method, "path", r.URL.Path, "uid", p.cred.Uid, "pid", p.cred.Pid)
-		default:
-			next.ServeHTTP(w, r)
+// serveCheckpoint follows kubelet's checkpoint handler
+// (pkg/kubelet/server/server.go): 404 for an unknown container or with the
+// feature off, the last ?timeout= value in seconds (500 when it does not
+// parse; 0 or absent for the default), 500 with the runtime's error, and
+// {"items":["<archive path>"]} on success.
+func serveCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
+	ref := criu.ContainerRef{Namespace: r.PathValue("namespace"), Pod: r.PathValue("pod"), Container: r.PathValue("container")}
+	if opts.Checkpoint == nil {
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": "checkpoints are not available on this node"})
+		return
+	}
+	var timeout time.Duration
+	if ts := r.URL.Query()["timeout"]; len(ts) > 0 {
+		n, err := strconv.ParseInt(ts[len(ts)-1], 10, 64)
+		if err != nil || n < 0 || n > int64(math.MaxInt64/time.Second) {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "cannot parse value of timeout parameter"})
 			return
 		}
+		timeout = time.Duration(n) * time.Second
+	}
+	res, err := opts.Checkpoint.Checkpoint(r.Context(), ref, timeout)
+	switch {
+	case errors.Is(err, checkpoint.ErrNotFound):
+		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
+	case err != nil:
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("checkpointing of %s failed (%v)", ref, err)})
+	default:
+		writeJSON(w, http.StatusOK, map[string][]string{"items": {res.Path}})
+	}
+}
+
+// refresher runs the report refresh at most once per interval; concurrent
+// callers wait for the one in progress.
+type refresher struct {
+	mu   sync.Mutex
+	last time.Time
+}
+
+func (f *refresher) run(ctx context.Context, refresh func(context.Context), every time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.last.IsZero() && time.Since(f.last) < every {
+		return
+	}
+	refresh(ctx)
+	f.last = time.Now()
+}
+
+// authorize serves read-only callers from read and full ones from full;
+// refusals are logged with the caller.
+func authorize(read, full http.Handler, opts Options) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		access, who := opts.Auth(r)
+		switch access {
+		case FullAccess:
+			full.ServeHTTP(w, r)
+			return
+		case ReadOnly:
+			if r.Method == http.MethodGet || r.Method == http.MethodHead {
+				if _, pattern := read.(*http.ServeMux).Handler(r); pattern != "" {
+					read.ServeHTTP(w, r)
+					return
+				}
+			}
+			opts.Logger.Warn("API request refused: read-only caller", "method", r.Method, "path", r.URL.Path, "peer", who)
+			writeJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden: read-only access"})
+			return
+		}
+		opts.Logger.Warn("API request refused", "method", r.Method, "path", r.URL.Path, "peer", who)
+		w.Header().Set("WWW-Authenticate", `Bearer realm="nodeshim"`)
 		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
 	})
 }
@@ -154,6 +334,13 @@ var ErrNotSocket = errors.New("path exists and is not a socket")
 // renames the socket into place, so that it is never reachable with a
 // wider mode. A stale socket at path is replaced; anything else is an error.
 func Listen(path string, perm os.FileMode) (*net.UnixListener, error) {
+	return ListenGroup(path, perm, -1)
+}
+
+// ListenGroup is Listen with the socket's group set to gid (when not
+// negative) before it is moved into place, so that a reporter group can
+// connect through a 0660 socket.
+func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("listen on %s: %w", path, ErrNotSocket)
 	}
@@ -170,6 +357,12 @@ func Listen(path string, perm os.FileMode) (*net.UnixListener, error) {
 	// The listener would unlink its bind path on Close; the path moves, so
 	// the caller removes the final one.
 	l.SetUnlinkOnClose(false)
+	if gid >= 0 {
+		if err := os.Lchown(tmp, -1, gid); err != nil {
+			l.Close()
+			return nil, fmt.Errorf("chown %s to gid %d: %w", tmp, gid, err)
+		}
+	}
 	if err := os.Chmod(tmp, perm); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("chmod %s: %w", tmp, err)

@@ -84,6 +84,22 @@ type Condition struct {
 	Reason string `json:"reason"`
 	// Message is for humans.
 	Message string `json:"message"`
+	// Polarity is PolarityKubelet for kubelet's negative-polarity types
+	// (True means a problem) and empty for nodeshim's own positive ones.
+	Polarity string `json:"polarity,omitempty"`
+}
+
+// PolarityKubelet labels a condition that keeps kubelet's negative
+// polarity: MemoryPressure, DiskPressure, PIDPressure, NetworkUnavailable.
+const PolarityKubelet = "KubeletNegative"
+
+// Labelled returns c with Polarity set from its type.
+func (c Condition) Labelled() Condition {
+	c.Polarity = ""
+	if NegativePolarity(c.Type) {
+		c.Polarity = PolarityKubelet
+	}
+	return c
 }
 
 // Abnormal reports whether c is in its bad state: False for positive

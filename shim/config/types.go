@@ -39,6 +39,10 @@ type ShimConfiguration struct {
 	// ConfigSoakPeriod is how long a new configuration must stay active
 	// before it becomes last-known-good.
 	ConfigSoakPeriod metav1.Duration `json:"configSoakPeriod,omitzero"`
+	// ContainerRuntimeEndpoint is the node's CRI runtime socket (kubelet's
+	// containerRuntimeEndpoint), through which POST /checkpoint resolves a
+	// container to its process.
+	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint,omitempty"`
 	// FeatureGates switches optional behaviour on or off by name.
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
 	// API configures the node API.
@@ -62,6 +66,12 @@ type APIConfig struct {
 	ClientCAFile string `json:"clientCAFile,omitempty"`
 	// TokenFile holds the bearer token accepted on TCP.
 	TokenFile string `json:"tokenFile,omitempty"`
+	// ReadOnlyUIDs and ReadOnlyGIDs name peers of the unix socket (by the
+	// uid or gid SO_PEERCRED reports) that may read the status endpoints
+	// (GET /status, /report, /healthz, /readyz, /metrics) and nothing
+	// else: the reporter's identity. Root always has full access.
+	ReadOnlyUIDs []uint32 `json:"readOnlyUIDs,omitempty"`
+	ReadOnlyGIDs []uint32 `json:"readOnlyGIDs,omitempty"`
 }
 
 // CheckpointConfig configures the checkpoint endpoint.
@@ -93,11 +103,12 @@ type NetworkConfig struct {
 // assigned and none has been good before.
 func Defaults() ShimConfiguration {
 	return ShimConfiguration{
-		TypeMeta:         metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
-		RootDir:          "/var/lib/nodeshim",
-		KubeletRootDir:   "/var/lib/kubelet",
-		LockFile:         "/var/run/nodeshim.lock",
-		ConfigSoakPeriod: metav1.Duration{Duration: DefaultSoakPeriod},
+		TypeMeta:                 metav1.TypeMeta{APIVersion: APIVersion, Kind: Kind},
+		RootDir:                  "/var/lib/nodeshim",
+		KubeletRootDir:           "/var/lib/kubelet",
+		LockFile:                 "/var/run/nodeshim.lock",
+		ContainerRuntimeEndpoint: "unix:///run/containerd/containerd.sock",
+		ConfigSoakPeriod:         metav1.Duration{Duration: DefaultSoakPeriod},
 		Checkpoint: CheckpointConfig{
 			Dir:            "/var/lib/nodeshim/checkpoints",
 			DefaultTimeout: metav1.Duration{Duration: time.Minute},
@@ -153,6 +164,9 @@ func (c *ShimConfiguration) Validate() error {
 	}
 	if c.ConfigSoakPeriod.Duration < 0 {
 		p = append(p, fmt.Sprintf("configSoakPeriod %v is negative", c.ConfigSoakPeriod.Duration))
+	}
+	if c.Checkpoint.Enabled && c.ContainerRuntimeEndpoint == "" {
+		p = append(p, "checkpoint.enabled needs containerRuntimeEndpoint")
 	}
 	if c.Checkpoint.DefaultTimeout.Duration <= 0 {
 		p = append(p, fmt.Sprintf("checkpoint.defaultTimeout %v is not positive", c.Checkpoint.DefaultTimeout.Duration))

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -25,6 +26,22 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	// The test binary doubles as the workloads and clients the tests start.
+	switch os.Getenv(envWorkload) {
+	case "":
+	case "count", "count-tcp":
+		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
+		return
+	case "hog":
+		runHog(os.Getenv(envWorkloadDir))
+		return
+	case "client":
+		runClient()
+		return
+	default:
+		fmt.Fprintf(os.Stderr, "unknown workload %q\n", os.Getenv(envWorkload))
+		os.Exit(2)
+	}
 	goleak.VerifyTestMain(m)
 }
 
@@ -70,7 +87,7 @@ func waitStatus(t *testing.T, c *http.Client, ok func(status.Document) bool) sta
 	}
 }
 
-func writeSource(t *testing.T, dir, body string) {
+func writeSource(t testing.TB, dir, body string) {
 	t.Helper()
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -24,6 +24,21 @@ var (
 		[]string{"role", "uid"}, nil)
 	descConfigError = prometheus.NewDesc("nodeshim_config_error",
 		"1 while the configuration lifecycle reports an error (a rollback or a source error).", nil, nil)
+	descSignalAvailable = prometheus.NewDesc("nodeshim_pressure_signal_available",
+		"Eviction signal (kubelet's names) available amount: bytes, inodes or process ids.", []string{"signal"}, nil)
+	descSignalCapacity = prometheus.NewDesc("nodeshim_pressure_signal_capacity",
+		"Eviction signal capacity, in the unit of nodeshim_pressure_signal_available.", []string{"signal"}, nil)
+	descSignalUnknown = prometheus.NewDesc("nodeshim_pressure_signal_unknown",
+		"1 when the eviction signal could not be read (its amounts are then not exported).", []string{"signal"}, nil)
+	descPSIAvg = prometheus.NewDesc("nodeshim_psi_stall_ratio",
+		"Share of wall time (0-1) in which some or all tasks stalled on the resource, averaged over window.",
+		[]string{"resource", "kind", "window"}, nil)
+	descPSITotal = prometheus.NewDesc("nodeshim_psi_stall_seconds_total",
+		"Total time some or all tasks stalled on the resource since boot.", []string{"resource", "kind"}, nil)
+	descOOMKills = prometheus.NewDesc("nodeshim_oom_kills_total",
+		"OOM kills seen by the eBPF OOM watcher since nodeshim started.", nil, nil)
+	descOOMWatching = prometheus.NewDesc("nodeshim_oom_watcher_attached",
+		"1 while the eBPF OOM watcher is attached; with 0, nodeshim_oom_kills_total counts nothing.", nil, nil)
 )
 
 // Collector reads the model and the configuration status at each scrape.
@@ -40,7 +55,8 @@ func NewCollector(model *status.Model, configStatus func() config.NodeConfigStat
 
 // Describe sends the descriptors of every metric the collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{descCondition, descTransition, descGeneration, descConfig, descConfigError} {
+	for _, d := range []*prometheus.Desc{descCondition, descTransition, descGeneration, descConfig, descConfigError,
+		descSignalAvailable, descSignalCapacity, descSignalUnknown, descPSIAvg, descPSITotal, descOOMKills, descOOMWatching} {
 		ch <- d
 	}
 }
@@ -62,6 +78,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 				float64(cond.LastTransitionTime.Unix()), cond.Type)
 		}
 	}
+	collectPressure(ch, d.Pressure)
+	ch <- prometheus.MustNewConstMetric(descOOMKills, prometheus.CounterValue, float64(d.OOMKills.Total))
+	ch <- prometheus.MustNewConstMetric(descOOMWatching, prometheus.GaugeValue, b2f(d.OOMKills.Watching))
 	if c.config == nil {
 		return
 	}
@@ -81,4 +100,51 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		e = 1
 	}
 	ch <- prometheus.MustNewConstMetric(descConfigError, prometheus.GaugeValue, e)
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// collectPressure exports the pressure monitor's last reading; nothing
+// before the first one, so that a missing reading is not a zero.
+func collectPressure(ch chan<- prometheus.Metric, p *status.Pressure) {
+	if p == nil {
+		return
+	}
+	for _, s := range p.Signals {
+		ch <- prometheus.MustNewConstMetric(descSignalUnknown, prometheus.GaugeValue, b2f(s.Unknown != ""), s.Name)
+		if s.Unknown != "" {
+			continue
+		}
+		ch <- prometheus.MustNewConstMetric(descSignalAvailable, prometheus.GaugeValue, float64(s.Available), s.Name)
+		ch <- prometheus.MustNewConstMetric(descSignalCapacity, prometheus.GaugeValue, float64(s.Capacity), s.Name)
+	}
+	for _, r := range p.PSI {
+		if r.Unknown != "" {
+			continue
+		}
+		lines := []struct {
+			kind string
+			l    status.PSILine
+		}{{"some", r.Some}}
+		if r.Full != nil {
+			lines = append(lines, struct {
+				kind string
+				l    status.PSILine
+			}{"full", *r.Full})
+		}
+		for _, l := range lines {
+			for _, w := range []struct {
+				window string
+				v      float64
+			}{{"10s", l.l.Avg10}, {"60s", l.l.Avg60}, {"300s", l.l.Avg300}} {
+				ch <- prometheus.MustNewConstMetric(descPSIAvg, prometheus.GaugeValue, w.v/100, r.Resource, l.kind, w.window)
+			}
+			ch <- prometheus.MustNewConstMetric(descPSITotal, prometheus.CounterValue, float64(l.l.TotalMicroseconds)/1e6, r.Resource, l.kind)
+		}
+	}
 }

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
@@ -22,6 +23,8 @@ type Transition struct {
 	Condition condition.Condition
 	// Previous is the status before, empty for a new condition.
 	Previous metav1.ConditionStatus
+	// PreviousReason is the reason before, empty for a new condition.
+	PreviousReason string
 }
 
 // Document is a snapshot of the status for the API.
@@ -32,6 +35,17 @@ type Document struct {
 	Conditions []condition.Condition `json:"conditions"`
 	// Config is the configuration lifecycle, when a controller reports it.
 	Config *config.NodeConfigStatus `json:"config,omitempty"`
+	// Report summarises the capability report once it is collected; GET
+	// /report serves it whole.
+	Report *ReportSummary `json:"report,omitempty"`
+	// Pressure is the latest reading of the pressure monitor.
+	Pressure *Pressure `json:"pressure,omitempty"`
+	// OOMKills are the recent OOM kills, and whether they are watched.
+	OOMKills OOMKills `json:"oomKills"`
+	// Checkpoints is the recent checkpoint history, oldest first.
+	Checkpoints []CheckpointRecord `json:"checkpoints"`
+	// Shim is nodeshim's own health: start, pid, and each source's state.
+	Shim ShimHealth `json:"shim"`
 }
 
 // Model holds the conditions and keeps Ready up to date. It is safe for
@@ -44,6 +58,12 @@ type Model struct {
 	set    condition.Set
 	config *config.NodeConfigStatus
 	subs   map[chan Transition]struct{}
+
+	report      *kernel.Report
+	pressure    *Pressure
+	oom         OOMKills
+	checkpoints []CheckpointRecord
+	shim        ShimHealth
 }
 
 // New returns a Model whose Ready is Unknown until a condition is set:
@@ -52,7 +72,8 @@ func New(clk clock.Clock) *Model {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
-	m := &Model{clock: clk, subs: map[chan Transition]struct{}{}}
+	m := &Model{clock: clk, subs: map[chan Transition]struct{}{},
+		oom: OOMKills{Reason: "the OOM watcher has not started"}}
 	m.set.Update(condition.Condition{Type: condition.TypeReady, Status: condition.Unknown, Reason: "NotObserved",
 		Message: "no source has reported yet"}, clk.Now())
 	return m
@@ -71,9 +92,9 @@ func (m *Model) Set(conds ...condition.Condition) bool {
 			continue // computed, never set
 		}
 		prev, _ := m.set.Get(c.Type)
-		if m.set.Update(c, now) {
+		if m.set.Update(c.Labelled(), now) {
 			cur, _ := m.set.Get(c.Type)
-			out = append(out, Transition{Condition: cur, Previous: prev.Status})
+			out = append(out, Transition{Condition: cur, Previous: prev.Status, PreviousReason: prev.Reason})
 		}
 	}
 	if len(out) == 0 {
@@ -90,7 +111,7 @@ func (m *Model) Set(conds ...condition.Condition) bool {
 	ready := condition.Summarize(condition.TypeReady, 0, others)
 	if m.set.Update(ready, now) {
 		cur, _ := m.set.Get(condition.TypeReady)
-		out = append(out, Transition{Condition: cur, Previous: prev.Status})
+		out = append(out, Transition{Condition: cur, Previous: prev.Status, PreviousReason: prev.Reason})
 	}
 	for ch := range m.subs {
 		for _, t := range out {
@@ -121,6 +142,27 @@ func (m *Model) Snapshot() Document {
 	if m.config != nil {
 		cp := *m.config
 		d.Config = &cp
+	}
+	if m.report != nil {
+		d.Report = &ReportSummary{GeneratedAt: m.report.GeneratedAt, KernelRelease: m.report.Kernel.Raw, Summary: m.report.Summary}
+	}
+	if m.pressure != nil {
+		p := *m.pressure
+		d.Pressure = &p
+	}
+	// The histories are replaced, never appended to in place, so sharing
+	// them with the snapshot is safe.
+	d.OOMKills = m.oom
+	if d.OOMKills.Recent == nil {
+		d.OOMKills.Recent = []OOMKill{}
+	}
+	d.Checkpoints = m.checkpoints
+	if d.Checkpoints == nil {
+		d.Checkpoints = []CheckpointRecord{}
+	}
+	d.Shim = m.shim
+	if d.Shim.Sources == nil {
+		d.Shim.Sources = []SourceState{}
 	}
 	return d
 }

@@ -1,0 +1,330 @@
+// Package checkpoint serves kubelet-style container checkpoints for the node
+// API: it resolves namespace/pod/container to a process through the node's
+// CRI runtime (shim/cri), checkpoints it with CRIU (criu/), and records the
+// outcome in the status model (progress, history) and in the metrics.
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/shim/metrics"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// ErrNotFound is wrapped by every error for which kubelet's checkpoint
+// endpoint answers 404: an unknown namespace, pod or container, and the
+// feature being disabled.
+var ErrNotFound = errors.New("not found")
+
+// ErrDisabled says that checkpoints are off in the active configuration.
+var ErrDisabled = fmt.Errorf("checkpoints are disabled in the configuration: %w", ErrNotFound)
+
+// ErrBusy: a checkpoint of the same container is already running.
+var ErrBusy = criu.ErrBusy
+
+// ErrShuttingDown: nodeshim is stopping and takes no new checkpoint.
+var ErrShuttingDown = errors.New("nodeshim is shutting down")
+
+// Settings are the parts of the active configuration a checkpoint reads.
+type Settings struct {
+	// Enabled turns checkpoints on.
+	Enabled bool
+	// Dir receives the archives.
+	Dir string
+	// DefaultTimeout bounds a checkpoint requested without a timeout.
+	DefaultTimeout time.Duration
+	// RuntimeEndpoint is the CRI runtime socket.
+	RuntimeEndpoint string
+}
+
+// Options configure a Service.
+type Options struct {
+	// Settings returns the active configuration's settings; it is called
+	// for every request, so that a configuration change applies at once.
+	Settings func() Settings
+	// FindCriu locates criu; criu.Find("", os.Getenv) when nil.
+	FindCriu func() (criu.Binary, error)
+	// Dial connects to a CRI runtime; cri.Dial when nil.
+	Dial func(endpoint string) (cri.Resolver, func() error, error)
+	// ProcRoot is where the host's procfs is mounted; "/proc" when empty.
+	ProcRoot string
+	// Parallel bounds the checkpoints that run at once (at least 1).
+	Parallel int
+	// Model receives progress, results and history; required.
+	Model *status.Model
+	// Metrics, when set, counts and times the checkpoints.
+	Metrics *metrics.Checkpoints
+	// Logger; slog.Default() when nil.
+	Logger *slog.Logger
+	// Now is the clock of records and archive names; time.Now when nil.
+	Now func() time.Time
+}
+
+// Service runs checkpoints. Close aborts those in flight.
+type Service struct {
+	opts   Options
+	base   context.Context
+	cancel context.CancelFunc
+	sem    chan struct{}
+
+	mu        sync.Mutex
+	closed    bool
+	inflight  sync.WaitGroup
+	busy      map[criu.ContainerRef]bool
+	resolvers map[string]resolverConn
+}
+
+type resolverConn struct {
+	r     cri.Resolver
+	close func() error
+}
+
+// New returns a Service.
+func New(opts Options) *Service {
+	if opts.FindCriu == nil {
+		opts.FindCriu = func() (criu.Binary, error) { return criu.Find("", nil) }
+	}
+	if opts.Dial == nil {
+		opts.Dial = func(endpoint string) (cri.Resolver, func() error, error) {
+			r, err := cri.Dial(endpoint)
+			if err != nil {
+				return nil, nil, err
+			}
+			return r, r.Close, nil
+		}
+	}
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	if opts.Parallel < 1 {
+		opts.Parallel = 1
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Service{opts: opts, base: base, cancel: cancel, sem: make(chan struct{}, opts.Parallel),
+		busy: map[criu.ContainerRef]bool{}, resolvers: map[string]resolverConn{}}
+}
+
+// Close refuses new checkpoints, aborts the ones in flight and waits for
+// them: each is cancelled through CRIU, which cures the tasks it seized,
+// and criu.Checkpoint checks that the workload runs on, unfrozen and
+// untraced, and removes every file it made. Then it closes the runtime
+// connections.
+func (s *Service) Close() error {
+	s.mu.Lock()
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.inflight.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var errs []error
+	for ep, rc := range s.resolvers {
+		if rc.close != nil {
+			if err := rc.close(); err != nil {
+				errs = append(errs, fmt.Errorf("close CRI connection %s: %w", ep, err))
+			}
+		}
+		delete(s.resolvers, ep)
+	}
+	return errors.Join(errs...)
+}
+
+// ValidRef checks the names as Kubernetes defines them (namespace and
+// container: DNS labels; pod: a DNS subdomain). A name that breaks them
+// cannot exist, so the error wraps ErrNotFound.
+func ValidRef(ref criu.ContainerRef) error {
+	for _, p := range []struct {
+		what string
+		errs []string
+	}{
+		{"namespace", validation.IsDNS1123Label(ref.Namespace)},
+		{"pod", validation.IsDNS1123Subdomain(ref.Pod)},
+		{"container", validation.IsDNS1123Label(ref.Container)},
+	} {
+		if len(p.errs) > 0 {
+			return fmt.Errorf("%s: invalid %s name: %s: %w", ref, p.what, strings.Join(p.errs, "; "), ErrNotFound)
+		}
+	}
+	return nil
+}
+
+// Checkpoint checkpoints the container ref within timeout (zero: the
+// configured default) and returns CRIU's result. Errors wrapping
+// ErrNotFound mean an unknown container or the feature being off; every
+// other error is a failure of the runtime, of CRIU or of nodeshim.
+func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error) {
+	set := s.opts.Settings()
+	if !set.Enabled {
+		return criu.Result{}, ErrDisabled
+	}
+	if err := ValidRef(ref); err != nil {
+		return criu.Result{}, err
+	}
+	if timeout <= 0 {
+		timeout = set.DefaultTimeout
+	}
+	if timeout <= 0 {
+		timeout = criu.DefaultTimeout
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return criu.Result{}, ErrShuttingDown
+	}
+	if s.busy[ref] {
+		s.mu.Unlock()
+		return criu.Result{}, fmt.Errorf("checkpoint %s: %w", ref, ErrBusy)
+	}
+	s.busy[ref] = true
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.busy, ref)
+		s.mu.Unlock()
+		s.inflight.Done()
+	}()
+
+	started := s.opts.Now()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	stop := context.AfterFunc(s.base, cancel)
+	defer stop()
+
+	resolver, err := s.resolver(set.RuntimeEndpoint)
+	if err != nil {
+		return criu.Result{}, err
+	}
+	proc, err := resolver.Resolve(ctx, cri.Target{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container})
+	if errors.Is(err, cri.ErrNotFound) {
+		return criu.Result{}, fmt.Errorf("%w: %w", err, ErrNotFound)
+	}
+	if err != nil {
+		return criu.Result{}, s.abortedOr(ctx, err)
+	}
+	target, err := criu.PIDTarget(s.opts.ProcRoot, proc.PID, started)
+	if err != nil {
+		return criu.Result{}, fmt.Errorf("container %s (%s): %w", ref, proc.ContainerID, err)
+	}
+	target.Ref, target.ID, target.Runtime = ref, proc.ContainerID, "cri"
+	if target.ID == "" {
+		target.ID = fmt.Sprintf("pid-%d", proc.PID)
+	}
+	bin, err := s.opts.FindCriu()
+	if err != nil {
+		return criu.Result{}, err
+	}
+
+	// From here the request reaches CRIU: it is recorded whatever happens.
+	rec := status.CheckpointRecord{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container,
+		ContainerID: proc.ContainerID, PID: proc.PID, StartedAt: started}
+	done := func(string, time.Duration, time.Duration) {}
+	if s.opts.Metrics != nil {
+		done = s.opts.Metrics.Start()
+	}
+	what := "checkpoint " + ref.String()
+	s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": waiting for a free slot", 1, 3))
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		err := s.abortedOr(ctx, fmt.Errorf("%s: waiting for a free slot: %w", what, ctx.Err()))
+		s.finish(rec, criu.Result{}, err, done)
+		return criu.Result{}, err
+	}
+	defer func() { <-s.sem }()
+	s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": dumping with CRIU", 2, 3))
+	var phaseMu sync.Mutex
+	phase := "dumping"
+	res, err := criu.Checkpoint(ctx, target, criu.Options{
+		Binary:     bin,
+		ArchiveDir: set.Dir,
+		ProcRoot:   s.opts.ProcRoot,
+		Now:        s.opts.Now,
+		Logger:     s.opts.Logger,
+		Progress: func(p criu.Progress) {
+			phaseMu.Lock()
+			defer phaseMu.Unlock()
+			if p.Phase == phase || p.Phase != "archiving" {
+				return
+			}
+			phase = p.Phase
+			s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": writing the archive", 3, 3))
+		},
+	})
+	if err != nil {
+		err = s.abortedOr(ctx, err)
+	}
+	s.finish(rec, res, err, done)
+	return res, err
+}
+
+// abortedOr marks err as an abort by shutdown when the service is closing.
+func (s *Service) abortedOr(ctx context.Context, err error) error {
+	if s.base.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrShuttingDown, err)
+	}
+	return err
+}
+
+// finish records the outcome of a checkpoint that reached CRIU.
+func (s *Service) finish(rec status.CheckpointRecord, res criu.Result, err error, done func(string, time.Duration, time.Duration)) {
+	elapsed := s.opts.Now().Sub(rec.StartedAt)
+	rec.DurationSeconds = elapsed.Seconds()
+	ref := rec.Namespace + "/" + rec.Pod + "/" + rec.Container
+	c := condition.Condition{Type: status.TypeCheckpoint}
+	switch {
+	case err == nil:
+		rec.Result, rec.Path, rec.SizeBytes, rec.FrozenSeconds = status.CheckpointSucceeded, res.Path, res.Size, res.Frozen.Seconds()
+		c.Status, c.Reason = condition.True, "Checkpointed"
+		c.Message = fmt.Sprintf("%s checkpointed to %s in %s (frozen %s)", ref, res.Path, elapsed.Round(time.Millisecond), res.Frozen.Round(time.Millisecond))
+		s.opts.Logger.Info("checkpoint written", "container", ref, "path", res.Path, "bytes", res.Size, "frozen", res.Frozen, "total", elapsed)
+	case errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) || errors.Is(err, ErrShuttingDown):
+		rec.Result, rec.Error = status.CheckpointAborted, err.Error()
+		c.Status, c.Severity, c.Reason = condition.False, condition.SeverityWarning, "CheckpointAborted"
+		c.Message = fmt.Sprintf("%s aborted, the workload was left running: %v", ref, err)
+		s.opts.Logger.Warn("checkpoint aborted", "container", ref, "err", err)
+	default:
+		rec.Result, rec.Error = status.CheckpointFailed, err.Error()
+		c.Status, c.Severity, c.Reason = condition.False, condition.SeverityWarning, "CheckpointFailed"
+		if errors.Is(err, criu.ErrTargetLost) {
+			c.Severity = condition.SeverityError
+		}
+		c.Message = fmt.Sprintf("%s failed: %v", ref, err)
+		s.opts.Logger.Error("checkpoint failed", "container", ref, "err", err)
+	}
+	s.opts.Model.AddCheckpoint(rec)
+	s.opts.Model.Set(c)
+	done(rec.Result, elapsed, res.Frozen)
+}
+
+// resolver returns the resolver of endpoint, connecting at first use.
+func (s *Service) resolver(endpoint string) (cri.Resolver, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if rc, ok := s.resolvers[endpoint]; ok {
+		return rc.r, nil
+	}
+	r, closeFn, err := s.opts.Dial(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	s.resolvers[endpoint] = resolverConn{r: r, close: closeFn}
+	return r, nil
+}

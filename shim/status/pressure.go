@@ -1,0 +1,54 @@
+package status
+
+import "time"
+
+// Pressure is the node's eviction signals and PSI as the cgroup pressure
+// monitor last read them.
+type Pressure struct {
+	// ObservedAt is when the values were read.
+	ObservedAt time.Time `json:"observedAt"`
+	// Signals are kubelet's eviction signals (memory.available, ...).
+	Signals []Signal `json:"signals"`
+	// PSI is the node's pressure stall information per resource.
+	PSI []PSI `json:"psi"`
+	// Watchers say how each pressure file is watched: a PSI trigger, or
+	// polling where the kernel refuses triggers.
+	Watchers []PressureWatcher `json:"watchers,omitempty"`
+}
+
+// Signal is one eviction signal: available out of capacity, or why it is
+// unknown.
+type Signal struct {
+	Name      string `json:"name"`
+	Available uint64 `json:"available,omitempty"`
+	Capacity  uint64 `json:"capacity,omitempty"`
+	// Unknown is why the signal could not be read; the amounts are then
+	// meaningless.
+	Unknown string `json:"unknown,omitempty"`
+	Source  string `json:"source,omitempty"`
+}
+
+// PSI is one resource's pressure: the share of time some (or all) tasks
+// stalled, in percent, and the total stall time.
+type PSI struct {
+	Resource string   `json:"resource"`
+	Some     PSILine  `json:"some"`
+	Full     *PSILine `json:"full,omitempty"`
+	// Unknown is why the resource's pressure could not be read.
+	Unknown string `json:"unknown,omitempty"`
+}
+
+// PSILine is one line of a PSI file.
+type PSILine struct {
+	Avg10             float64 `json:"avg10"`
+	Avg60             float64 `json:"avg60"`
+	Avg300            float64 `json:"avg300"`
+	TotalMicroseconds uint64  `json:"totalMicroseconds"`
+}
+
+// PressureWatcher says how one pressure file is watched.
+type PressureWatcher struct {
+	Path           string `json:"path"`
+	Mode           string `json:"mode"`
+	FallbackReason string `json:"fallbackReason,omitempty"`
+}

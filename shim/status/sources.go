@@ -1,0 +1,240 @@
+package status
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/shim/condition"
+)
+
+// Condition types of the sources the daemon wires into the model. All have
+// positive polarity except kubelet's pressure types, which keep kubelet's
+// (True means pressure) and carry condition.PolarityNegative.
+const (
+	// TypeKernelReport is True once the capability report was collected.
+	TypeKernelReport = "KernelReportSucceeded"
+	// TypePressureMonitor is True while the cgroup pressure monitor runs.
+	TypePressureMonitor = "PressureMonitorReady"
+	// TypeOOMWatcher is True while the eBPF OOM watcher is attached.
+	TypeOOMWatcher = "OOMWatcherReady"
+	// TypeCheckpoint reports the last checkpoint, or the one in progress.
+	TypeCheckpoint = "CheckpointSucceeded"
+)
+
+// Bounds of the model's histories: the oldest entries are dropped first.
+const (
+	MaxOOMKills    = 64
+	MaxCheckpoints = 32
+)
+
+// ReportSummary is the status document's view of the capability report;
+// GET /report serves the whole report.
+type ReportSummary struct {
+	// GeneratedAt is when the report's collection started.
+	GeneratedAt time.Time `json:"generatedAt"`
+	// KernelRelease is the running kernel's release string.
+	KernelRelease string `json:"kernelRelease,omitempty"`
+	// Summary counts the report's verdicts.
+	Summary kernel.Summary `json:"summary"`
+}
+
+// OOMKills are the OOM kills the eBPF watcher saw.
+type OOMKills struct {
+	// Watching says whether OOM kills are observed at all. When false,
+	// Recent is empty because nothing watches, not because nothing was
+	// killed; Reason says why.
+	Watching bool `json:"watching"`
+	// Hook is the kernel hook the watcher is attached to.
+	Hook string `json:"hook,omitempty"`
+	// Reason says why OOM kills are not watched.
+	Reason string `json:"reason,omitempty"`
+	// Total counts the kills seen since start, Recent keeps the last
+	// MaxOOMKills of them, oldest first.
+	Total  uint64    `json:"total"`
+	Recent []OOMKill `json:"recent"`
+}
+
+// OOMKill is one task the kernel chose as an OOM victim.
+type OOMKill struct {
+	Time time.Time `json:"time"`
+	// PID is the victim's thread id, TGID its process id (0 when the
+	// kernel hook could not see it).
+	PID  uint32 `json:"pid"`
+	TGID uint32 `json:"tgid,omitempty"`
+	Comm string `json:"comm,omitempty"`
+	// CgroupID is the victim's cgroup v2 id, 0 when unknown.
+	CgroupID     uint64 `json:"cgroupID,omitempty"`
+	RSSBytes     uint64 `json:"rssBytes,omitempty"`
+	TotalVMBytes uint64 `json:"totalVMBytes,omitempty"`
+	OOMScoreAdj  int32  `json:"oomScoreAdj"`
+}
+
+// Checkpoint results.
+const (
+	CheckpointSucceeded = "Succeeded"
+	CheckpointFailed    = "Failed"
+	CheckpointAborted   = "Aborted"
+)
+
+// CheckpointRecord is one checkpoint request that reached CRIU.
+type CheckpointRecord struct {
+	Namespace   string `json:"namespace"`
+	Pod         string `json:"pod"`
+	Container   string `json:"container"`
+	ContainerID string `json:"containerID,omitempty"`
+	PID         int    `json:"pid,omitempty"`
+	// StartedAt is when the request was accepted.
+	StartedAt time.Time `json:"startedAt"`
+	// DurationSeconds is the whole request, FrozenSeconds how long CRIU
+	// kept the workload frozen.
+	DurationSeconds float64 `json:"durationSeconds"`
+	FrozenSeconds   float64 `json:"frozenSeconds,omitempty"`
+	// Result is Succeeded, Failed or Aborted (timeout, client gone, or
+	// shutdown: the workload was left running).
+	Result string `json:"result"`
+	// Path and SizeBytes describe the archive of a success.
+	Path      string `json:"path,omitempty"`
+	SizeBytes int64  `json:"sizeBytes,omitempty"`
+	// Error is CRIU's or nodeshim's message for a failure.
+	Error string `json:"error,omitempty"`
+}
+
+// SetReport records a capability report and its KernelReportSucceeded
+// condition; a collection error becomes the condition's reason instead.
+func (m *Model) SetReport(rep *kernel.Report, err error) {
+	if err != nil {
+		m.Set(condition.Condition{Type: TypeKernelReport, Status: condition.False, Severity: condition.SeverityWarning,
+			Reason: "CollectFailed", Message: err.Error()})
+		return
+	}
+	m.mu.Lock()
+	m.report = rep
+	m.gen++
+	m.mu.Unlock()
+	s := rep.Summary
+	m.Set(condition.Condition{Type: TypeKernelReport, Status: condition.True, Reason: "Collected",
+		Message: fmt.Sprintf("kernel %s: %d requirements, %d supported, %d degraded, %d unsupported, %d unknown",
+			rep.Kernel.Raw, s.Total, s.Supported, s.Degraded, s.Unsupported, s.Unknown)})
+}
+
+// Report returns the last capability report, nil before the first.
+func (m *Model) Report() *kernel.Report {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.report
+}
+
+// SetOOMWatch records whether OOM kills are watched, and how or why not.
+func (m *Model) SetOOMWatch(watching bool, hook, reason string) {
+	m.mu.Lock()
+	m.oom.Watching, m.oom.Hook, m.oom.Reason = watching, hook, reason
+	m.gen++
+	m.mu.Unlock()
+}
+
+// AddOOMKill appends an OOM kill to the bounded history.
+func (m *Model) AddOOMKill(k OOMKill) {
+	m.mu.Lock()
+	m.oom.Total++
+	m.oom.Recent = appendBounded(m.oom.Recent, k, MaxOOMKills)
+	m.gen++
+	m.mu.Unlock()
+}
+
+// AddCheckpoint appends a checkpoint to the bounded history.
+func (m *Model) AddCheckpoint(r CheckpointRecord) {
+	m.mu.Lock()
+	m.checkpoints = appendBounded(m.checkpoints, r, MaxCheckpoints)
+	m.gen++
+	m.mu.Unlock()
+}
+
+// SetPressure records the pressure monitor's latest values. They change at
+// every evaluation, so they do not bump the generation: conditions do, at
+// their transitions.
+func (m *Model) SetPressure(p Pressure) {
+	m.mu.Lock()
+	m.pressure = &p
+	m.mu.Unlock()
+}
+
+// appendBounded appends v and drops the oldest entries beyond n, without
+// sharing the backing array with earlier snapshots.
+func appendBounded[T any](s []T, v T, n int) []T {
+	if len(s) >= n {
+		s = s[len(s)-n+1:]
+	}
+	out := make([]T, 0, len(s)+1)
+	out = append(out, s...)
+	return append(out, v)
+}
+
+// TypeShimHealthy is nodeshim's own health: False when one of its sources
+// failed or panicked while the daemon runs.
+const TypeShimHealthy = "ShimHealthy"
+
+// The states of a source.
+const (
+	SourceRunning = "Running"
+	SourceDone    = "Done"
+	SourceFailed  = "Failed"
+)
+
+// ShimHealth is nodeshim's own health in the status document.
+type ShimHealth struct {
+	// StartedAt is when the daemon started, PID its process id.
+	StartedAt time.Time `json:"startedAt"`
+	PID       int       `json:"pid"`
+	// Sources are the daemon's sources in the order they started.
+	Sources []SourceState `json:"sources"`
+}
+
+// SourceState is how one source is doing: Running, Done (it returned on
+// its own; its conditions say why, as with an OOM watcher the kernel cannot
+// run) or Failed (an error or a panic).
+type SourceState struct {
+	Name  string `json:"name"`
+	State string `json:"state"`
+	Error string `json:"error,omitempty"`
+}
+
+// SetShim records when and as which process the daemon started.
+func (m *Model) SetShim(startedAt time.Time, pid int) {
+	m.mu.Lock()
+	m.shim.StartedAt, m.shim.PID = startedAt, pid
+	m.gen++
+	m.mu.Unlock()
+}
+
+// SetSource records the state of a source and updates ShimHealthy.
+func (m *Model) SetSource(name, state, errMsg string) {
+	m.mu.Lock()
+	srcs := make([]SourceState, 0, len(m.shim.Sources)+1)
+	found := false
+	for _, s := range m.shim.Sources {
+		if s.Name == name {
+			s, found = SourceState{Name: name, State: state, Error: errMsg}, true
+		}
+		srcs = append(srcs, s)
+	}
+	if !found {
+		srcs = append(srcs, SourceState{Name: name, State: state, Error: errMsg})
+	}
+	m.shim.Sources = srcs
+	m.gen++
+	var failed []string
+	for _, s := range srcs {
+		if s.State == SourceFailed {
+			failed = append(failed, fmt.Sprintf("source %s failed: %s", s.Name, s.Error))
+		}
+	}
+	m.mu.Unlock()
+	c := condition.Condition{Type: TypeShimHealthy, Status: condition.True, Reason: "SourcesHealthy", Message: "no source has failed"}
+	if len(failed) > 0 {
+		c = condition.Condition{Type: TypeShimHealthy, Status: condition.False, Severity: condition.SeverityError,
+			Reason: "SourceFailed", Message: strings.Join(failed, "; ")}
+	}
+	m.Set(c)
+}
