@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -15,6 +16,9 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/client"
+	"github.com/nodeshim/nodeshim/shim/config"
 )
 
 // criuFlags are the CRIU switches shared by checkpoint and restore.
@@ -54,6 +58,7 @@ func newCheckpointCommand() *cobra.Command {
 	var (
 		pid       int
 		ref       criu.ContainerRef
+		socket    string
 		rootDir   string
 		timeout   time.Duration
 		output    string
@@ -72,8 +77,11 @@ checkpoint of the same container in the same second gets "-1", "-2", ...
 after the time instead of overwriting the first. checkpointctl reads it.
 
 A process on this host is named pod "pid<PID>", namespace "host" and
-container after its command name. Containers (--namespace/--pod/--container)
-are resolved by the nodeshim daemon.
+container after its command name. A container (--namespace/--pod/--container)
+is checkpointed by the running nodeshim serve, which resolves it through the
+node's CRI runtime and answers as kubelet's checkpoint API does; its archive
+goes to the directory of the shim's configuration, and --root-dir and the
+CRIU flags do not apply.
 
 CRIU is found through --criu-path, then $NODESHIM_CRIU, then PATH. On a
 failure, a timeout or an interrupt the target is left running, unfrozen and
@@ -82,7 +90,10 @@ untraced, and no partial archive is left behind.`,
   nodeshim checkpoint --pid 4242
 
   # Into another kubelet root dir, with at most 2 minutes, as JSON
-  nodeshim checkpoint --pid 4242 --root-dir /srv/kubelet --timeout 2m -o json`,
+  nodeshim checkpoint --pid 4242 --root-dir /srv/kubelet --timeout 2m -o json
+
+  # A container of a pod, through the nodeshim serve on this node
+  nodeshim checkpoint --namespace default --pod web-0 --container nginx`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if pid <= 0 && ref == (criu.ContainerRef{}) {
@@ -92,7 +103,7 @@ untraced, and no partial archive is left behind.`,
 				return withExitCode(exitUsage, errors.New("--pid and --namespace/--pod/--container exclude each other"))
 			}
 			if ref != (criu.ContainerRef{}) {
-				return fmt.Errorf("checkpoint %s: containers are resolved by the nodeshim daemon's container resolver, which this build does not have; use --pid", ref)
+				return checkpointThroughDaemon(cmd, socket, ref, timeout, output)
 			}
 			if timeout <= 0 {
 				timeout = criu.DefaultTimeout
@@ -149,6 +160,7 @@ untraced, and no partial archive is left behind.`,
 	cmd.Flags().StringVar(&ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Container, "container", "", "container name (needs the nodeshim daemon)")
+	cmd.Flags().StringVar(&socket, "socket", filepath.Join(config.Defaults().RootDir, api.SocketName), "API socket of the nodeshim serve that checkpoints containers")
 	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
 	criuFlags.add(cmd)
@@ -179,4 +191,40 @@ func humanBytes(n int64) string {
 		exp++
 	}
 	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
+
+// checkpointThroughDaemon asks the nodeshim serve on socket to checkpoint
+// a container, and prints the archive it wrote.
+func checkpointThroughDaemon(cmd *cobra.Command, socket string, ref criu.ContainerRef, timeout time.Duration, output string) error {
+	if ref.Namespace == "" || ref.Pod == "" || ref.Container == "" {
+		return withExitCode(exitUsage, errors.New("a container needs all of --namespace, --pod and --container"))
+	}
+	for _, name := range []string{"root-dir", "criu-path", "tcp-established", "ext-unix-sk", "file-locks", "shell-job", "hardware-breakpoints"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Changed {
+			return withExitCode(exitUsage, fmt.Errorf("--%s applies to --pid only: the nodeshim serve checkpoints containers with its own configuration", name))
+		}
+	}
+	wait := timeout
+	if wait <= 0 {
+		wait = criu.DefaultTimeout
+	}
+	// The shim gives up after the timeout and answers; allow for the answer.
+	ctx, cancel := context.WithTimeout(cmd.Context(), wait+30*time.Second)
+	defer cancel()
+	start := time.Now()
+	path, err := client.New(socket).Checkpoint(ctx, ref.Namespace, ref.Pod, ref.Container, timeout)
+	if err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ref, err)
+	}
+	out := checkpointOutput{Path: path, TotalSeconds: time.Since(start).Seconds(), Container: ref.String()}
+	if fi, err := os.Stat(path); err == nil {
+		out.SizeBytes = fi.Size()
+	}
+	return writeOutput(cmd.OutOrStdout(), output, out, func() string {
+		var b strings.Builder
+		tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+		fmt.Fprintf(tw, "ARCHIVE\tSIZE\tTOTAL\n%s\t%s\t%s\n", path, humanBytes(out.SizeBytes), time.Since(start).Round(time.Millisecond))
+		tw.Flush()
+		return b.String()
+	})
 }

@@ -39,7 +39,9 @@ func TestCheckpointUsage(t *testing.T) {
 	}{
 		{"no target", []string{"checkpoint"}, exitUsage, "give --pid"},
 		{"both targets", []string{"checkpoint", "--pid", "1", "--pod", "p"}, exitUsage, "exclude each other"},
-		{"container needs the daemon", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c"}, exitFailure, "container resolver"},
+		{"container needs all three names", []string{"checkpoint", "--namespace", "ns", "--pod", "p"}, exitUsage, "all of --namespace, --pod and --container"},
+		{"container flags exclude pid-only flags", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--root-dir", "/srv"}, exitUsage, "--root-dir applies to --pid only"},
+		{"container without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
 	}
 	for _, tc := range cases {

@@ -127,7 +127,7 @@ func TestReportNFDFile(t *testing.T) {
 // TestReportHostRoots points the report at a recorded host: the identity
 // and files come from there, while system calls still go to this kernel.
 func TestReportHostRoots(t *testing.T) {
-	root := filepath.Join("..", "..", "kernel", "testdata", "hosts", "debian-6.1")
+	root := filepath.Join("..", "..", "testdata", "hosts", "debian-6.1")
 	out, err := run(t, "report", "-o", "json",
 		"--proc-root", filepath.Join(root, "proc"), "--sys-root", filepath.Join(root, "sys"),
 		"--boot-root", filepath.Join(root, "boot"), "--modules-root", filepath.Join(root, "lib", "modules"))

@@ -1,11 +1,7 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"net"
-	"net/http"
 	"path/filepath"
 	"strings"
 	"text/tabwriter"
@@ -14,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -33,28 +30,9 @@ configuration status, read from its API socket (<root-dir>/nodeshim.sock).`,
   nodeshim status -o json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			sock := filepath.Join(rootDir, api.SocketName)
-			c := &http.Client{Transport: &http.Transport{
-				DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, "unix", sock)
-				},
-			}}
-			req, err := http.NewRequestWithContext(cmd.Context(), http.MethodGet, "http://nodeshim/status", nil)
+			d, err := client.New(filepath.Join(rootDir, api.SocketName)).Status(cmd.Context())
 			if err != nil {
 				return err
-			}
-			resp, err := c.Do(req)
-			if err != nil {
-				return fmt.Errorf("query %s: %w", sock, err)
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("query %s: %s", sock, resp.Status)
-			}
-			var d status.Document
-			if err := json.NewDecoder(resp.Body).Decode(&d); err != nil {
-				return fmt.Errorf("decode status from %s: %w", sock, err)
 			}
 			return writeOutput(cmd.OutOrStdout(), output, d, func() string { return statusTable(d) })
 		},

@@ -1,0 +1,147 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// checkpointer answers by container name, as a node's runtime would for
+// the error paths; the real CRI and CRIU path is tested in shim/daemon.
+type checkpointer struct {
+	mu       sync.Mutex
+	timeouts []time.Duration
+}
+
+func (c *checkpointer) Checkpoint(_ context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error) {
+	c.mu.Lock()
+	c.timeouts = append(c.timeouts, timeout)
+	c.mu.Unlock()
+	switch ref.Container {
+	case "app":
+		return criu.Result{Path: "/var/lib/kubelet/checkpoints/checkpoint-" + ref.Pod + "_" + ref.Namespace + "-app.tar"}, nil
+	case "missing":
+		return criu.Result{}, fmt.Errorf("%s: %w", ref, checkpoint.ErrNotFound)
+	}
+	return criu.Result{}, errors.New("criu failed: Dumping FAILED")
+}
+
+// serve runs the real node API handler over a unix socket.
+func serve(t *testing.T, model *status.Model, opts api.Options) string {
+	t.Helper()
+	sock := filepath.Join(t.TempDir(), api.SocketName)
+	l, err := api.Listen(sock, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv := &http.Server{Handler: api.NewHandler(model, opts), ConnContext: api.ConnContext}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(l) }()
+	t.Cleanup(func() {
+		srv.Shutdown(context.Background())
+		<-done
+		os.Remove(sock)
+	})
+	return sock
+}
+
+func TestStatus(t *testing.T) {
+	testutil.RequireRoot(t)
+	model := status.New(nil)
+	model.Set(condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "LinksUp", Message: "eth0 up"})
+	c := New(serve(t, model, api.Options{}))
+	d, err := c.Status(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got *condition.Condition
+	for i := range d.Conditions {
+		if d.Conditions[i].Type == "NetworkReady" {
+			got = &d.Conditions[i]
+		}
+	}
+	if got == nil || got.Status != condition.True || got.Reason != "LinksUp" {
+		t.Fatalf("conditions %+v, want NetworkReady True/LinksUp", d.Conditions)
+	}
+}
+
+func TestCheckpoint(t *testing.T) {
+	testutil.RequireRoot(t)
+	cp := &checkpointer{}
+	c := New(serve(t, status.New(nil), api.Options{Checkpoint: cp}))
+	off := New(serve(t, status.New(nil), api.Options{}))
+	tests := []struct {
+		name               string
+		client             *Client
+		ns, pod, container string
+		timeout            time.Duration
+		wantPath, wantErr  string
+		wantNotFound       bool
+		wantSentTimeout    time.Duration
+	}{
+		{name: "archive path", client: c, ns: "default", pod: "web", container: "app", timeout: 90 * time.Second,
+			wantPath: "/var/lib/kubelet/checkpoints/checkpoint-web_default-app.tar", wantSentTimeout: 90 * time.Second},
+		{name: "sub-second timeout rounds up, never to the default", client: c, ns: "default", pod: "web", container: "app", timeout: 300 * time.Millisecond,
+			wantPath: "/var/lib/kubelet/checkpoints/checkpoint-web_default-app.tar", wantSentTimeout: time.Second},
+		{name: "unknown container is NotFound", client: c, ns: "default", pod: "web", container: "missing",
+			wantErr: "404", wantNotFound: true},
+		{name: "CRIU's error comes back", client: c, ns: "default", pod: "web", container: "broken",
+			wantErr: "Dumping FAILED"},
+		{name: "checkpoints off on the node", client: off, ns: "default", pod: "web", container: "app",
+			wantErr: "not available", wantNotFound: true},
+		{name: "empty pod", client: c, ns: "default", container: "app", wantErr: "empty pod"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cp.mu.Lock()
+			cp.timeouts = nil
+			cp.mu.Unlock()
+			path, err := tc.client.Checkpoint(t.Context(), tc.ns, tc.pod, tc.container, tc.timeout)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
+				}
+				if IsNotFound(err) != tc.wantNotFound {
+					t.Fatalf("IsNotFound(%v) = %v, want %v", err, !tc.wantNotFound, tc.wantNotFound)
+				}
+				return
+			}
+			if err != nil || path != tc.wantPath {
+				t.Fatalf("Checkpoint = %q, %v; want %q", path, err, tc.wantPath)
+			}
+			cp.mu.Lock()
+			defer cp.mu.Unlock()
+			if len(cp.timeouts) != 1 || cp.timeouts[0] != tc.wantSentTimeout {
+				t.Fatalf("the API got timeouts %v, want [%v]", cp.timeouts, tc.wantSentTimeout)
+			}
+		})
+	}
+}
+
+func TestUnreachable(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), api.SocketName)
+	_, err := New(sock).Status(t.Context())
+	if err == nil || !strings.Contains(err.Error(), sock) {
+		t.Fatalf("err = %v, want an error naming %s", err, sock)
+	}
+	if IsNotFound(err) {
+		t.Fatalf("a missing socket is not a 404: %v", err)
+	}
+}
