@@ -52,6 +52,6 @@ FOOTPRINT_FLAGS ?= -footprint.pods=1000 -footprint.warmup=15s -footprint.idle=12
 ## bench-footprint: measure the shim's footprint (results in BENCHMARKS.deploy.md)
 bench-footprint: deps
 	@mkdir -p $(CACHE)
-	$(GO) test -count=1 -run '^$$' -bench '^BenchmarkFootprint$$' -benchtime 1x -timeout 20m ./deploy \
+	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFootprint$$' -benchtime 1x -timeout 20m ./deploy \
 		$(FOOTPRINT_FLAGS) 2>&1 | tee $(CACHE)/bench-footprint.log
 	@! grep -qE '^(--- FAIL|FAIL)' $(CACHE)/bench-footprint.log
