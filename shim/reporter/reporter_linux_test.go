@@ -652,4 +652,3 @@ func testOutage(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	e.checkKubelet(n)
 	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
 }
-
