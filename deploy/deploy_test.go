@@ -4,6 +4,7 @@ import (
 	"errors"
 	"io/fs"
 	"path"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
 
@@ -399,6 +401,21 @@ func TestReporterContainer(t *testing.T) {
 	if r.Args[0] != "reporter" {
 		t.Errorf("reporter runs %q, want reporter", r.Args[0])
 	}
+	var socket string
+	for _, a := range r.Args[1:] {
+		if v, ok := strings.CutPrefix(a, "--socket="); ok {
+			socket = v
+		}
+	}
+	var socketMount string
+	for _, m := range r.VolumeMounts {
+		if m.Name == "state" {
+			socketMount = m.MountPath
+		}
+	}
+	if want := filepath.Join(socketMount, api.SocketName); socketMount == "" || socket != want {
+		t.Errorf("reporter --socket=%q, want %q (the shim's socket in the shared state mount)", socket, want)
+	}
 	var state, token bool
 	for _, m := range r.VolumeMounts {
 		v := volume(t, ds, m.Name)
@@ -554,7 +571,6 @@ func TestRBACLeastPrivilege(t *testing.T) {
 
 	wantCluster := []string{
 		"core/events create",
-		"core/events patch",
 		"core/nodes get",
 		"core/nodes/status patch",
 	}
