@@ -22,7 +22,9 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
@@ -34,10 +36,12 @@ var (
 	footprintPods     = flag.Int("footprint.pods", 1000, "BenchmarkFootprint: pod cgroups in the kubepods tree")
 )
 
-// Targets of the issue for the shim container.
+// Targets of the issue.
 const (
-	targetShimRSSMiB     = 30
-	targetShimIdleCPUPct = 0.5
+	targetShimRSSMiB        = 30
+	targetShimIdleCPUPct    = 0.5
+	targetReporterRSSMiB    = 20
+	targetReporterWritesPer = 1 // API writes per 10 s when nothing changes
 )
 
 // unifiedRoot is the cgroup2 mount of this machine's hybrid hierarchy; on a
@@ -394,16 +398,20 @@ func shimConfigDir(b *testing.B) string {
 
 // BenchmarkFootprint runs the real `nodeshim serve` (built with the
 // Dockerfile's static build command, configured by deploy's ConfigMap) on a
-// node with -footprint.pods pod cgroups, beside `nodeshim pressure --watch`
-// (the cgroup and PSI monitor, which polls kubepods' PSI totals here since
-// triggers are refused) and, as the floor, a Go program that only waits for
-// a signal. All three run at once in a cgroup namespace whose root is the
-// benchmark's kubepods tree. It samples VmRSS every second and utime+stime
-// at each phase's edges: a warm-up, an idle window during which a client
-// reads /status every 10 s and /metrics every 30 s as the reporter and a
-// scraper would, and a pressure episode (two CPU-bound loops and a
-// thrasher faulting random pages of a 256 MiB file under a 64 MiB memory
-// limit, in a pod's cgroup; the kubepods PSI totals prove it happened).
+// node with -footprint.pods pod cgroups, with the real `nodeshim reporter`
+// reading it every second and publishing to a real kube-apiserver
+// (internal/kubetest) as deploy/'s ServiceAccount, beside `nodeshim
+// pressure --watch` (the cgroup and PSI monitor, which polls kubepods' PSI
+// totals here since triggers are refused) and, as the floor, a Go program
+// that only waits for a signal. All four run at once in a cgroup namespace
+// whose root is the benchmark's kubepods tree, each in its own memory
+// cgroup. It samples VmRSS and the memory cgroup every second and
+// utime+stime at each phase's edges: a warm-up, an idle window during which
+// a scraper reads the reporter's /metrics (which relays the shim's) every
+// 30 s, and a pressure episode (two CPU-bound loops and a thrasher faulting
+// random pages of a 256 MiB file under a 64 MiB memory limit, in a pod's
+// cgroup; the kubepods PSI totals prove it happened). The reporter's API
+// writes are read from its own counters.
 // Run it with `make bench-footprint`; results go to BENCHMARKS.deploy.md.
 func BenchmarkFootprint(b *testing.B) {
 	testutil.RequireRoot(b)
@@ -470,10 +478,37 @@ func main() {
 	loadCg := podTree(b, parent, *footprintPods)
 	b.Logf("created %d pod cgroups (and one container cgroup each) under %s in %v", *footprintPods, parent, time.Since(created).Round(time.Millisecond))
 
+	// The cluster the reporter publishes to: a real kube-apiserver and etcd
+	// (not measured), deploy/'s Namespace, ServiceAccount and RBAC, and the
+	// Node.
+	cluster := kubetest.Start(b)
+	var rbac []byte
+	for _, f := range []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml"} {
+		data, err := Manifests.ReadFile(f)
+		if err != nil {
+			b.Fatal(err)
+		}
+		rbac = append(append(rbac, data...), []byte("\n---\n")...)
+	}
+	ctx0 := context.Background()
+	if err := kubetest.Apply(ctx0, cluster.AdminConfig(), rbac); err != nil {
+		b.Fatal(err)
+	}
+	if _, err := cluster.AdminClient(b).CoreV1().Nodes().Create(ctx0, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: footprintNode}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	reporterKubeconfig := cluster.Kubeconfig(b, "reporter", cluster.ServiceAccountConfig(b, namespace, "nodeshim-reporter"))
+	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	metricsAddr := metricsLn.Addr().String()
+	metricsLn.Close()
+
 	// One v1 memory cgroup per process on a hybrid hierarchy.
 	memcgs := map[string]string{}
 	if _, err := os.Stat(filepath.Join(v1Memory, "memory.limit_in_bytes")); err == nil {
-		for _, n := range []string{"serve", "pressure-watch", "baseline-go"} {
+		for _, n := range []string{"serve", "reporter", "pressure-watch", "baseline-go"} {
 			d := filepath.Join(v1Memory, fmt.Sprintf("nodeshim-footprint-%d-%s", os.Getpid(), n))
 			if err := os.Mkdir(d, 0o755); err != nil {
 				b.Fatal(err)
@@ -483,14 +518,19 @@ func main() {
 		}
 	}
 	root := filepath.Join(work, "root")
-	logs := map[string]*bytes.Buffer{"serve": {}, "pressure-watch": {}, "baseline-go": {}}
+	socket := filepath.Join(root, "nodeshim.sock")
+	logs := map[string]*bytes.Buffer{"serve": {}, "reporter": {}, "pressure-watch": {}, "baseline-go": {}}
 	cmds := map[string]*exec.Cmd{
 		"serve": startIn(b, parent, memcgs["serve"], logs["serve"], bin, "serve", "--root-dir="+root,
 			"--lock-file="+filepath.Join(work, "nodeshim.lock"), "--config-source="+shimConfigDir(b), "--host-root=/"),
 		"pressure-watch": startIn(b, parent, memcgs["pressure-watch"], logs["pressure-watch"], bin, "pressure", "--watch"),
 		"baseline-go":    startIn(b, parent, memcgs["baseline-go"], logs["baseline-go"], baseBin),
+		// As root here: the shim's socket admits root only until the shim
+		// can be configured to admit the reporter's uid.
+		"reporter": startIn(b, parent, memcgs["reporter"], logs["reporter"], bin, "reporter", "--kubeconfig="+reporterKubeconfig,
+			"--node-name="+footprintNode, "--namespace="+namespace, "--socket="+socket, "--metrics-addr="+metricsAddr),
 	}
-	names := []string{"serve", "pressure-watch", "baseline-go"}
+	names := []string{"serve", "reporter", "pressure-watch", "baseline-go"}
 	procs := map[string]*measured{}
 	for _, n := range names {
 		procs[n] = &measured{name: n, pid: cmds[n].Process.Pid, memcg: memcgs[n]}
@@ -524,41 +564,25 @@ func main() {
 			}
 		}
 	}()
-	// The reporter's and a scraper's reads of the shim's API.
-	socket := filepath.Join(root, "nodeshim.sock")
-	client := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-		return (&net.Dialer{}).DialContext(ctx, "unix", socket)
-	}}}
-	var reads, readErrs int
-	var readErr error
+	// A Prometheus scraper: the reporter's /metrics every 30 s, which
+	// relays the shim's own metrics (read over the socket).
+	var scrapes, scrapeErrs int
+	var scrapeErr error
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(10 * time.Second)
+		t := time.NewTicker(30 * time.Second)
 		defer t.Stop()
-		for i := 0; ; i++ {
+		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-t.C:
 			}
-			paths := []string{"/status"}
-			if i%3 == 0 {
-				paths = append(paths, "/metrics")
-			}
-			for _, p := range paths {
-				resp, err := client.Get("http://nodeshim" + p)
-				if err == nil {
-					_, _ = io.Copy(io.Discard, resp.Body)
-					resp.Body.Close()
-					if resp.StatusCode != http.StatusOK {
-						err = fmt.Errorf("GET %s: %s", p, resp.Status)
-					}
-				}
-				reads++
-				if err != nil {
-					readErrs++
-					readErr = err
-				}
+			_, err := scrape(metricsAddr)
+			scrapes++
+			if err != nil {
+				scrapeErrs++
+				scrapeErr = err
 			}
 		}
 	}()
@@ -566,12 +590,14 @@ func main() {
 	defer stopSampling()
 
 	time.Sleep(*footprintWarmup)
+	writes0 := apiWrites(b, metricsAddr)
 	idleFrom := map[string]int{}
 	for _, n := range names {
 		procs[n].sample()
 		idleFrom[n] = procs[n].mark() - 1
 	}
 	time.Sleep(*footprintIdle)
+	writes1 := apiWrites(b, metricsAddr)
 
 	// Pressure episode.
 	kp := filepath.Join(parent, "kubepods.slice")
@@ -658,6 +684,10 @@ func main() {
 	}
 	loads = append(loads, thrash)
 	time.Sleep(*footprintPressure)
+	writes2 := apiWrites(b, metricsAddr)
+	if m, err := scrape(metricsAddr); err != nil || m["nodeshim_reporter_shim_up"] != 1 {
+		b.Errorf("the reporter does not read the shim (nodeshim_reporter_shim_up %v, %v)", m["nodeshim_reporter_shim_up"], err)
+	}
 	for _, n := range names {
 		procs[n].sample()
 	}
@@ -675,11 +705,11 @@ func main() {
 		psiDelta[i] = float64(after-psiBefore[i]) / 1000
 	}
 	stopSampling()
-	if readErrs > 0 {
-		b.Errorf("%d of %d reads of the shim's API failed, last: %v", readErrs, reads, readErr)
+	if scrapeErrs > 0 {
+		b.Errorf("%d of %d scrapes of the reporter failed, last: %v", scrapeErrs, scrapes, scrapeErr)
 	}
-	if reads == 0 {
-		b.Error("no read of the shim's API happened")
+	if scrapes == 0 {
+		b.Error("no scrape of the reporter happened")
 	}
 
 	for _, n := range names {
@@ -690,7 +720,10 @@ func main() {
 			b.Fatalf("%s exited during the run: %v", n, err)
 		}
 	}
-	b.Logf("kernel %s; %d pods; warm-up %v, idle %v, pressure %v; %d API reads", kernelRelease(), *footprintPods, *footprintWarmup, *footprintIdle, *footprintPressure, reads)
+	b.Logf("kernel %s; %d pods; warm-up %v, idle %v, pressure %v; %d scrapes", kernelRelease(), *footprintPods, *footprintWarmup, *footprintIdle, *footprintPressure, scrapes)
+	idleWrites := writes1 - writes0
+	idleWritesPer10s := idleWrites / footprintIdle.Seconds() * 10
+	b.Logf("reporter API writes: %.0f in the idle window (%.2f per 10 s), %.0f during the pressure episode", idleWrites, idleWritesPer10s, writes2-writes1)
 	b.Logf("pressure episode, some-stall ms: node cpu %.0f, node memory %.0f, kubepods cpu %.0f, kubepods memory %.0f",
 		psiDelta[0], psiDelta[1], psiDelta[2], psiDelta[3])
 	b.Logf("%-15s %12s %12s %12s %12s %12s %14s %14s %10s %12s %12s", "process", "idle RSS", "(anon)", "(file)", "idle max", "idle CPU", "pressure RSS", "pressure CPU", "VmHWM", "memcg WS", "WS max")
@@ -715,6 +748,9 @@ func main() {
 			b.ReportMetric(pres.meanRSSMiB, "pressure-rss-MiB")
 			b.ReportMetric(pres.cpuPct, "pressure-cpu-%core")
 			b.ReportMetric(hwm, "hwm-MiB")
+			if n == "reporter" {
+				b.ReportMetric(idleWritesPer10s, "idle-api-writes/10s")
+			}
 			if memcgs[n] != "" {
 				b.ReportMetric(idle.meanWSMiB, "idle-memcg-ws-MiB")
 				b.ReportMetric(wsMax, "max-memcg-ws-MiB")
@@ -725,6 +761,10 @@ func main() {
 			// says which are met and why.
 			b.Logf("target: serve's peak RSS %.1f MiB under %d MiB: %s; idle CPU %.3f%% of a core under %.1f%%: %s",
 				hwm, targetShimRSSMiB, verdict(hwm < targetShimRSSMiB), idle.cpuPct, targetShimIdleCPUPct, verdict(idle.cpuPct < targetShimIdleCPUPct))
+		}
+		if n == "reporter" {
+			b.Logf("target: reporter's peak RSS %.1f MiB under %d MiB: %s; API writes %.2f per 10 s idle under %d: %s",
+				hwm, targetReporterRSSMiB, verdict(hwm < targetReporterRSSMiB), idleWritesPer10s, targetReporterWritesPer, verdict(idleWritesPer10s < targetReporterWritesPer))
 		}
 	}
 	if psiDelta[2] == 0 || psiDelta[3] == 0 {
@@ -745,6 +785,63 @@ func kernelRelease() string {
 		s.WriteByte(byte(c))
 	}
 	return s.String()
+}
+
+// footprintNode is the Node the reporter reports on.
+const footprintNode = "node-a"
+
+// scrape reads a Prometheus text exposition and returns each sample's
+// value by its name and labels as written.
+func scrape(addr string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET %s/metrics: %s", addr, resp.Status)
+	}
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if l == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		i := strings.LastIndexByte(l, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(l[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		out[l[:i]] = v
+	}
+	return out, sc.Err()
+}
+
+// apiWrites is the reporter's count of successful writes to the API
+// server, every kind together (status, lease, event).
+func apiWrites(b *testing.B, addr string) float64 {
+	b.Helper()
+	m, err := scrape(addr)
+	if err != nil {
+		b.Fatalf("scrape the reporter: %v", err)
+	}
+	var n float64
+	found := false
+	for k, v := range m {
+		if strings.HasPrefix(k, "nodeshim_reporter_api_writes_total") {
+			n += v
+			found = true
+		}
+	}
+	if !found {
+		b.Fatalf("the reporter's metrics have no nodeshim_reporter_api_writes_total")
+	}
+	return n
 }
 
 func verdict(ok bool) string {
