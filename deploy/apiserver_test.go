@@ -209,19 +209,21 @@ func TestReporterRBACOnAPIServer(t *testing.T) {
 	spec := []byte(`{"spec":{"unschedulable":true}}`)
 	if _, err := rc.CoreV1().Nodes().Patch(ctx, "node-a", types.StrategicMergePatchType, spec, metav1.PatchOptions{}, "status"); err != nil {
 		t.Errorf("patch of spec through nodes/status: %v", err)
-	} else if n, err := c.AdminClient(t).CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil || n.Spec.Unschedulable {
-		t.Errorf("a spec change through nodes/status was kept (unschedulable %v, %v): the status subresource must reset spec", n.Spec.Unschedulable, err)
+	} else if n, err := c.AdminClient(t).CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	} else if n.Spec.Unschedulable {
+		t.Error("a spec change sent through nodes/status was kept: the status subresource must reset spec")
 	}
 
 	holder, dur := "node-a", int32(40)
-	lease, err := rc.CoordinationV1().Leases(namespace).Create(ctx, &coordinationv1.Lease{
+	if _, err := rc.CoordinationV1().Leases(namespace).Create(ctx, &coordinationv1.Lease{
 		ObjectMeta: metav1.ObjectMeta{Name: "node-a", Namespace: namespace},
 		Spec:       coordinationv1.LeaseSpec{HolderIdentity: &holder, LeaseDurationSeconds: &dur},
-	}, metav1.CreateOptions{})
-	if err != nil {
+	}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create the Lease as the reporter: %v", err)
 	}
-	if lease, err = rc.CoordinationV1().Leases(namespace).Get(ctx, "node-a", metav1.GetOptions{}); err != nil {
+	lease, err := rc.CoordinationV1().Leases(namespace).Get(ctx, "node-a", metav1.GetOptions{})
+	if err != nil {
 		t.Fatalf("get the Lease as the reporter: %v", err)
 	}
 	now := metav1.NewMicroTime(time.Now())

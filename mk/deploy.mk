@@ -43,14 +43,15 @@ $(KUBECTL):
 ## kubectl: Debian trixie's kubectl in $(TOOLS)/bin
 kubectl: $(KUBECTL)
 
-# bench-footprint: the shim's RSS and CPU with 1,000 pod cgroups, idle and
+# bench-footprint: the RSS and CPU of the shim and the reporter (publishing
+# to a real kube-apiserver, mk/reporter.mk) with 1,000 pod cgroups, idle and
 # during a pressure episode, for about 3.5 minutes (BenchmarkFootprint in
 # deploy/; `make bench` runs it with its shorter defaults).
 FOOTPRINT_FLAGS ?= -footprint.pods=1000 -footprint.warmup=15s -footprint.idle=120s -footprint.pressure=60s
 
 .PHONY: bench-footprint
 ## bench-footprint: measure the shim's footprint (results in BENCHMARKS.deploy.md)
-bench-footprint: deps
+bench-footprint: deps kube-testenv
 	@mkdir -p $(CACHE)
 	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFootprint$$' -benchtime 1x -timeout 20m ./deploy \
 		$(FOOTPRINT_FLAGS) 2>&1 | tee $(CACHE)/bench-footprint.log
