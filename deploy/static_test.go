@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -182,5 +183,34 @@ func TestStaticBuild(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("mkdir under deny-mkdir.json created %s (stat: %v)", dir, err)
+	}
+}
+
+// TestContainerArgsParse runs the real nodeshim with each container's
+// arguments from daemonset.yaml plus --help: cobra parses every flag
+// before it prints the help, so an argument the binary does not know (a
+// renamed flag, a typo) fails here rather than in a crash-looping pod.
+func TestContainerArgsParse(t *testing.T) {
+	goBin := testutil.RequireBinary(t, "go")
+	bin := filepath.Join(t.TempDir(), "nodeshim")
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/nodeshim")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ds := daemonSet(t)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		t.Run(c.Name, func(t *testing.T) {
+			if len(c.Command) != 0 {
+				t.Fatalf("container %s overrides the image's entrypoint with %v", c.Name, c.Command)
+			}
+			out, err := exec.Command(bin, append(slices.Clone(c.Args), "--help")...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("nodeshim %s --help: %v\n%s", strings.Join(c.Args, " "), err, out)
+			}
+			if !strings.Contains(string(out), "nodeshim "+c.Args[0]) {
+				t.Errorf("nodeshim %s --help printed no help for %s:\n%s", strings.Join(c.Args, " "), c.Args[0], out)
+			}
+		})
 	}
 }
