@@ -23,6 +23,9 @@ const (
 	TypeNodeShimReady = TypePrefix + condition.TypeReady
 	// ReasonShimUnreachable says that the reporter cannot read the shim.
 	ReasonShimUnreachable = "ShimUnreachable"
+	// ReasonNotReported marks a condition published earlier that the shim
+	// no longer reports.
+	ReasonNotReported = "NotReported"
 
 	// AnnotationDigest holds the digest of the published status.
 	AnnotationDigest = "nodeshim.io/status-digest"
@@ -59,7 +62,8 @@ func Owned(t corev1.NodeConditionType) bool {
 }
 
 // Desired returns the node conditions for the shim's document, without
-// times, sorted by type. When shimErr is set (the shim cannot be read),
+// times, sorted by type. A known type the document lacks is Unknown with
+// reason NotReported. When shimErr is set (the shim cannot be read),
 // NodeShimReady is False with reason ShimUnreachable and each of the known
 // types is Unknown with that reason, so that no stale True remains.
 func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionType) []corev1.NodeCondition {
@@ -87,6 +91,15 @@ func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionTyp
 			}
 			out = append(out, corev1.NodeCondition{Type: t, Status: corev1.ConditionStatus(c.Status),
 				Reason: reason, Message: c.Message})
+		}
+		for _, t := range known {
+			if !Owned(t) || slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == t }) {
+				continue
+			}
+			// Published before, gone from the shim now (a source was
+			// removed): Unknown, not its last status forever.
+			out = append(out, corev1.NodeCondition{Type: t, Status: corev1.ConditionUnknown,
+				Reason: ReasonNotReported, Message: "the nodeshim status no longer reports this condition"})
 		}
 		if !slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == TypeNodeShimReady }) {
 			// A document without Ready is not a healthy one.

@@ -75,6 +75,13 @@ func TestDesired(t *testing.T) {
 		{"empty reason", status.Document{Conditions: []condition.Condition{cond("Ready", condition.False, "", "")}}, nil, nil, []want{
 			{"NodeShimReady", "False", "NoReason"},
 		}},
+		{"a known type the shim no longer reports is Unknown", doc, nil,
+			[]corev1.NodeConditionType{"NodeShimGone", "NodeShimNetworkReady", "Ready"}, []want{
+				{"NodeShimGone", "Unknown", ReasonNotReported},
+				{"NodeShimMemoryPressure", "False", "NoPressure"},
+				{"NodeShimNetworkReady", "True", "CNIConfigured"},
+				{"NodeShimReady", "True", condition.ReasonAllReady},
+			}},
 		{"unreachable shim, nothing known", status.Document{}, unreachable, nil, []want{
 			{"NodeShimReady", "False", ReasonShimUnreachable},
 		}},
