@@ -1,8 +1,10 @@
 package reporter
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -31,6 +33,9 @@ const (
 	AnnotationDigest = "nodeshim.io/status-digest"
 	// AnnotationVersion holds the reporter's version.
 	AnnotationVersion = "nodeshim.io/reporter-version"
+	// AnnotationReportDigest holds the digest of the capability report's
+	// summary as the shim serves it.
+	AnnotationReportDigest = "nodeshim.io/report-digest"
 )
 
 // kubeletTypes are the node condition types kubelet owns: nodeshim never
@@ -177,4 +182,15 @@ func Published(conds []corev1.NodeCondition) []corev1.NodeCondition {
 func normal(c corev1.NodeCondition) bool {
 	shimType := strings.TrimPrefix(string(c.Type), TypePrefix)
 	return condition.Condition{Type: shimType, Status: metav1.ConditionStatus(c.Status)}.Normal()
+}
+
+// ReportDigest is the digest of a capability report summary (compacted
+// JSON), or "" when there is none.
+func ReportDigest(report json.RawMessage) string {
+	var b bytes.Buffer
+	if len(report) == 0 || json.Compact(&b, report) != nil || b.String() == "null" {
+		return ""
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -3,6 +3,7 @@ package reporter
 import (
 	"context"
 	_ "embed"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net"
@@ -320,6 +321,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("publishes conditions, lease, events, annotations", func(t *testing.T) { testPublish(t, c, sa) })
 	t.Run("shim unreachable", func(t *testing.T) { testShimUnreachable(t, c, sa) })
 	t.Run("least privilege", func(t *testing.T) { testLeastPrivilege(t, sa) })
+	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -566,8 +568,8 @@ func testDaemon(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if matches(t, doc, n, false) && len(doc.Conditions) >= 4 {
-			matches(t, doc, n, true)
+		if matches(t, doc.Document, n, false) && len(doc.Conditions) >= 4 {
+			matches(t, doc.Document, n, true)
 			return
 		}
 		clk.Step(time.Second)
@@ -681,4 +683,52 @@ func BenchmarkIdleAPIWrites(b *testing.B) {
 	b.ReportMetric(lease, "lease-writes/h")
 	b.ReportMetric(status, "status-writes/h")
 	b.ReportMetric(events, "event-writes")
+}
+
+// reportShim serves the status of a testShim's model with a capability
+// report summary that the test sets.
+type reportShim struct {
+	model *status.Model
+
+	mu     sync.Mutex
+	report string
+}
+
+func (s *reportShim) Status(context.Context) (Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Snapshot{Document: s.model.Snapshot(), Report: json.RawMessage(s.report)}, nil
+}
+
+func (s *reportShim) setReport(r string) {
+	s.mu.Lock()
+	s.report = r
+	s.mu.Unlock()
+}
+
+func testReportDigest(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	rs := &reportShim{}
+	e := newEnvWith(t, c, sa, "node-report", func(o *Options) { rs.model = status.New(nil); o.Shim = rs })
+	rs.model.Set(condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "CNIConfigured"})
+	e.step(time.Second, time.Second)
+	n := e.getNode()
+	if _, ok := n.Annotations[AnnotationReportDigest]; ok {
+		t.Fatalf("report digest annotation %q before the shim has a report", n.Annotations[AnnotationReportDigest])
+	}
+	writes := e.writes(kindStatus)
+	report := `{"generatedAt":"2026-11-23T12:00:00Z","kernelRelease":"6.18.44","summary":{"supported":30,"degraded":2}}`
+	rs.setReport(report)
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	if got, want := n.Annotations[AnnotationReportDigest], ReportDigest(json.RawMessage(report)); got != want || want == "" {
+		t.Fatalf("report digest annotation %q, want %q", got, want)
+	}
+	if got := e.writes(kindStatus) - writes; got != 1 {
+		t.Errorf("%v status writes for a new report, want 1", got)
+	}
+	e.step(2*time.Second, time.Second)
+	if got := e.writes(kindStatus) - writes; got != 1 {
+		t.Errorf("%v status writes with the report unchanged, want still 1", got)
+	}
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
 }
