@@ -1,8 +1,10 @@
 package reporter
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -23,11 +25,17 @@ const (
 	TypeNodeShimReady = TypePrefix + condition.TypeReady
 	// ReasonShimUnreachable says that the reporter cannot read the shim.
 	ReasonShimUnreachable = "ShimUnreachable"
+	// ReasonNotReported marks a condition published earlier that the shim
+	// no longer reports.
+	ReasonNotReported = "NotReported"
 
 	// AnnotationDigest holds the digest of the published status.
 	AnnotationDigest = "nodeshim.io/status-digest"
 	// AnnotationVersion holds the reporter's version.
 	AnnotationVersion = "nodeshim.io/reporter-version"
+	// AnnotationReportDigest holds the digest of the capability report's
+	// summary as the shim serves it.
+	AnnotationReportDigest = "nodeshim.io/report-digest"
 )
 
 // kubeletTypes are the node condition types kubelet owns: nodeshim never
@@ -59,7 +67,8 @@ func Owned(t corev1.NodeConditionType) bool {
 }
 
 // Desired returns the node conditions for the shim's document, without
-// times, sorted by type. When shimErr is set (the shim cannot be read),
+// times, sorted by type. A known type the document lacks is Unknown with
+// reason NotReported. When shimErr is set (the shim cannot be read),
 // NodeShimReady is False with reason ShimUnreachable and each of the known
 // types is Unknown with that reason, so that no stale True remains.
 func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionType) []corev1.NodeCondition {
@@ -87,6 +96,15 @@ func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionTyp
 			}
 			out = append(out, corev1.NodeCondition{Type: t, Status: corev1.ConditionStatus(c.Status),
 				Reason: reason, Message: c.Message})
+		}
+		for _, t := range known {
+			if !Owned(t) || slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == t }) {
+				continue
+			}
+			// Published before, gone from the shim now (a source was
+			// removed): Unknown, not its last status forever.
+			out = append(out, corev1.NodeCondition{Type: t, Status: corev1.ConditionUnknown,
+				Reason: ReasonNotReported, Message: "the nodeshim status no longer reports this condition"})
 		}
 		if !slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == TypeNodeShimReady }) {
 			// A document without Ready is not a healthy one.
@@ -164,4 +182,15 @@ func Published(conds []corev1.NodeCondition) []corev1.NodeCondition {
 func normal(c corev1.NodeCondition) bool {
 	shimType := strings.TrimPrefix(string(c.Type), TypePrefix)
 	return condition.Condition{Type: shimType, Status: metav1.ConditionStatus(c.Status)}.Normal()
+}
+
+// ReportDigest is the digest of a capability report summary (compacted
+// JSON), or "" when there is none.
+func ReportDigest(report json.RawMessage) string {
+	var b bytes.Buffer
+	if len(report) == 0 || json.Compact(&b, report) != nil || b.String() == "null" {
+		return ""
+	}
+	sum := sha256.Sum256(b.Bytes())
+	return "sha256:" + hex.EncodeToString(sum[:])
 }

@@ -1,7 +1,9 @@
 package reporter
 
 import (
+	"encoding/json"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -75,6 +77,13 @@ func TestDesired(t *testing.T) {
 		{"empty reason", status.Document{Conditions: []condition.Condition{cond("Ready", condition.False, "", "")}}, nil, nil, []want{
 			{"NodeShimReady", "False", "NoReason"},
 		}},
+		{"a known type the shim no longer reports is Unknown", doc, nil,
+			[]corev1.NodeConditionType{"NodeShimGone", "NodeShimNetworkReady", "Ready"}, []want{
+				{"NodeShimGone", "Unknown", ReasonNotReported},
+				{"NodeShimMemoryPressure", "False", "NoPressure"},
+				{"NodeShimNetworkReady", "True", "CNIConfigured"},
+				{"NodeShimReady", "True", condition.ReasonAllReady},
+			}},
 		{"unreachable shim, nothing known", status.Document{}, unreachable, nil, []want{
 			{"NodeShimReady", "False", ReasonShimUnreachable},
 		}},
@@ -202,5 +211,28 @@ func TestBackoff(t *testing.T) {
 	b.Reset()
 	if got := b.Next(); got != 200*time.Millisecond {
 		t.Fatalf("after Reset: %v, want 200ms", got)
+	}
+}
+
+func TestReportDigest(t *testing.T) {
+	cases := []struct {
+		name, a, b string
+		same       bool
+	}{
+		{"whitespace does not count", `{"a": 1, "b": [1, 2]}`, `{"a":1,"b":[1,2]}`, true},
+		{"content counts", `{"a":1}`, `{"a":2}`, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			a, b := ReportDigest(json.RawMessage(tc.a)), ReportDigest(json.RawMessage(tc.b))
+			if (a == b) != tc.same || !strings.HasPrefix(a, "sha256:") {
+				t.Fatalf("digests %q and %q, want same=%v", a, b, tc.same)
+			}
+		})
+	}
+	for _, none := range []string{"", "null", "{not json"} {
+		if d := ReportDigest(json.RawMessage(none)); d != "" {
+			t.Errorf("ReportDigest(%q) = %q, want none", none, d)
+		}
 	}
 }

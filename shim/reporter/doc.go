@@ -15,7 +15,8 @@
 //   - a Lease per node, renewed every RenewInterval (10 s) with jitter and
 //     retried with exponential backoff (200 ms up to 7 s) on failure;
 //   - an Event per condition transition, through a token bucket;
-//   - annotations with the digest of the published status and the
+//   - annotations with the digest of the published status, the digest of
+//     the capability report's summary when the shim serves one, and the
 //     reporter's version.
 //
 // When the shim cannot be read, NodeShimReady turns False with reason

@@ -20,8 +20,6 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
-
-	"github.com/nodeshim/nodeshim/shim/status"
 )
 
 // Defaults of Options.
@@ -102,9 +100,10 @@ type Reporter struct {
 	published   []corev1.NodeCondition
 	observed    []corev1.NodeCondition
 	digest      string
+	reportSent  string
 	lastSent    time.Time
 	shimErrs    int
-	lastDoc     status.Document
+	lastDoc     Snapshot
 	haveDoc     bool
 	pending     []corev1.Event
 	statusRetry Backoff
@@ -266,7 +265,7 @@ func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
 	return r.opts.PollInterval
 }
 
-func (r *Reporter) publish(ctx context.Context, doc status.Document, shimErr error) error {
+func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) error {
 	if !r.seeded {
 		// Learn what an earlier run published, so that a restart of the
 		// reporter keeps the transition times.
@@ -281,13 +280,14 @@ func (r *Reporter) publish(ctx context.Context, doc status.Document, shimErr err
 		r.published = Published(node.Status.Conditions)
 		r.observed = r.published
 		r.digest = node.Annotations[AnnotationDigest]
+		r.reportSent = node.Annotations[AnnotationReportDigest]
 		r.seeded = true
 	}
 	known := make([]corev1.NodeConditionType, 0, len(r.observed))
 	for _, c := range r.observed {
 		known = append(known, c.Type)
 	}
-	want := Desired(doc, shimErr, known)
+	want := Desired(doc.Document, shimErr, known)
 	// The API server keeps condition times to the second: stamp them so,
 	// and what is published compares equal to what is read back.
 	now := metav1.NewTime(r.clk.Now()).Rfc3339Copy()
@@ -299,14 +299,24 @@ func (r *Reporter) publish(ctx context.Context, doc status.Document, shimErr err
 		r.queueEvent(t, now.Time)
 	}
 	digest := Digest(want)
-	if sameConditions(observed, r.published) && digest == r.digest && !r.lastSent.IsZero() && now.Sub(r.lastSent) < r.opts.ResyncPeriod {
+	// The report's digest stays as it was while the shim cannot be read.
+	report := r.reportSent
+	if shimErr == nil {
+		if d := ReportDigest(doc.Report); d != "" {
+			report = d
+		}
+	}
+	if sameConditions(observed, r.published) && digest == r.digest && report == r.reportSent &&
+		!r.lastSent.IsZero() && now.Sub(r.lastSent) < r.opts.ResyncPeriod {
 		return nil
 	}
+	annotations := map[string]string{AnnotationDigest: digest, AnnotationVersion: r.opts.Version}
+	if report != "" {
+		annotations[AnnotationReportDigest] = report
+	}
 	body, err := json.Marshal(map[string]any{
-		"metadata": map[string]any{"annotations": map[string]string{
-			AnnotationDigest: digest, AnnotationVersion: r.opts.Version,
-		}},
-		"status": map[string]any{"conditions": observed},
+		"metadata": map[string]any{"annotations": annotations},
+		"status":   map[string]any{"conditions": observed},
 	})
 	if err != nil {
 		return err
@@ -326,7 +336,7 @@ func (r *Reporter) publish(ctx context.Context, doc status.Document, shimErr err
 	r.m.writes.WithLabelValues(kindStatus).Inc()
 	r.m.lastPublish.Set(float64(now.Unix()))
 	changed := !sameConditions(observed, r.published)
-	r.published, r.digest, r.lastSent = observed, digest, now.Time
+	r.published, r.digest, r.reportSent, r.lastSent = observed, digest, report, now.Time
 	if changed {
 		r.log.Info("published node status", "digest", digest)
 	}

@@ -18,7 +18,17 @@ import (
 
 // Shim is what the reporter reads: the shim's status document.
 type Shim interface {
-	Status(ctx context.Context) (status.Document, error)
+	Status(ctx context.Context) (Snapshot, error)
+}
+
+// Snapshot is the shim's GET /status as the reporter reads it: the status
+// document and, kept as served, the capability report's summary.
+type Snapshot struct {
+	status.Document
+	// Report is the "report" member of the document: the capability
+	// report's summary once the shim has collected one; empty before, or
+	// from a shim that serves none.
+	Report json.RawMessage `json:"report,omitempty"`
 }
 
 // SocketClient reads the shim's node API over its unix socket.
@@ -60,8 +70,8 @@ func (c *SocketClient) get(ctx context.Context, path string) (*http.Response, er
 }
 
 // Status reads GET /status.
-func (c *SocketClient) Status(ctx context.Context) (status.Document, error) {
-	var d status.Document
+func (c *SocketClient) Status(ctx context.Context) (Snapshot, error) {
+	var d Snapshot
 	resp, err := c.get(ctx, "/status")
 	if err != nil {
 		return d, err
