@@ -70,6 +70,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		newCheckpointCommand(), newRestoreCommand(),
 		newServeCommand(), newStatusCommand(),
 		newPressureCommand(),
+		newReporterCommand(),
 	)
 	return root
 }

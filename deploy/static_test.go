@@ -1,0 +1,216 @@
+package deploy
+
+import (
+	"debug/elf"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+// dockerBuild returns the environment assignments and the arguments of the
+// `go build` command in the Dockerfile's build stage, with ${VERSION} and
+// ${COMMIT} expanded to the given values.
+func dockerBuild(dockerfile string, vars map[string]string) (env, args []string, err error) {
+	data, err := os.ReadFile(dockerfile)
+	if err != nil {
+		return nil, nil, err
+	}
+	// Join continuation lines, then find the RUN instruction with go build.
+	text := strings.ReplaceAll(string(data), "\\\n", " ")
+	for _, line := range strings.Split(text, "\n") {
+		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "RUN ")
+		if !ok || !strings.Contains(cmd, "go build") {
+			continue
+		}
+		words, err := shellWords(os.Expand(cmd, func(k string) string { return vars[k] }))
+		if err != nil {
+			return nil, nil, err
+		}
+		for i, w := range words {
+			if w == "go" {
+				if i+1 >= len(words) || words[i+1] != "build" {
+					break
+				}
+				return words[:i], words[i+2:], nil
+			}
+			if !strings.Contains(w, "=") {
+				return nil, nil, errors.New("unexpected word before go build: " + w)
+			}
+		}
+	}
+	return nil, nil, errors.New("no RUN ... go build in " + dockerfile)
+}
+
+// shellWords splits a command line on blanks, honouring double and single
+// quotes, which is all the Dockerfile's build command uses.
+func shellWords(s string) ([]string, error) {
+	var words []string
+	var cur strings.Builder
+	in, quote := false, rune(0)
+	for _, r := range s {
+		switch {
+		case quote != 0 && r == quote:
+			quote = 0
+		case quote != 0:
+			cur.WriteRune(r)
+		case r == '"' || r == '\'':
+			quote, in = r, true
+		case r == ' ' || r == '\t':
+			if in {
+				words = append(words, cur.String())
+				cur.Reset()
+				in = false
+			}
+		default:
+			cur.WriteRune(r)
+			in = true
+		}
+	}
+	if quote != 0 {
+		return nil, errors.New("unterminated quote in " + s)
+	}
+	if in {
+		words = append(words, cur.String())
+	}
+	return words, nil
+}
+
+func TestShellWords(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		want     []string
+	}{
+		{name: "plain", in: "go build -o x", want: []string{"go", "build", "-o", "x"}},
+		{name: "double quotes", in: `-ldflags "-s -w" ./cmd`, want: []string{"-ldflags", "-s -w", "./cmd"}},
+		{name: "single quotes", in: `-ldflags '-extldflags -static'`, want: []string{"-ldflags", "-extldflags -static"}},
+		{name: "empty quotes", in: `a "" b`, want: []string{"a", "", "b"}},
+		{name: "joined", in: `-ldflags="-s -w"`, want: []string{"-ldflags=-s -w"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := shellWords(tc.in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
+				t.Errorf("shellWords(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+	if _, err := shellWords(`"open`); err == nil {
+		t.Error("an unterminated quote was accepted")
+	}
+}
+
+// TestStaticBuild runs the Dockerfile's own build command here (cgo against
+// Debian's libseccomp.a, netgo and osusergo, -extldflags -static) and checks
+// that the result is a static executable in which libseccomp works: it has
+// no ELF interpreter and no shared library dependency, prints the version it
+// was stamped with, and runs a command under a seccomp profile that denies
+// mkdir(2).
+func TestStaticBuild(t *testing.T) {
+	testutil.RequireRoot(t) // the seccomp exec step below installs a filter for real
+	goBin := testutil.RequireBinary(t, "go")
+	gcc := testutil.RequireBinary(t, "gcc")
+	out, err := exec.Command(gcc, "-print-file-name=libseccomp.a").Output()
+	if err != nil {
+		t.Fatalf("gcc -print-file-name: %v", err)
+	}
+	if a := strings.TrimSpace(string(out)); !filepath.IsAbs(a) {
+		testutil.Skip(t, "no static libseccomp.a (Debian's libseccomp-dev provides it): gcc answers %q", a)
+	}
+
+	env, args, err := dockerBuild("../Dockerfile", map[string]string{"VERSION": "v0.0.0-static-test", "COMMIT": "abc1234"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(t.TempDir(), "nodeshim")
+	for i, a := range args {
+		if a == "-o" && i+1 < len(args) {
+			args[i+1] = bin
+		}
+	}
+	build := exec.Command(goBin, append([]string{"build"}, args...)...)
+	build.Dir = ".."
+	build.Env = append(os.Environ(), env...)
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+	} else if len(out) > 0 {
+		// A static glibc link that uses NSS prints "Using 'getaddrinfo' in
+		// statically linked applications requires at runtime the shared
+		// libraries": netgo and osusergo must keep that away.
+		t.Errorf("the static link printed warnings:\n%s", out)
+	}
+
+	f, err := elf.Open(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			t.Error("the binary has an ELF interpreter (PT_INTERP): it is dynamically linked")
+		}
+		if p.Type == elf.PT_DYNAMIC {
+			t.Error("the binary has a dynamic section (PT_DYNAMIC)")
+		}
+	}
+	if libs, err := f.ImportedLibraries(); err != nil && !errors.Is(err, elf.ErrNoSymbols) {
+		t.Errorf("read DT_NEEDED: %v", err)
+	} else if len(libs) > 0 {
+		t.Errorf("the binary needs shared libraries %v", libs)
+	}
+
+	v, err := exec.Command(bin, "version").CombinedOutput()
+	if err != nil || !strings.Contains(string(v), "v0.0.0-static-test") || !strings.Contains(string(v), "abc1234") {
+		t.Errorf("nodeshim version: %v: %s", err, v)
+	}
+
+	dir := filepath.Join(t.TempDir(), "denied")
+	cmd := exec.Command(bin, "seccomp", "exec", "--profile", "../kernel/seccomp/testdata/deny-mkdir.json", "--", "mkdir", dir)
+	out, err = cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 1 {
+		t.Errorf("mkdir under deny-mkdir.json: %v, want exit status 1 (mkdir's failure): %s", err, out)
+	}
+	if !strings.Contains(string(out), "Permission denied") {
+		t.Errorf("mkdir under deny-mkdir.json did not fail with EACCES: %s", out)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("mkdir under deny-mkdir.json created %s (stat: %v)", dir, err)
+	}
+}
+
+// TestContainerArgsParse runs the real nodeshim with each container's
+// arguments from daemonset.yaml plus --help: cobra parses every flag
+// before it prints the help, so an argument the binary does not know (a
+// renamed flag, a typo) fails here rather than in a crash-looping pod.
+func TestContainerArgsParse(t *testing.T) {
+	goBin := testutil.RequireBinary(t, "go")
+	bin := filepath.Join(t.TempDir(), "nodeshim")
+	build := exec.Command(goBin, "build", "-o", bin, "./cmd/nodeshim")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	ds := daemonSet(t)
+	for _, c := range ds.Spec.Template.Spec.Containers {
+		t.Run(c.Name, func(t *testing.T) {
+			if len(c.Command) != 0 {
+				t.Fatalf("container %s overrides the image's entrypoint with %v", c.Name, c.Command)
+			}
+			out, err := exec.Command(bin, append(slices.Clone(c.Args), "--help")...).CombinedOutput()
+			if err != nil {
+				t.Fatalf("nodeshim %s --help: %v\n%s", strings.Join(c.Args, " "), err, out)
+			}
+			if !strings.Contains(string(out), "nodeshim "+c.Args[0]) {
+				t.Errorf("nodeshim %s --help printed no help for %s:\n%s", strings.Join(c.Args, " "), c.Args[0], out)
+			}
+		})
+	}
+}

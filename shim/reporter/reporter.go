@@ -1,0 +1,483 @@
+package reporter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"strconv"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/flowcontrol"
+	"k8s.io/utils/clock"
+	"k8s.io/utils/ptr"
+)
+
+// Defaults of Options.
+const (
+	DefaultPollInterval     = time.Second
+	DefaultRenewInterval    = 10 * time.Second
+	DefaultLeaseDuration    = 40 * time.Second
+	DefaultResyncPeriod     = 5 * time.Minute
+	DefaultBackoffInitial   = 200 * time.Millisecond
+	DefaultBackoffMax       = 7 * time.Second
+	DefaultJitterFactor     = 0.1
+	DefaultUnreachableAfter = 3
+	DefaultEventQPS         = 1.0 / 30
+	DefaultEventBurst       = 10
+	DefaultRequestTimeout   = 10 * time.Second
+	// DefaultEventNamespace holds the Events about Nodes: the API server
+	// accepts core/v1 Events about a cluster-scoped object only there.
+	DefaultEventNamespace = metav1.NamespaceDefault
+	// Component is the Events' source component and the Lease's holder prefix.
+	Component = "nodeshim-reporter"
+)
+
+// Options configure a Reporter. Zero durations take the defaults above.
+type Options struct {
+	// NodeName is the Node to report on, and the Lease's name.
+	NodeName string
+	// Namespace holds the Lease (the reporter's own namespace).
+	Namespace string
+	// EventNamespace holds the Events; DefaultEventNamespace when empty.
+	EventNamespace string
+	// Client talks to the API server.
+	Client kubernetes.Interface
+	// Shim is read for the status.
+	Shim Shim
+	// Clock drives every interval; the real clock when nil.
+	Clock clock.WithTicker
+	// Version goes into AnnotationVersion.
+	Version string
+	// Logger; slog.Default() when nil.
+	Logger *slog.Logger
+	// Metrics; unregistered metrics when nil.
+	Metrics *Metrics
+
+	// PollInterval is how often the shim is read.
+	PollInterval time.Duration
+	// RenewInterval is how often the Lease is renewed, before jitter.
+	RenewInterval time.Duration
+	// LeaseDuration is the Lease's spec.leaseDurationSeconds.
+	LeaseDuration time.Duration
+	// ResyncPeriod is the longest time between two status patches.
+	ResyncPeriod time.Duration
+	// BackoffInitial and BackoffMax bound the retry delays after failures.
+	BackoffInitial, BackoffMax time.Duration
+	// Jitter returns the wait before the next renewal for a RenewInterval;
+	// up to DefaultJitterFactor longer, at random, when nil.
+	Jitter func(time.Duration) time.Duration
+	// UnreachableAfter is how many reads of the shim in a row must fail
+	// before the conditions say it is unreachable.
+	UnreachableAfter int
+	// EventQPS and EventBurst shape the token bucket of transition Events.
+	EventQPS   float32
+	EventBurst int
+	// RequestTimeout bounds each API request and each read of the shim.
+	RequestTimeout time.Duration
+}
+
+// Reporter publishes the shim's status for one Node.
+type Reporter struct {
+	opts    Options
+	log     *slog.Logger
+	m       *Metrics
+	clk     clock.WithTicker
+	limiter flowcontrol.PassiveRateLimiter
+
+	// Owned by the status loop.
+	nodeUID     types.UID
+	seeded      bool
+	published   []corev1.NodeCondition
+	observed    []corev1.NodeCondition
+	digest      string
+	reportSent  string
+	lastSent    time.Time
+	shimErrs    int
+	lastDoc     Snapshot
+	haveDoc     bool
+	pending     []corev1.Event
+	statusRetry Backoff
+
+	// Owned by the lease loop.
+	lease      *coordinationv1.Lease
+	leaseRetry Backoff
+
+	mu    sync.Mutex
+	state State
+}
+
+// State is what a Reporter has published, for status pages and tests.
+type State struct {
+	// Conditions are the nodeshim conditions last patched onto the Node.
+	Conditions []corev1.NodeCondition
+	// Digest is the published AnnotationDigest.
+	Digest string
+	// LastPublish is when the status was last patched.
+	LastPublish time.Time
+	// LastRenew is when the Lease was last renewed.
+	LastRenew time.Time
+}
+
+// maxPendingEvents bounds the Events kept while the API server is away.
+const maxPendingEvents = 64
+
+// New returns a Reporter for opts.
+func New(opts Options) (*Reporter, error) {
+	if opts.NodeName == "" {
+		return nil, errors.New("reporter: no node name")
+	}
+	if opts.Namespace == "" {
+		return nil, errors.New("reporter: no namespace for the Lease")
+	}
+	if opts.Client == nil || opts.Shim == nil {
+		return nil, errors.New("reporter: no API client or no shim")
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d <= 0 {
+			*d = v
+		}
+	}
+	def(&opts.PollInterval, DefaultPollInterval)
+	def(&opts.RenewInterval, DefaultRenewInterval)
+	def(&opts.LeaseDuration, DefaultLeaseDuration)
+	def(&opts.ResyncPeriod, DefaultResyncPeriod)
+	def(&opts.BackoffInitial, DefaultBackoffInitial)
+	def(&opts.BackoffMax, DefaultBackoffMax)
+	def(&opts.RequestTimeout, DefaultRequestTimeout)
+	if opts.EventNamespace == "" {
+		opts.EventNamespace = DefaultEventNamespace
+	}
+	if opts.UnreachableAfter <= 0 {
+		opts.UnreachableAfter = DefaultUnreachableAfter
+	}
+	if opts.EventQPS <= 0 {
+		opts.EventQPS = DefaultEventQPS
+	}
+	if opts.EventBurst <= 0 {
+		opts.EventBurst = DefaultEventBurst
+	}
+	if opts.Jitter == nil {
+		opts.Jitter = func(d time.Duration) time.Duration {
+			return d + time.Duration(rand.Float64()*DefaultJitterFactor*float64(d))
+		}
+	}
+	if opts.Clock == nil {
+		opts.Clock = clock.RealClock{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Metrics == nil {
+		opts.Metrics = NewMetrics(nil)
+	}
+	r := &Reporter{
+		opts:        opts,
+		log:         opts.Logger.With("node", opts.NodeName),
+		m:           opts.Metrics,
+		clk:         opts.Clock,
+		limiter:     flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
+		statusRetry: Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
+		leaseRetry:  Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
+	}
+	return r, nil
+}
+
+// State returns what the reporter has published so far.
+func (r *Reporter) State() State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.state
+	s.Conditions = append([]corev1.NodeCondition(nil), s.Conditions...)
+	return s
+}
+
+// Run publishes until ctx is done. The status and the Lease have loops of
+// their own, so that a slow status patch never delays a heartbeat.
+func (r *Reporter) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { defer wg.Done(); r.loop(ctx, r.syncStatus) }()
+	go func() { defer wg.Done(); r.loop(ctx, r.renewLease) }()
+	wg.Wait()
+	return nil
+}
+
+// loop runs step until ctx is done, waiting on the clock for the delay
+// each step returns.
+func (r *Reporter) loop(ctx context.Context, step func(context.Context) time.Duration) {
+	for {
+		d := step(ctx)
+		t := r.clk.NewTimer(d)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C():
+		}
+	}
+}
+
+// syncStatus reads the shim and, when needed, patches the Node's status;
+// it returns the delay before the next call.
+func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
+	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+	doc, err := r.opts.Shim.Status(rctx)
+	cancel()
+	var shimErr error
+	if err != nil {
+		r.m.failures.WithLabelValues(kindShim).Inc()
+		r.m.shimUp.Set(0)
+		r.shimErrs++
+		if r.shimErrs == 1 || r.shimErrs == r.opts.UnreachableAfter {
+			r.log.Warn("cannot read the shim", "failures", r.shimErrs, "err", err)
+		}
+		if r.shimErrs >= r.opts.UnreachableAfter || !r.haveDoc {
+			shimErr = err
+		} else {
+			doc = r.lastDoc // a blip: keep the last answer for now
+		}
+	} else {
+		r.m.shimUp.Set(1)
+		r.shimErrs = 0
+		r.lastDoc, r.haveDoc = doc, true
+	}
+	if ctx.Err() != nil {
+		return 0
+	}
+	if err := r.publish(ctx, doc, shimErr); err != nil {
+		if ctx.Err() == nil {
+			r.log.Warn("publish node status", "err", err)
+		}
+		return r.statusRetry.Next()
+	}
+	r.statusRetry.Reset()
+	r.flushEvents(ctx)
+	return r.opts.PollInterval
+}
+
+func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) error {
+	if !r.seeded {
+		// Learn what an earlier run published, so that a restart of the
+		// reporter keeps the transition times.
+		rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+		node, err := r.opts.Client.CoreV1().Nodes().Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+		cancel()
+		if err != nil {
+			r.m.failures.WithLabelValues(kindNode).Inc()
+			return fmt.Errorf("get node %s: %w", r.opts.NodeName, err)
+		}
+		r.nodeUID = node.UID
+		r.published = Published(node.Status.Conditions)
+		r.observed = r.published
+		r.digest = node.Annotations[AnnotationDigest]
+		r.reportSent = node.Annotations[AnnotationReportDigest]
+		r.seeded = true
+	}
+	known := make([]corev1.NodeConditionType, 0, len(r.observed))
+	for _, c := range r.observed {
+		known = append(known, c.Type)
+	}
+	want := Desired(doc.Document, shimErr, known)
+	// The API server keeps condition times to the second: stamp them so,
+	// and what is published compares equal to what is read back.
+	now := metav1.NewTime(r.clk.Now()).Rfc3339Copy()
+	// Transitions are stamped when observed, not when the API server
+	// answers: a change seen during an outage keeps its time.
+	observed, _, trans := Plan(r.observed, want, now)
+	r.observed = observed
+	for _, t := range trans {
+		r.queueEvent(t, now.Time)
+	}
+	digest := Digest(want)
+	// The report's digest stays as it was while the shim cannot be read.
+	report := r.reportSent
+	if shimErr == nil {
+		if d := ReportDigest(doc.Report); d != "" {
+			report = d
+		}
+	}
+	if sameConditions(observed, r.published) && digest == r.digest && report == r.reportSent &&
+		!r.lastSent.IsZero() && now.Sub(r.lastSent) < r.opts.ResyncPeriod {
+		return nil
+	}
+	annotations := map[string]string{AnnotationDigest: digest, AnnotationVersion: r.opts.Version}
+	if report != "" {
+		annotations[AnnotationReportDigest] = report
+	}
+	body, err := json.Marshal(map[string]any{
+		"metadata": map[string]any{"annotations": annotations},
+		"status":   map[string]any{"conditions": observed},
+	})
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+	_, err = r.opts.Client.CoreV1().Nodes().Patch(rctx, r.opts.NodeName, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: Component}, "status")
+	cancel()
+	if err != nil {
+		r.m.failures.WithLabelValues(kindStatus).Inc()
+		if apierrors.IsNotFound(err) {
+			r.seeded = false // the Node was recreated: learn it again
+		}
+		return fmt.Errorf("patch status of node %s: %w", r.opts.NodeName, err)
+	}
+	r.m.publishDuration.Observe(time.Since(start).Seconds())
+	r.m.writes.WithLabelValues(kindStatus).Inc()
+	r.m.lastPublish.Set(float64(now.Unix()))
+	changed := !sameConditions(observed, r.published)
+	r.published, r.digest, r.reportSent, r.lastSent = observed, digest, report, now.Time
+	if changed {
+		r.log.Info("published node status", "digest", digest)
+	}
+	r.mu.Lock()
+	r.state.Conditions, r.state.Digest, r.state.LastPublish = observed, digest, now.Time
+	r.mu.Unlock()
+	return nil
+}
+
+// sameConditions reports whether a and b agree on everything but the
+// heartbeat time.
+func sameConditions(a, b []corev1.NodeCondition) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		x, y := a[i], b[i]
+		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || !x.LastTransitionTime.Equal(&y.LastTransitionTime) {
+			return false
+		}
+	}
+	return true
+}
+
+func (r *Reporter) queueEvent(t Transition, now time.Time) {
+	if !r.limiter.TryAccept() || len(r.pending) >= maxPendingEvents {
+		r.m.eventsDropped.Inc()
+		return
+	}
+	c := t.Condition
+	typ := corev1.EventTypeWarning
+	if normal(c) {
+		typ = corev1.EventTypeNormal
+	}
+	prev := t.Previous
+	if prev == "" {
+		prev = "absent"
+	}
+	ts := metav1.NewTime(now)
+	r.pending = append(r.pending, corev1.Event{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      r.opts.NodeName + "." + strconv.FormatInt(now.UnixNano(), 16) + "." + strconv.Itoa(len(r.pending)),
+			Namespace: r.opts.EventNamespace,
+		},
+		InvolvedObject:      corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: r.opts.NodeName, UID: r.nodeUID},
+		Reason:              c.Reason,
+		Message:             fmt.Sprintf("%s changed from %s to %s: %s", c.Type, prev, c.Status, c.Message),
+		Type:                typ,
+		Source:              corev1.EventSource{Component: Component, Host: r.opts.NodeName},
+		FirstTimestamp:      ts,
+		LastTimestamp:       ts,
+		Count:               1,
+		ReportingController: "nodeshim.io/reporter",
+		ReportingInstance:   r.opts.NodeName,
+		Action:              "ConditionChanged",
+	})
+}
+
+// flushEvents sends the queued Events; one that fails stays queued for the
+// next round.
+func (r *Reporter) flushEvents(ctx context.Context) {
+	for len(r.pending) > 0 {
+		e := r.pending[0]
+		rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+		_, err := r.opts.Client.CoreV1().Events(e.Namespace).Create(rctx, &e, metav1.CreateOptions{})
+		cancel()
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			r.m.failures.WithLabelValues(kindEvent).Inc()
+			r.log.Warn("create event", "reason", e.Reason, "err", err)
+			return
+		}
+		r.m.writes.WithLabelValues(kindEvent).Inc()
+		r.pending = r.pending[1:]
+	}
+}
+
+// renewLease creates or renews the node's Lease and returns the delay
+// before the next renewal: RenewInterval with jitter after a success, the
+// next backoff step after a failure.
+func (r *Reporter) renewLease(ctx context.Context) time.Duration {
+	if err := r.tryRenewLease(ctx); err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		r.m.failures.WithLabelValues(kindLease).Inc()
+		d := r.leaseRetry.Next()
+		r.log.Warn("renew lease", "retryIn", d, "err", err)
+		return d
+	}
+	r.leaseRetry.Reset()
+	r.m.leaseRenewals.Inc()
+	r.m.writes.WithLabelValues(kindLease).Inc()
+	return r.opts.Jitter(r.opts.RenewInterval)
+}
+
+func (r *Reporter) tryRenewLease(ctx context.Context) error {
+	leases := r.opts.Client.CoordinationV1().Leases(r.opts.Namespace)
+	now := metav1.NewMicroTime(r.clk.Now())
+	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+	defer cancel()
+	if r.lease == nil {
+		l, err := leases.Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			l = &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName, Namespace: r.opts.Namespace},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity:       ptr.To(r.opts.NodeName),
+					LeaseDurationSeconds: ptr.To(int32(r.opts.LeaseDuration / time.Second)),
+					RenewTime:            &now,
+					AcquireTime:          &now,
+				},
+			}
+			created, err := leases.Create(rctx, l, metav1.CreateOptions{FieldManager: Component})
+			if err != nil {
+				return fmt.Errorf("create lease %s/%s: %w", r.opts.Namespace, r.opts.NodeName, err)
+			}
+			r.setLease(created, now)
+			return nil
+		case err != nil:
+			return fmt.Errorf("get lease %s/%s: %w", r.opts.Namespace, r.opts.NodeName, err)
+		}
+		r.lease = l
+	}
+	l := r.lease.DeepCopy()
+	l.Spec.HolderIdentity = ptr.To(r.opts.NodeName)
+	l.Spec.LeaseDurationSeconds = ptr.To(int32(r.opts.LeaseDuration / time.Second))
+	l.Spec.RenewTime = &now
+	updated, err := leases.Update(rctx, l, metav1.UpdateOptions{FieldManager: Component})
+	if err != nil {
+		// A conflict or a deleted Lease: read it again on the next try.
+		r.lease = nil
+		return fmt.Errorf("renew lease %s/%s: %w", r.opts.Namespace, r.opts.NodeName, err)
+	}
+	r.setLease(updated, now)
+	return nil
+}
+
+func (r *Reporter) setLease(l *coordinationv1.Lease, now metav1.MicroTime) {
+	r.lease = l
+	r.mu.Lock()
+	r.state.LastRenew = now.Time
+	r.mu.Unlock()
+}

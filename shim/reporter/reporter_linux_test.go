@@ -1,0 +1,734 @@
+package reporter
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/nodeshim/nodeshim/internal/kubetest"
+	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/daemon"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// rbacYAML is the reporter's Namespace, ServiceAccount and RBAC as deploy/
+// defines them: every test runs the reporter with that ServiceAccount's
+// token, never as the admin.
+//
+//go:embed testdata/rbac.yaml
+var rbacYAML []byte
+
+const (
+	testNamespace = "nodeshim"
+	testSA        = "nodeshim-reporter"
+)
+
+// testShim is a shim in the test process: a status model served by the
+// node API handler on a unix socket, which the test can stop and restart.
+type testShim struct {
+	t      testing.TB
+	Model  *status.Model
+	Socket string
+
+	mu  sync.Mutex
+	srv *http.Server
+	ln  net.Listener
+}
+
+func startTestShim(t testing.TB) *testShim {
+	nstestutil.RequireRoot(t)
+	dir, err := os.MkdirTemp("", "nodeshim-reporter-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	s := &testShim{t: t, Model: status.New(nil), Socket: filepath.Join(dir, api.SocketName)}
+	s.Start()
+	t.Cleanup(s.Stop)
+	return s
+}
+
+// Start serves the API on the socket.
+func (s *testShim) Start() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ln, err := api.Listen(s.Socket, 0o600)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	s.ln = ln
+	s.srv = &http.Server{
+		// Root only, the API's default: the tests run as root.
+		Handler:     api.NewHandler(s.Model, api.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}),
+		ConnContext: api.ConnContext,
+	}
+	go s.srv.Serve(ln)
+}
+
+// Stop closes the server and removes the socket: the shim is unreachable.
+func (s *testShim) Stop() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv == nil {
+		return
+	}
+	s.srv.Close()
+	os.Remove(s.Socket)
+	s.srv = nil
+}
+
+// env is one reporter for one Node against the shared API server.
+type env struct {
+	t        testing.TB
+	cluster  *kubetest.Cluster
+	admin    kubernetes.Interface
+	node     string
+	shim     *testShim
+	clock    *testingclock.FakeClock
+	reg      *prometheus.Registry
+	metrics  *Metrics
+	reporter *Reporter
+	kubelet  []corev1.NodeCondition
+	stop     func()
+}
+
+// kubeletConditions are what kubelet would have written: the reporter
+// must never touch them.
+func kubeletConditions(at time.Time) []corev1.NodeCondition {
+	ts := metav1.NewTime(at).Rfc3339Copy()
+	return []corev1.NodeCondition{
+		{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", Message: "kubelet has sufficient memory available", LastHeartbeatTime: ts, LastTransitionTime: ts},
+		{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", Message: "kubelet has no disk pressure", LastHeartbeatTime: ts, LastTransitionTime: ts},
+		{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", Message: "kubelet has sufficient PID available", LastHeartbeatTime: ts, LastTransitionTime: ts},
+		{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: ts, LastTransitionTime: ts},
+	}
+}
+
+// grantReporter creates the reporter's RBAC once per cluster and returns
+// a client with the ServiceAccount's token once the grant is effective.
+func grantReporter(t testing.TB, c *kubetest.Cluster) kubernetes.Interface {
+	t.Helper()
+	c.MustApply(t, rbacYAML)
+	cs, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, testNamespace, testSA))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// RBAC takes effect through the API server's informers: wait for it
+	// (go test's -timeout bounds the wait).
+	for {
+		_, err := cs.CoordinationV1().Leases(testNamespace).Get(context.Background(), "probe", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return cs
+		}
+		if !apierrors.IsForbidden(err) {
+			t.Fatal(err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func newEnv(t testing.TB, c *kubetest.Cluster, reporterClient kubernetes.Interface, node string) *env {
+	return newEnvWith(t, c, reporterClient, node, func(o *Options) {
+		// A fixed jitter: renewals 10.5 s apart on the fake clock.
+		o.Jitter = func(d time.Duration) time.Duration { return d + d/20 }
+	})
+}
+
+// newEnvWith is newEnv with the reporter's options adjusted by opt.
+func newEnvWith(t testing.TB, c *kubetest.Cluster, reporterClient kubernetes.Interface, node string, opt func(*Options)) *env {
+	t.Helper()
+	e := &env{t: t, cluster: c, admin: c.AdminClient(t), node: node}
+	ctx := context.Background()
+	if _, err := e.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.writeKubeletConditions(time.Now().Add(-time.Hour))
+
+	e.shim = startTestShim(t)
+	e.shim.Model.Set(
+		condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "CNIConfigured", Message: "CNI config 10-test.conflist"},
+		condition.Condition{Type: "PluginsReady", Status: condition.True, Reason: "AllRegistered", Message: "2 plugins"},
+	)
+	e.clock = testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	e.reg = prometheus.NewRegistry()
+	e.metrics = NewMetrics(e.reg)
+	shimClient := NewSocketClient(e.shim.Socket)
+	t.Cleanup(shimClient.Close)
+	o := Options{
+		NodeName: node, Namespace: testNamespace, Client: reporterClient, Shim: shimClient,
+		Clock: e.clock, Version: "v0.0.0-test", Metrics: e.metrics,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}
+	opt(&o)
+	r, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.reporter = r
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(runCtx); close(done) }()
+	e.stop = func() { cancel(); <-done }
+	t.Cleanup(e.stop)
+	e.parked()
+	return e
+}
+
+func (e *env) writeKubeletConditions(at time.Time) {
+	e.t.Helper()
+	ctx := context.Background()
+	n, err := e.admin.CoreV1().Nodes().Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.kubelet = kubeletConditions(at)
+	var keep []corev1.NodeCondition
+	for _, c := range n.Status.Conditions {
+		if !KubeletOwned(c.Type) {
+			keep = append(keep, c)
+		}
+	}
+	n.Status.Conditions = append(keep, e.kubelet...)
+	if _, err := e.admin.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// parked waits until both of the reporter's loops wait on the fake clock,
+// i.e. every request a step started has been answered.
+func (e *env) parked() {
+	for e.clock.Waiters() < 2 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// step advances the fake clock by d in increments of at most inc, letting
+// the reporter finish its work after each.
+func (e *env) step(d, inc time.Duration) {
+	for d > 0 {
+		s := min(d, inc)
+		e.clock.Step(s)
+		d -= s
+		e.parked()
+	}
+}
+
+func (e *env) getNode() *corev1.Node {
+	e.t.Helper()
+	n, err := e.admin.CoreV1().Nodes().Get(context.Background(), e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func findCondition(n *corev1.Node, t corev1.NodeConditionType) (corev1.NodeCondition, bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == t {
+			return c, true
+		}
+	}
+	return corev1.NodeCondition{}, false
+}
+
+// mustCondition returns the condition of type typ, failing if it is absent
+// or has another status or reason.
+func (e *env) mustCondition(n *corev1.Node, typ corev1.NodeConditionType, st corev1.ConditionStatus, reason string) corev1.NodeCondition {
+	e.t.Helper()
+	c, ok := findCondition(n, typ)
+	if !ok {
+		e.t.Fatalf("node %s has no %s condition: %+v", e.node, typ, n.Status.Conditions)
+	}
+	if c.Status != st || (reason != "" && c.Reason != reason) {
+		e.t.Fatalf("%s = %s (%s: %s), want %s (%s)", typ, c.Status, c.Reason, c.Message, st, reason)
+	}
+	return c
+}
+
+// checkKubelet fails unless kubelet's conditions are exactly as written.
+func (e *env) checkKubelet(n *corev1.Node) {
+	e.t.Helper()
+	for _, want := range e.kubelet {
+		got, ok := findCondition(n, want.Type)
+		if !ok {
+			e.t.Fatalf("kubelet's %s condition is gone", want.Type)
+		}
+		if got.Status != want.Status || got.Reason != want.Reason || got.Message != want.Message ||
+			!got.LastHeartbeatTime.Equal(&want.LastHeartbeatTime) || !got.LastTransitionTime.Equal(&want.LastTransitionTime) {
+			e.t.Fatalf("kubelet's %s changed: %+v, want %+v", want.Type, got, want)
+		}
+	}
+}
+
+func (e *env) lease() *metav1.MicroTime {
+	e.t.Helper()
+	l, err := e.admin.CoordinationV1().Leases(testNamespace).Get(context.Background(), e.node, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != e.node || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 40 {
+		e.t.Fatalf("lease spec %+v", l.Spec)
+	}
+	return l.Spec.RenewTime
+}
+
+func (e *env) events() []corev1.Event {
+	e.t.Helper()
+	sel := fields.Set{"involvedObject.kind": "Node", "involvedObject.name": e.node}.AsSelector().String()
+	l, err := e.admin.CoreV1().Events(metav1.NamespaceDefault).List(context.Background(), metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return l.Items
+}
+
+func (e *env) writes(kind string) float64 {
+	return testutil.ToFloat64(e.metrics.writes.WithLabelValues(kind))
+}
+
+func (e *env) failures(kind string) float64 {
+	return testutil.ToFloat64(e.metrics.failures.WithLabelValues(kind))
+}
+
+// TestAgainstAPIServer runs the reporter with the ServiceAccount token of
+// deploy/'s RBAC against a real kube-apiserver and etcd.
+func TestAgainstAPIServer(t *testing.T) {
+	c := kubetest.Start(t)
+	sa := grantReporter(t, c)
+
+	t.Run("publishes conditions, lease, events, annotations", func(t *testing.T) { testPublish(t, c, sa) })
+	t.Run("shim unreachable", func(t *testing.T) { testShimUnreachable(t, c, sa) })
+	t.Run("least privilege", func(t *testing.T) { testLeastPrivilege(t, sa) })
+	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
+	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
+	// Last: it stops and restarts the API server.
+	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
+}
+
+func testPublish(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-publish")
+	n := e.getNode()
+	ready := e.mustCondition(n, TypeNodeShimReady, corev1.ConditionTrue, condition.ReasonAllReady)
+	net := e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+	e.mustCondition(n, "NodeShimPluginsReady", corev1.ConditionTrue, "AllRegistered")
+	e.checkKubelet(n)
+	if got, want := n.Annotations[AnnotationDigest], e.reporter.State().Digest; got != want || !strings.HasPrefix(got, "sha256:") {
+		t.Errorf("digest annotation %q, want %q", got, want)
+	}
+	if got := n.Annotations[AnnotationVersion]; got != "v0.0.0-test" {
+		t.Errorf("version annotation %q", got)
+	}
+	if !ready.LastTransitionTime.Time.Equal(e.clock.Now()) {
+		t.Errorf("NodeShimReady transition at %v, want %v", ready.LastTransitionTime, e.clock.Now())
+	}
+	renew := e.lease()
+	if !renew.Time.Equal(e.clock.Now()) {
+		t.Errorf("lease renewed at %v, want %v", renew, e.clock.Now())
+	}
+	ev := e.events()
+	if len(ev) != 3 {
+		t.Errorf("%d events, want one per new condition (3): %+v", len(ev), ev)
+	}
+
+	// Idle: the lease is renewed 10.5 s after each renewal (at the 1 s steps
+	// of the fake clock: 11 s and 22 s), the status
+	// is not written again.
+	e.step(22*time.Second, time.Second)
+	if got := e.writes(kindLease); got != 3 {
+		t.Errorf("%v lease writes after 22 s (renewals at 11 s and 22 s), want 3", got)
+	}
+	if got := e.writes(kindStatus); got != 1 {
+		t.Errorf("%v status writes while idle, want 1", got)
+	}
+	if r := e.lease(); !r.Time.Equal(e.clock.Now()) {
+		t.Errorf("lease renewed at %v, want %v", r, e.clock.Now())
+	}
+
+	// A change on the shim: published within a poll, only that condition
+	// (and the Ready summary) move, with an Event each.
+	e.shim.Model.Set(condition.Condition{Type: "NetworkReady", Status: condition.False, Severity: condition.SeverityError, Reason: "NoCNIConfig", Message: "no CNI config in /etc/cni/net.d"})
+	e.step(time.Second, time.Second)
+	changedAt := e.clock.Now()
+	n = e.getNode()
+	net2 := e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
+	if !net2.LastTransitionTime.Time.Equal(changedAt) || net2.LastTransitionTime.Equal(&net.LastTransitionTime) {
+		t.Errorf("NodeShimNetworkReady transition at %v, want %v", net2.LastTransitionTime, changedAt)
+	}
+	e.mustCondition(n, TypeNodeShimReady, corev1.ConditionFalse, "NoCNIConfig")
+	plugins := e.mustCondition(n, "NodeShimPluginsReady", corev1.ConditionTrue, "AllRegistered")
+	if !plugins.LastTransitionTime.Equal(&ready.LastTransitionTime) {
+		t.Errorf("NodeShimPluginsReady transition moved to %v without a status change", plugins.LastTransitionTime)
+	}
+	e.checkKubelet(n)
+	var warn *corev1.Event
+	for _, x := range e.events() {
+		if x.Reason == "NoCNIConfig" && strings.HasPrefix(x.Message, "NodeShimNetworkReady changed from True to False") {
+			warn = &x
+		}
+	}
+	if warn == nil || warn.Type != corev1.EventTypeWarning || warn.Source.Component != Component || warn.InvolvedObject.UID != n.UID {
+		t.Errorf("no Warning event for the NodeShimNetworkReady transition: %+v", warn)
+	}
+
+	// kubelet writes its conditions again: both sides stay intact.
+	e.writeKubeletConditions(e.clock.Now())
+	e.shim.Model.Set(condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "CNIConfigured", Message: "CNI config 10-test.conflist"})
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	e.checkKubelet(n)
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+	e.mustCondition(n, TypeNodeShimReady, corev1.ConditionTrue, "")
+
+	// Nothing changes for 5 minutes: one heartbeat patch of the status,
+	// transition times kept.
+	before := e.writes(kindStatus)
+	e.step(DefaultResyncPeriod, time.Second)
+	if got := e.writes(kindStatus) - before; got != 1 {
+		t.Errorf("%v status writes in 5 idle minutes, want 1 (the resync)", got)
+	}
+	n2 := e.getNode()
+	r1, _ := findCondition(n, TypeNodeShimReady)
+	r2 := e.mustCondition(n2, TypeNodeShimReady, corev1.ConditionTrue, "")
+	if !r1.LastTransitionTime.Equal(&r2.LastTransitionTime) || !r2.LastHeartbeatTime.After(r1.LastHeartbeatTime.Time) {
+		t.Errorf("resync: transition %v -> %v (want kept), heartbeat %v -> %v (want moved)",
+			r1.LastTransitionTime, r2.LastTransitionTime, r1.LastHeartbeatTime, r2.LastHeartbeatTime)
+	}
+	e.checkKubelet(n2)
+
+	// A restarted reporter keeps the transition times it finds.
+	e.stop()
+	e2 := &env{t: t, admin: e.admin, node: e.node, shim: e.shim, kubelet: e.kubelet}
+	e2.clock = testingclock.NewFakeClock(e.clock.Now().Add(time.Minute))
+	e2.metrics = NewMetrics(nil)
+	shimClient := NewSocketClient(e.shim.Socket)
+	defer shimClient.Close()
+	r, err := New(Options{NodeName: e.node, Namespace: testNamespace, Client: sa, Shim: shimClient, Clock: e2.clock,
+		Metrics: e2.metrics, Version: "v0.0.0-test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { r.Run(ctx); close(done) }()
+	e2.parked()
+	cancel()
+	<-done
+	n3 := e.getNode()
+	r3 := e.mustCondition(n3, TypeNodeShimReady, corev1.ConditionTrue, "")
+	if !r3.LastTransitionTime.Equal(&r2.LastTransitionTime) {
+		t.Errorf("restarted reporter moved NodeShimReady's transition time: %v -> %v", r2.LastTransitionTime, r3.LastTransitionTime)
+	}
+	if got := len(e.events()); got != len(ev)+4 {
+		t.Errorf("%d events, want %d: the restart must not repeat transitions", got, len(ev)+4)
+	}
+}
+
+func testShimUnreachable(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-unreachable")
+	e.mustCondition(e.getNode(), "NodeShimNetworkReady", corev1.ConditionTrue, "")
+	e.shim.Stop()
+	// One failed read is a blip: nothing changes yet.
+	e.step(time.Second, time.Second)
+	e.mustCondition(e.getNode(), TypeNodeShimReady, corev1.ConditionTrue, "")
+	e.step(time.Duration(DefaultUnreachableAfter)*time.Second, time.Second)
+	n := e.getNode()
+	ready := e.mustCondition(n, TypeNodeShimReady, corev1.ConditionFalse, ReasonShimUnreachable)
+	if !strings.Contains(ready.Message, e.shim.Socket) {
+		t.Errorf("NodeShimReady message %q does not name the socket", ready.Message)
+	}
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionUnknown, ReasonShimUnreachable)
+	e.mustCondition(n, "NodeShimPluginsReady", corev1.ConditionUnknown, ReasonShimUnreachable)
+	e.checkKubelet(n)
+	if got := testutil.ToFloat64(e.metrics.shimUp); got != 0 {
+		t.Errorf("shim_up %v while the shim is down", got)
+	}
+
+	e.shim.Start()
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	e.mustCondition(n, TypeNodeShimReady, corev1.ConditionTrue, condition.ReasonAllReady)
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+	e.checkKubelet(n)
+}
+
+// testLeastPrivilege checks that the reporter's ServiceAccount cannot do
+// more than the reporter needs.
+func testLeastPrivilege(t *testing.T, sa kubernetes.Interface) {
+	ctx := context.Background()
+	forbidden := []struct {
+		name string
+		do   func() error
+	}{
+		{"list nodes", func() error { _, err := sa.CoreV1().Nodes().List(ctx, metav1.ListOptions{}); return err }},
+		{"patch a node's spec or labels", func() error {
+			_, err := sa.CoreV1().Nodes().Patch(ctx, "node-publish", types.MergePatchType, []byte(`{"spec":{"unschedulable":true}}`), metav1.PatchOptions{})
+			return err
+		}},
+		{"update a node's status", func() error {
+			_, err := sa.CoreV1().Nodes().UpdateStatus(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-publish"}}, metav1.UpdateOptions{})
+			return err
+		}},
+		{"delete a node", func() error { return sa.CoreV1().Nodes().Delete(ctx, "node-publish", metav1.DeleteOptions{}) }},
+		{"create a lease elsewhere", func() error {
+			_, err := sa.CoordinationV1().Leases("kube-node-lease").Get(ctx, "x", metav1.GetOptions{})
+			return err
+		}},
+		{"delete its lease", func() error {
+			return sa.CoordinationV1().Leases(testNamespace).Delete(ctx, "node-publish", metav1.DeleteOptions{})
+		}},
+		{"read secrets", func() error { _, err := sa.CoreV1().Secrets(testNamespace).List(ctx, metav1.ListOptions{}); return err }},
+		{"list pods", func() error { _, err := sa.CoreV1().Pods("").List(ctx, metav1.ListOptions{}); return err }},
+	}
+	for _, f := range forbidden {
+		if err := f.do(); !apierrors.IsForbidden(err) {
+			t.Errorf("%s: err = %v, want Forbidden", f.name, err)
+		}
+	}
+}
+
+// testDaemon runs the reporter against the real shim daemon (nodeshim
+// serve's daemon.Run) and checks that the Node carries every condition the
+// daemon serves, under nodeshim's names.
+func testDaemon(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	nstestutil.RequireRoot(t)
+	dir := t.TempDir()
+	ctx, cancel := context.WithCancel(context.Background())
+	listening := make(chan string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{
+			RootDir: filepath.Join(dir, "root"), LockFile: filepath.Join(dir, "nodeshim.lock"),
+			HostRoot: filepath.Join(dir, "host"), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Listening: func(s string) { listening <- s },
+		})
+	}()
+	var sock string
+	select {
+	case sock = <-listening:
+	case err := <-done:
+		cancel()
+		t.Fatalf("daemon: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("daemon: %v", err)
+		}
+	})
+	admin := c.AdminClient(t)
+	node := "node-daemon"
+	if _, err := admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shim := NewSocketClient(sock)
+	defer shim.Close()
+	clk := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
+	r, err := New(Options{NodeName: node, Namespace: testNamespace, Client: sa, Shim: shim, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, rcancel := context.WithCancel(context.Background())
+	rdone := make(chan struct{})
+	go func() { r.Run(rctx); close(rdone) }()
+	defer func() { rcancel(); <-rdone }()
+	// The daemon's sources settle on their own; poll the reporter until
+	// the Node shows what the shim serves.
+	for {
+		for clk.Waiters() < 2 {
+			time.Sleep(time.Millisecond)
+		}
+		doc, err := shim.Status(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, err := admin.CoreV1().Nodes().Get(context.Background(), node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if matches(t, doc.Document, n, false) && len(doc.Conditions) >= 4 {
+			matches(t, doc.Document, n, true)
+			return
+		}
+		clk.Step(time.Second)
+	}
+}
+
+// matches reports whether n carries every condition of doc under its
+// nodeshim name with the same status and reason; with report set it fails
+// t on the first difference.
+func matches(t *testing.T, doc status.Document, n *corev1.Node, report bool) bool {
+	t.Helper()
+	for _, sc := range doc.Conditions {
+		nc, ok := findCondition(n, NodeConditionType(sc.Type))
+		if !ok || string(nc.Status) != string(sc.Status) || nc.Reason != sc.Reason || nc.Message != sc.Message {
+			if report {
+				t.Errorf("shim condition %+v published as %+v (found %v)", sc, nc, ok)
+			}
+			return false
+		}
+	}
+	return true
+}
+
+// testOutage stops the API server for 20 s while the reporter runs: it
+// backs off, keeps the latest state (a change made during the outage),
+// and converges once the API server is back, with no condition flapping.
+func testOutage(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-outage")
+	n := e.getNode()
+	plugins := e.mustCondition(n, "NodeShimPluginsReady", corev1.ConditionTrue, "")
+	eventsBefore := len(e.events())
+	leaseBefore := e.writes(kindLease)
+
+	c.StopAPIServer()
+	outageStart := time.Now()
+	e.shim.Model.Set(condition.Condition{Type: "NetworkReady", Status: condition.False, Severity: condition.SeverityError, Reason: "NoCNIConfig", Message: "no CNI config"})
+	// 20 s of outage, on the fake clock and on the wall clock alike.
+	for i := 0; i < 200; i++ {
+		e.step(100*time.Millisecond, 100*time.Millisecond)
+		time.Sleep(time.Until(outageStart.Add(time.Duration(i+1) * 100 * time.Millisecond)))
+	}
+	changedAt := e.clock.Now().Add(-20 * time.Second).Add(100 * time.Millisecond)
+	// Backoff, not a busy loop: 200 ms doubling to 7 s is 7 or 8 tries in
+	// 20 s (the first at the next renewal, up to 10.5 s in).
+	leaseFails := e.failures(kindLease)
+	statusFails := e.failures(kindStatus)
+	if leaseFails < 3 || leaseFails > 8 {
+		t.Errorf("%v failed lease renewals in a 20 s outage, want 3..8 (exponential backoff)", leaseFails)
+	}
+	if statusFails < 5 || statusFails > 9 {
+		t.Errorf("%v failed status patches in a 20 s outage, want 5..9 (exponential backoff)", statusFails)
+	}
+	if err := c.StartAPIServer(t); err != nil {
+		t.Fatal(err)
+	}
+	// Converge: within the longest backoff both loops succeed again.
+	e.step(DefaultBackoffMax+time.Second, 100*time.Millisecond)
+	n = e.getNode()
+	net := e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
+	if net.LastTransitionTime.Time.Before(changedAt.Add(-time.Second)) || net.LastTransitionTime.Time.After(changedAt.Add(time.Second)) {
+		t.Errorf("NodeShimNetworkReady transition at %v, want when the change was seen (%v), not when it was published", net.LastTransitionTime, changedAt)
+	}
+	e.mustCondition(n, TypeNodeShimReady, corev1.ConditionFalse, "NoCNIConfig")
+	p2 := e.mustCondition(n, "NodeShimPluginsReady", corev1.ConditionTrue, "")
+	if !p2.LastTransitionTime.Equal(&plugins.LastTransitionTime) {
+		t.Errorf("NodeShimPluginsReady flapped: transition %v -> %v", plugins.LastTransitionTime, p2.LastTransitionTime)
+	}
+	if e.writes(kindLease) <= leaseBefore {
+		t.Error("lease not renewed after the outage")
+	}
+	if r := e.lease(); e.clock.Since(r.Time) > DefaultBackoffMax+time.Second {
+		t.Errorf("lease renewed at %v, %v ago", r, e.clock.Since(r.Time))
+	}
+	// Exactly the two real transitions were recorded: no flaps, nothing
+	// about the outage itself.
+	ev := e.events()
+	if len(ev) != eventsBefore+2 {
+		t.Errorf("%d new events, want 2 (NetworkReady and Ready to False): %+v", len(ev)-eventsBefore, ev)
+	}
+	for _, x := range ev {
+		if x.Reason == ReasonShimUnreachable || x.Type == "" {
+			t.Errorf("unexpected event %+v", x)
+		}
+	}
+	// kubelet writes again after the outage; both sides intact.
+	e.writeKubeletConditions(e.clock.Now())
+	e.step(2*time.Second, time.Second)
+	n = e.getNode()
+	e.checkKubelet(n)
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
+}
+
+// BenchmarkIdleAPIWrites runs the reporter, with its default random
+// jitter, against a real API server for an hour of the fake clock in which
+// nothing changes, and reports its API writes per 10 s (target: under 1)
+// and per hour by kind. One iteration is one hour, whatever b.N is.
+func BenchmarkIdleAPIWrites(b *testing.B) {
+	c := kubetest.Start(b)
+	sa := grantReporter(b, c)
+	e := newEnvWith(b, c, sa, "node-idle", func(*Options) {})
+	b.ReportAllocs()
+	b.ResetTimer()
+	status0, lease0, events0 := e.writes(kindStatus), e.writes(kindLease), e.writes(kindEvent)
+	const hour = time.Hour
+	// Steps of 200 ms: a renewal due between two steps happens at the
+	// next one, which lengthens each interval by 100 ms on average.
+	e.step(hour, 200*time.Millisecond)
+	b.StopTimer()
+	status, lease, events := e.writes(kindStatus)-status0, e.writes(kindLease)-lease0, e.writes(kindEvent)-events0
+	b.ReportMetric((status+lease+events)/hour.Seconds()*10, "writes/10s")
+	b.ReportMetric(lease, "lease-writes/h")
+	b.ReportMetric(status, "status-writes/h")
+	b.ReportMetric(events, "event-writes")
+}
+
+// reportShim serves the status of a testShim's model with a capability
+// report summary that the test sets.
+type reportShim struct {
+	model *status.Model
+
+	mu     sync.Mutex
+	report string
+}
+
+func (s *reportShim) Status(context.Context) (Snapshot, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Snapshot{Document: s.model.Snapshot(), Report: json.RawMessage(s.report)}, nil
+}
+
+func (s *reportShim) setReport(r string) {
+	s.mu.Lock()
+	s.report = r
+	s.mu.Unlock()
+}
+
+func testReportDigest(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	rs := &reportShim{}
+	e := newEnvWith(t, c, sa, "node-report", func(o *Options) { rs.model = status.New(nil); o.Shim = rs })
+	rs.model.Set(condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "CNIConfigured"})
+	e.step(time.Second, time.Second)
+	n := e.getNode()
+	if _, ok := n.Annotations[AnnotationReportDigest]; ok {
+		t.Fatalf("report digest annotation %q before the shim has a report", n.Annotations[AnnotationReportDigest])
+	}
+	writes := e.writes(kindStatus)
+	report := `{"generatedAt":"2026-11-23T12:00:00Z","kernelRelease":"6.18.44","summary":{"supported":30,"degraded":2}}`
+	rs.setReport(report)
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	if got, want := n.Annotations[AnnotationReportDigest], ReportDigest(json.RawMessage(report)); got != want || want == "" {
+		t.Fatalf("report digest annotation %q, want %q", got, want)
+	}
+	if got := e.writes(kindStatus) - writes; got != 1 {
+		t.Errorf("%v status writes for a new report, want 1", got)
+	}
+	e.step(2*time.Second, time.Second)
+	if got := e.writes(kindStatus) - writes; got != 1 {
+		t.Errorf("%v status writes with the report unchanged, want still 1", got)
+	}
+	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+}
