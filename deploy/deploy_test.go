@@ -211,6 +211,15 @@ func TestShimConfigMapLoads(t *testing.T) {
 	if cfg.Checkpoint.Enabled {
 		t.Errorf("checkpoints enabled by default; they are opt-in")
 	}
+	// The reporter reads the socket as its own uid: the shim must admit
+	// exactly that uid, read-only, or every read is a 401.
+	rep := container(t, ds, "reporter")
+	if rep.SecurityContext == nil || rep.SecurityContext.RunAsUser == nil {
+		t.Fatal("reporter has no runAsUser")
+	}
+	if uid := uint32(*rep.SecurityContext.RunAsUser); !slices.Equal(cfg.API.ReadOnlyUIDs, []uint32{uid}) {
+		t.Errorf("api.readOnlyUIDs %v, want the reporter's uid [%d]", cfg.API.ReadOnlyUIDs, uid)
+	}
 
 	shim := container(t, ds, "shim")
 	mounts := map[string]corev1.VolumeMount{}

@@ -448,8 +448,13 @@ func TestAPIAccess(t *testing.T) {
 	})
 
 	t.Run("unix socket", func(t *testing.T) {
-		// Let other uids reach the socket: SO_PEERCRED must be what decides.
-		for p := filepath.Dir(d.sock); p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
+		// The daemon makes its root dir searchable for the reporter uids.
+		if fi, err := os.Stat(filepath.Dir(d.sock)); err != nil || fi.Mode().Perm() != 0o711 {
+			t.Fatalf("root dir with reporter uids: %v %v, want 0711", fi.Mode(), err)
+		}
+		// Let other uids reach the root dir (the test's temporary
+		// directories are 0700): SO_PEERCRED must be what decides.
+		for p := filepath.Dir(filepath.Dir(d.sock)); p != "/" && p != os.TempDir(); p = filepath.Dir(p) {
 			if err := os.Chmod(p, 0o755); err != nil {
 				t.Fatal(err)
 			}

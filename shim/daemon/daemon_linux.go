@@ -354,7 +354,8 @@ type server struct {
 // listen opens the unix socket (first) and, when configured, the TLS
 // listener. The socket is 0600 root; with reporter gids it is 0660 with
 // the first gid as group; with reporter uids only it is 0666, and
-// SO_PEERCRED is what keeps everyone else out (401).
+// SO_PEERCRED is what keeps everyone else out (401). With reporters the
+// root dir becomes 0711 so that they can reach the socket by its name.
 func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.Options) (out []server, err error) {
 	defer func() {
 		if err != nil {
@@ -367,6 +368,15 @@ func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.O
 		}
 	}()
 	socket := filepath.Join(opts.RootDir, api.SocketName)
+	// The root dir is 0700; a reporter needs to search it (not list it) to
+	// reach the socket. Everything else in it is 0600 root.
+	dirPerm := os.FileMode(0o700)
+	if len(c.ReadOnlyUIDs) > 0 || len(c.ReadOnlyGIDs) > 0 {
+		dirPerm = 0o711
+	}
+	if err := os.Chmod(opts.RootDir, dirPerm); err != nil {
+		return nil, fmt.Errorf("set the mode of root dir %s: %w", opts.RootDir, err)
+	}
 	perm, gid := os.FileMode(0o600), -1
 	switch {
 	case len(c.ReadOnlyGIDs) > 0:
