@@ -491,7 +491,7 @@ func testLeastPrivilege(t *testing.T, sa kubernetes.Interface) {
 			return err
 		}},
 		{"delete a node", func() error { return sa.CoreV1().Nodes().Delete(ctx, "node-publish", metav1.DeleteOptions{}) }},
-		{"create a lease elsewhere", func() error {
+		{"read a lease in another namespace", func() error {
 			_, err := sa.CoordinationV1().Leases("kube-node-lease").Get(ctx, "x", metav1.GetOptions{})
 			return err
 		}},
