@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -322,6 +323,8 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("shim unreachable", func(t *testing.T) { testShimUnreachable(t, c, sa) })
 	t.Run("least privilege", func(t *testing.T) { testLeastPrivilege(t, sa) })
 	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
+	t.Run("events rate-limited", func(t *testing.T) { testEventRateLimit(t, c, sa) })
+	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -732,3 +735,65 @@ func testReportDigest(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface
 	}
 	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
 }
+
+// testEventRateLimit flips a condition faster than the Event token bucket
+// refills: a burst goes out, the rest is dropped and counted, and the
+// bucket refills with the clock.
+func testEventRateLimit(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-events")
+	initial := len(e.events()) // NodeShimReady, NetworkReady, PluginsReady appear
+	flip := func(i int) {
+		st := condition.True
+		if i%2 == 0 {
+			st = condition.False
+		}
+		e.shim.Model.Set(condition.Condition{Type: "PluginsReady", Status: st, Reason: "Flip" + strconv.Itoa(i)})
+		// Ready follows PluginsReady: two transitions per flip. The fake
+		// clock moves 1 s per flip, too little to refill the bucket much.
+		e.step(time.Second, time.Second)
+	}
+	for i := range 6 {
+		flip(i)
+	}
+	got := len(e.events()) - initial
+	dropped := testutil.ToFloat64(e.metrics.eventsDropped)
+	// The burst of 10 minus the 3 initial Events leaves 7; 12 transitions.
+	if got != DefaultEventBurst-initial || dropped != float64(12-got) {
+		t.Fatalf("%d events sent and %v dropped for 12 transitions, want %d sent, %d dropped", got, dropped, DefaultEventBurst-initial, 12-(DefaultEventBurst-initial))
+	}
+	// One token per 30 s: after a minute two more transitions get through.
+	e.step(time.Minute, 10*time.Second)
+	flip(6)
+	if after := len(e.events()) - initial; after != got+2 {
+		t.Errorf("%d events after the refill, want %d", after, got+2)
+	}
+}
+
+// testLeaseConflict changes the Lease behind the reporter's back: its next
+// update conflicts, it reads the Lease again and renews it after the first
+// backoff step.
+func testLeaseConflict(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-conflict")
+	ctx := context.Background()
+	l, err := e.admin.CoordinationV1().Leases(testNamespace).Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptrTo("someone-else")
+	if _, err := e.admin.CoordinationV1().Leases(testNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(11*time.Second, time.Second)
+	if got := e.failures(kindLease); got != 1 {
+		t.Fatalf("%v lease failures after a conflicting update, want 1", got)
+	}
+	e.step(DefaultBackoffInitial, DefaultBackoffInitial)
+	if got := e.writes(kindLease); got != 2 {
+		t.Fatalf("%v lease writes, want 2 (created, then renewed after the conflict)", got)
+	}
+	if r := e.lease(); !r.Time.Equal(e.clock.Now()) {
+		t.Errorf("lease renewed at %v, want %v", r, e.clock.Now())
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
