@@ -4,12 +4,14 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -18,9 +20,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -322,6 +326,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("publishes conditions, lease, events, annotations", func(t *testing.T) { testPublish(t, c, sa) })
 	t.Run("shim unreachable", func(t *testing.T) { testShimUnreachable(t, c, sa) })
 	t.Run("least privilege", func(t *testing.T) { testLeastPrivilege(t, sa) })
+	t.Run("every granted verb is needed", func(t *testing.T) { testEveryVerbNeeded(t, c) })
 	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
 	t.Run("events rate-limited", func(t *testing.T) { testEventRateLimit(t, c, sa) })
 	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
@@ -797,3 +802,157 @@ func testLeaseConflict(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interfac
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// neededGrants are the API verbs the reporter uses: where it uses each
+// (the failure kind it counts when refused) and the request it makes.
+type neededGrant struct {
+	key  string // resource/verb as in a Role's rules
+	kind string
+	ra   authorizationv1.ResourceAttributes
+}
+
+var neededGrants = []neededGrant{
+	{"nodes/get", kindNode, authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}},
+	{"nodes/status/patch", kindStatus, authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status"}},
+	{"events/create", kindEvent, authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: metav1.NamespaceDefault}},
+	{"leases/get", kindLease, authorizationv1.ResourceAttributes{Verb: "get", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+	{"leases/create", kindLease, authorizationv1.ResourceAttributes{Verb: "create", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+	{"leases/update", kindLease, authorizationv1.ResourceAttributes{Verb: "update", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+}
+
+// testEveryVerbNeeded takes deploy/'s RBAC apart one verb at a time: a
+// ServiceAccount bound to everything but that verb runs the reporter, and
+// the reporter must fail where it uses the verb. A granted verb the
+// reporter never uses fails the test: the RBAC would be broader than
+// needed.
+func testEveryVerbNeeded(t *testing.T, c *kubetest.Cluster) {
+	objs, err := kubetest.Decode(rbacYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted []string
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			rm := r.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+			for _, rr := range res {
+				for _, v := range verbs {
+					granted = append(granted, rr+"/"+v)
+				}
+			}
+		}
+	}
+	for _, n := range neededGrants {
+		if !slices.Contains(granted, n.key) {
+			t.Errorf("deploy/'s RBAC lacks %s, which the reporter uses", n.key)
+		}
+	}
+	for i, g := range granted {
+		name := fmt.Sprintf("without-%d", i)
+		t.Run(g, func(t *testing.T) {
+			j := slices.IndexFunc(neededGrants, func(n neededGrant) bool { return n.key == g })
+			if j < 0 {
+				t.Fatalf("%s is granted but the reporter never uses it", g)
+			}
+			slash := strings.LastIndexByte(g, '/')
+			c.MustApply(t, reducedRBAC(t, objs, name, g[:slash], g[slash+1:]))
+			cs, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, testNamespace, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitGranted(t, c, name, g)
+			e := newEnv(t, c, cs, "node-"+name)
+			e.step(12*time.Second, time.Second) // past the first renewal
+			if kind := neededGrants[j].kind; e.failures(kind) == 0 {
+				t.Errorf("without %s the reporter saw no %s failure", g, kind)
+			}
+		})
+	}
+}
+
+// reducedRBAC returns the roles and bindings of objs, renamed with suffix
+// name and bound to the ServiceAccount name, with verb taken off resource.
+func reducedRBAC(t *testing.T, objs []*unstructured.Unstructured, name, resource, verb string) []byte {
+	t.Helper()
+	var docs []string
+	for _, o := range objs {
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "ClusterRole", "Role":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				rm := r.(map[string]any)
+				res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+				if !slices.Contains(res, resource) {
+					continue
+				}
+				if len(res) != 1 {
+					t.Fatalf("rule %v names several resources", rm)
+				}
+				verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+				verbs = slices.DeleteFunc(verbs, func(v string) bool { return v == verb })
+				if len(verbs) == 0 {
+					// A rule needs a verb: watch, which the reporter never uses.
+					verbs = []string{"watch"}
+				}
+				if err := unstructured.SetNestedStringSlice(rm, verbs, "verbs"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unstructured.SetNestedSlice(o.Object, rules, "rules"); err != nil {
+				t.Fatal(err)
+			}
+		case "ClusterRoleBinding", "RoleBinding":
+			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			if err := unstructured.SetNestedField(o.Object, ref+"-"+name, "roleRef", "name"); err != nil {
+				t.Fatal(err)
+			}
+			subjects := []any{map[string]any{"kind": "ServiceAccount", "name": name, "namespace": testNamespace}}
+			if err := unstructured.SetNestedSlice(o.Object, subjects, "subjects"); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			continue
+		}
+		o.SetName(o.GetName() + "-" + name)
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(b))
+	}
+	return []byte(strings.Join(docs, "\n---\n"))
+}
+
+// waitGranted waits until the authorizer, which reads RBAC through
+// informers, allows the ServiceAccount name every needed grant but
+// without (go test's -timeout bounds the wait).
+func waitGranted(t *testing.T, c *kubetest.Cluster, name, without string) {
+	t.Helper()
+	admin := c.AdminClient(t)
+	user := "system:serviceaccount:" + testNamespace + ":" + name
+	for {
+		ready := true
+		for _, n := range neededGrants {
+			ra := n.ra
+			r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &ra},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != (n.key != without) {
+				ready = false
+			}
+		}
+		if ready {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
