@@ -296,6 +296,9 @@ func (e *env) lease() *metav1.MicroTime {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != e.node || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 40 {
 		e.t.Fatalf("lease spec %+v", l.Spec)
 	}
+	if o := l.OwnerReferences; len(o) != 1 || o[0].Kind != "Node" || o[0].Name != e.node || o[0].UID != e.getNode().UID {
+		e.t.Fatalf("lease owners %+v, want the Node", o)
+	}
 	return l.Spec.RenewTime
 }
 
