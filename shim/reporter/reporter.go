@@ -442,7 +442,8 @@ func (r *Reporter) tryRenewLease(ctx context.Context) error {
 		switch {
 		case apierrors.IsNotFound(err):
 			l = &coordinationv1.Lease{
-				ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName, Namespace: r.opts.Namespace},
+				ObjectMeta: metav1.ObjectMeta{Name: r.opts.NodeName, Namespace: r.opts.Namespace,
+					OwnerReferences: r.nodeOwner(rctx)},
 				Spec: coordinationv1.LeaseSpec{
 					HolderIdentity:       ptr.To(r.opts.NodeName),
 					LeaseDurationSeconds: ptr.To(int32(r.opts.LeaseDuration / time.Second)),
@@ -473,6 +474,18 @@ func (r *Reporter) tryRenewLease(ctx context.Context) error {
 	}
 	r.setLease(updated, now)
 	return nil
+}
+
+// nodeOwner returns the Node as the Lease's owner, as kubelet sets it, so
+// that deleting the Node collects its Lease; none when the Node cannot be
+// read (the Lease then lives on, which only costs an object).
+func (r *Reporter) nodeOwner(ctx context.Context) []metav1.OwnerReference {
+	node, err := r.opts.Client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	if err != nil {
+		r.log.Warn("lease created without an owner", "err", err)
+		return nil
+	}
+	return []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: node.Name, UID: node.UID}}
 }
 
 func (r *Reporter) setLease(l *coordinationv1.Lease, now metav1.MicroTime) {

@@ -4,12 +4,15 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -17,9 +20,11 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -291,6 +296,9 @@ func (e *env) lease() *metav1.MicroTime {
 	if l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != e.node || l.Spec.LeaseDurationSeconds == nil || *l.Spec.LeaseDurationSeconds != 40 {
 		e.t.Fatalf("lease spec %+v", l.Spec)
 	}
+	if o := l.OwnerReferences; len(o) != 1 || o[0].Kind != "Node" || o[0].Name != e.node || o[0].UID != e.getNode().UID {
+		e.t.Fatalf("lease owners %+v, want the Node", o)
+	}
 	return l.Spec.RenewTime
 }
 
@@ -321,7 +329,10 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("publishes conditions, lease, events, annotations", func(t *testing.T) { testPublish(t, c, sa) })
 	t.Run("shim unreachable", func(t *testing.T) { testShimUnreachable(t, c, sa) })
 	t.Run("least privilege", func(t *testing.T) { testLeastPrivilege(t, sa) })
+	t.Run("every granted verb is needed", func(t *testing.T) { testEveryVerbNeeded(t, c) })
 	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
+	t.Run("events rate-limited", func(t *testing.T) { testEventRateLimit(t, c, sa) })
+	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -491,7 +502,7 @@ func testLeastPrivilege(t *testing.T, sa kubernetes.Interface) {
 			return err
 		}},
 		{"delete a node", func() error { return sa.CoreV1().Nodes().Delete(ctx, "node-publish", metav1.DeleteOptions{}) }},
-		{"create a lease elsewhere", func() error {
+		{"read a lease in another namespace", func() error {
 			_, err := sa.CoordinationV1().Leases("kube-node-lease").Get(ctx, "x", metav1.GetOptions{})
 			return err
 		}},
@@ -731,4 +742,220 @@ func testReportDigest(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface
 		t.Errorf("%v status writes with the report unchanged, want still 1", got)
 	}
 	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+}
+
+// testEventRateLimit flips a condition faster than the Event token bucket
+// refills: a burst goes out, the rest is dropped and counted, and the
+// bucket refills with the clock.
+func testEventRateLimit(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-events")
+	initial := len(e.events()) // NodeShimReady, NetworkReady, PluginsReady appear
+	flip := func(i int) {
+		st := condition.True
+		if i%2 == 0 {
+			st = condition.False
+		}
+		e.shim.Model.Set(condition.Condition{Type: "PluginsReady", Status: st, Reason: "Flip" + strconv.Itoa(i)})
+		// Ready follows PluginsReady: two transitions per flip. The fake
+		// clock moves 1 s per flip, too little to refill the bucket much.
+		e.step(time.Second, time.Second)
+	}
+	for i := range 6 {
+		flip(i)
+	}
+	got := len(e.events()) - initial
+	dropped := testutil.ToFloat64(e.metrics.eventsDropped)
+	// The burst of 10 minus the 3 initial Events leaves 7; 12 transitions.
+	if got != DefaultEventBurst-initial || dropped != float64(12-got) {
+		t.Fatalf("%d events sent and %v dropped for 12 transitions, want %d sent, %d dropped", got, dropped, DefaultEventBurst-initial, 12-(DefaultEventBurst-initial))
+	}
+	// One token per 30 s: after a minute two more transitions get through.
+	e.step(time.Minute, 10*time.Second)
+	flip(6)
+	if after := len(e.events()) - initial; after != got+2 {
+		t.Errorf("%d events after the refill, want %d", after, got+2)
+	}
+}
+
+// testLeaseConflict changes the Lease behind the reporter's back: its next
+// update conflicts, it reads the Lease again and renews it after the first
+// backoff step.
+func testLeaseConflict(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-conflict")
+	ctx := context.Background()
+	l, err := e.admin.CoordinationV1().Leases(testNamespace).Get(ctx, e.node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Spec.HolderIdentity = ptrTo("someone-else")
+	if _, err := e.admin.CoordinationV1().Leases(testNamespace).Update(ctx, l, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(11*time.Second, time.Second)
+	if got := e.failures(kindLease); got != 1 {
+		t.Fatalf("%v lease failures after a conflicting update, want 1", got)
+	}
+	e.step(DefaultBackoffInitial, DefaultBackoffInitial)
+	if got := e.writes(kindLease); got != 2 {
+		t.Fatalf("%v lease writes, want 2 (created, then renewed after the conflict)", got)
+	}
+	if r := e.lease(); !r.Time.Equal(e.clock.Now()) {
+		t.Errorf("lease renewed at %v, want %v", r, e.clock.Now())
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// neededGrants are the API verbs the reporter uses: where it uses each
+// (the failure kind it counts when refused) and the request it makes.
+type neededGrant struct {
+	key  string // resource/verb as in a Role's rules
+	kind string
+	ra   authorizationv1.ResourceAttributes
+}
+
+var neededGrants = []neededGrant{
+	{"nodes/get", kindNode, authorizationv1.ResourceAttributes{Verb: "get", Resource: "nodes"}},
+	{"nodes/status/patch", kindStatus, authorizationv1.ResourceAttributes{Verb: "patch", Resource: "nodes", Subresource: "status"}},
+	{"events/create", kindEvent, authorizationv1.ResourceAttributes{Verb: "create", Resource: "events", Namespace: metav1.NamespaceDefault}},
+	{"leases/get", kindLease, authorizationv1.ResourceAttributes{Verb: "get", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+	{"leases/create", kindLease, authorizationv1.ResourceAttributes{Verb: "create", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+	{"leases/update", kindLease, authorizationv1.ResourceAttributes{Verb: "update", Resource: "leases", Group: "coordination.k8s.io", Namespace: testNamespace}},
+}
+
+// testEveryVerbNeeded takes deploy/'s RBAC apart one verb at a time: a
+// ServiceAccount bound to everything but that verb runs the reporter, and
+// the reporter must fail where it uses the verb. A granted verb the
+// reporter never uses fails the test: the RBAC would be broader than
+// needed.
+func testEveryVerbNeeded(t *testing.T, c *kubetest.Cluster) {
+	objs, err := kubetest.Decode(rbacYAML)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var granted []string
+	for _, o := range objs {
+		if o.GetKind() != "ClusterRole" && o.GetKind() != "Role" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			rm := r.(map[string]any)
+			res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+			for _, rr := range res {
+				for _, v := range verbs {
+					granted = append(granted, rr+"/"+v)
+				}
+			}
+		}
+	}
+	for _, n := range neededGrants {
+		if !slices.Contains(granted, n.key) {
+			t.Errorf("deploy/'s RBAC lacks %s, which the reporter uses", n.key)
+		}
+	}
+	for i, g := range granted {
+		name := fmt.Sprintf("without-%d", i)
+		t.Run(g, func(t *testing.T) {
+			j := slices.IndexFunc(neededGrants, func(n neededGrant) bool { return n.key == g })
+			if j < 0 {
+				t.Fatalf("%s is granted but the reporter never uses it", g)
+			}
+			slash := strings.LastIndexByte(g, '/')
+			c.MustApply(t, reducedRBAC(t, objs, name, g[:slash], g[slash+1:]))
+			cs, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, testNamespace, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitGranted(t, c, name, g)
+			e := newEnv(t, c, cs, "node-"+name)
+			e.step(12*time.Second, time.Second) // past the first renewal
+			if kind := neededGrants[j].kind; e.failures(kind) == 0 {
+				t.Errorf("without %s the reporter saw no %s failure", g, kind)
+			}
+		})
+	}
+}
+
+// reducedRBAC returns the roles and bindings of objs, renamed with suffix
+// name and bound to the ServiceAccount name, with verb taken off resource.
+func reducedRBAC(t *testing.T, objs []*unstructured.Unstructured, name, resource, verb string) []byte {
+	t.Helper()
+	var docs []string
+	for _, o := range objs {
+		o = o.DeepCopy()
+		switch o.GetKind() {
+		case "ClusterRole", "Role":
+			rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+			for _, r := range rules {
+				rm := r.(map[string]any)
+				res, _, _ := unstructured.NestedStringSlice(rm, "resources")
+				if !slices.Contains(res, resource) {
+					continue
+				}
+				if len(res) != 1 {
+					t.Fatalf("rule %v names several resources", rm)
+				}
+				verbs, _, _ := unstructured.NestedStringSlice(rm, "verbs")
+				verbs = slices.DeleteFunc(verbs, func(v string) bool { return v == verb })
+				if len(verbs) == 0 {
+					// A rule needs a verb: watch, which the reporter never uses.
+					verbs = []string{"watch"}
+				}
+				if err := unstructured.SetNestedStringSlice(rm, verbs, "verbs"); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := unstructured.SetNestedSlice(o.Object, rules, "rules"); err != nil {
+				t.Fatal(err)
+			}
+		case "ClusterRoleBinding", "RoleBinding":
+			ref, _, _ := unstructured.NestedString(o.Object, "roleRef", "name")
+			if err := unstructured.SetNestedField(o.Object, ref+"-"+name, "roleRef", "name"); err != nil {
+				t.Fatal(err)
+			}
+			subjects := []any{map[string]any{"kind": "ServiceAccount", "name": name, "namespace": testNamespace}}
+			if err := unstructured.SetNestedSlice(o.Object, subjects, "subjects"); err != nil {
+				t.Fatal(err)
+			}
+		default:
+			continue
+		}
+		o.SetName(o.GetName() + "-" + name)
+		b, err := json.Marshal(o.Object)
+		if err != nil {
+			t.Fatal(err)
+		}
+		docs = append(docs, string(b))
+	}
+	return []byte(strings.Join(docs, "\n---\n"))
+}
+
+// waitGranted waits until the authorizer, which reads RBAC through
+// informers, allows the ServiceAccount name every needed grant but
+// without (go test's -timeout bounds the wait).
+func waitGranted(t *testing.T, c *kubetest.Cluster, name, without string) {
+	t.Helper()
+	admin := c.AdminClient(t)
+	user := "system:serviceaccount:" + testNamespace + ":" + name
+	for {
+		ready := true
+		for _, n := range neededGrants {
+			ra := n.ra
+			r, err := admin.AuthorizationV1().SubjectAccessReviews().Create(context.Background(), &authorizationv1.SubjectAccessReview{
+				Spec: authorizationv1.SubjectAccessReviewSpec{User: user, ResourceAttributes: &ra},
+			}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if r.Status.Allowed != (n.key != without) {
+				ready = false
+			}
+		}
+		if ready {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
