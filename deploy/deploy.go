@@ -168,3 +168,22 @@ func unmarshalStrict(doc []byte, v any) error {
 	}
 	return errors.Join(strict...)
 }
+
+// ReporterAccessFiles are the manifests that give the reporter its identity
+// and rights: its Namespace, ServiceAccount and RBAC.
+var ReporterAccessFiles = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml"}
+
+// ReporterAccess returns ReporterAccessFiles as one multi-document YAML
+// stream, for tests that run the reporter with exactly the rights it is
+// deployed with.
+func ReporterAccess() ([]byte, error) {
+	var out []byte
+	for _, f := range ReporterAccessFiles {
+		data, err := Manifests.ReadFile(f)
+		if err != nil {
+			return nil, fmt.Errorf("read deploy/%s: %w", f, err)
+		}
+		out = append(append(out, data...), "\n---\n"...)
+	}
+	return out, nil
+}

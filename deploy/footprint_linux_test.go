@@ -482,13 +482,9 @@ func main() {
 	// (not measured), deploy/'s Namespace, ServiceAccount and RBAC, and the
 	// Node.
 	cluster := kubetest.Start(b)
-	var rbac []byte
-	for _, f := range []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml"} {
-		data, err := Manifests.ReadFile(f)
-		if err != nil {
-			b.Fatal(err)
-		}
-		rbac = append(append(rbac, data...), []byte("\n---\n")...)
+	rbac, err := ReporterAccess()
+	if err != nil {
+		b.Fatal(err)
 	}
 	ctx0 := context.Background()
 	if err := kubetest.Apply(ctx0, cluster.AdminConfig(), rbac); err != nil {

@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/reporter"
@@ -66,7 +67,7 @@ func startE2E(t testing.TB) *e2e {
 	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
 	}
-	rbac, err := os.ReadFile(filepath.Join("..", "..", "shim", "reporter", "testdata", "rbac.yaml"))
+	rbac, err := deploy.ReporterAccess()
 	if err != nil {
 		t.Fatal(err)
 	}

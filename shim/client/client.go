@@ -62,6 +62,9 @@ func New(socket string) *Client {
 	}}}
 }
 
+// Close releases the idle connection to the shim.
+func (c *Client) Close() { c.http.CloseIdleConnections() }
+
 // Socket is the socket the client talks to.
 func (c *Client) Socket() string { return c.socket }
 
@@ -95,6 +98,11 @@ func (c *Client) Do(ctx context.Context, method, path string) (io.ReadCloser, er
 	return nil, &StatusError{Method: method, Path: path, Code: resp.StatusCode, Message: msg}
 }
 
+// GetJSON reads path and decodes its JSON answer into v.
+func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
+	return c.decode(ctx, http.MethodGet, path, v)
+}
+
 func (c *Client) decode(ctx context.Context, method, path string, v any) error {
 	body, err := c.Do(ctx, method, path)
 	if err != nil {
@@ -110,7 +118,7 @@ func (c *Client) decode(ctx context.Context, method, path string, v any) error {
 // Status reads GET /status.
 func (c *Client) Status(ctx context.Context) (status.Document, error) {
 	var d status.Document
-	err := c.decode(ctx, http.MethodGet, "/status", &d)
+	err := c.GetJSON(ctx, "/status", &d)
 	return d, err
 }
 

@@ -2,7 +2,6 @@ package reporter
 
 import (
 	"context"
-	_ "embed"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
@@ -38,12 +38,16 @@ import (
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// rbacYAML is the reporter's Namespace, ServiceAccount and RBAC as deploy/
-// defines them: every test runs the reporter with that ServiceAccount's
+// rbacYAML is the reporter's Namespace, ServiceAccount and RBAC from
+// deploy/ itself: every test runs the reporter with that ServiceAccount's
 // token, never as the admin.
-//
-//go:embed testdata/rbac.yaml
-var rbacYAML []byte
+var rbacYAML = func() []byte {
+	b, err := deploy.ReporterAccess()
+	if err != nil {
+		panic(err)
+	}
+	return b
+}()
 
 const (
 	testNamespace = "nodeshim"

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"time"
 
@@ -13,6 +12,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -31,56 +31,28 @@ type Snapshot struct {
 	Report json.RawMessage `json:"report,omitempty"`
 }
 
-// SocketClient reads the shim's node API over its unix socket.
+// SocketClient reads the shim's node API over its unix socket through
+// shim/client, with a bound on each request: the shim is local, and an
+// answer that takes longer means it is stuck.
 type SocketClient struct {
-	socket string
-	http   *http.Client
+	c *client.Client
 }
+
+// requestTimeout bounds one read of the shim.
+const requestTimeout = 10 * time.Second
 
 // NewSocketClient returns a client of the node API served on socket.
 func NewSocketClient(socket string) *SocketClient {
-	return &SocketClient{socket: socket, http: &http.Client{
-		Transport: &http.Transport{
-			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				var d net.Dialer
-				return d.DialContext(ctx, "unix", socket)
-			},
-			MaxIdleConns:    1,
-			IdleConnTimeout: 30 * time.Second,
-		},
-		// The shim is local: an answer that takes this long means it is stuck.
-		Timeout: 10 * time.Second,
-	}}
-}
-
-func (c *SocketClient) get(ctx context.Context, path string) (*http.Response, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://nodeshim"+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("GET %s on %s: %w", path, c.socket, err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		resp.Body.Close()
-		return nil, fmt.Errorf("GET %s on %s: %s", path, c.socket, resp.Status)
-	}
-	return resp, nil
+	return &SocketClient{c: client.New(socket)}
 }
 
 // Status reads GET /status.
 func (c *SocketClient) Status(ctx context.Context) (Snapshot, error) {
-	var d Snapshot
-	resp, err := c.get(ctx, "/status")
-	if err != nil {
-		return d, err
-	}
-	defer resp.Body.Close()
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 4<<20)).Decode(&d); err != nil {
-		return d, fmt.Errorf("decode status from %s: %w", c.socket, err)
-	}
-	return d, nil
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var s Snapshot
+	err := c.c.GetJSON(ctx, "/status", &s)
+	return s, err
 }
 
 // Gather reads the shim's GET /metrics, so that the reporter's metrics
@@ -88,12 +60,12 @@ func (c *SocketClient) Status(ctx context.Context) (Snapshot, error) {
 func (c *SocketClient) Gather() ([]*dto.MetricFamily, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	resp, err := c.get(ctx, "/metrics")
+	body, err := c.c.Do(ctx, http.MethodGet, "/metrics")
 	if err != nil {
 		return nil, err
 	}
-	defer resp.Body.Close()
-	return parseMetrics(io.LimitReader(resp.Body, 4<<20))
+	defer body.Close()
+	return parseMetrics(io.LimitReader(body, 4<<20))
 }
 
 // parseMetrics parses the Prometheus text format into metric families.
@@ -111,4 +83,4 @@ func parseMetrics(r io.Reader) ([]*dto.MetricFamily, error) {
 }
 
 // Close releases the idle connection to the shim.
-func (c *SocketClient) Close() { c.http.CloseIdleConnections() }
+func (c *SocketClient) Close() { c.c.Close() }
