@@ -50,7 +50,7 @@ kubectl: $(KUBECTL)
 FOOTPRINT_FLAGS ?= -footprint.pods=1000 -footprint.warmup=15s -footprint.idle=120s -footprint.pressure=60s
 
 .PHONY: bench-footprint
-## bench-footprint: measure the shim's footprint (results in BENCHMARKS.deploy.md)
+## bench-footprint: measure the shim's footprint (results in BENCHMARKS.md)
 bench-footprint: deps kube-testenv
 	@mkdir -p $(CACHE)
 	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFootprint$$' -benchtime 1x -timeout 20m ./deploy \
