@@ -290,3 +290,24 @@ func TestNodeSignalsFromFakeProc(t *testing.T) {
 		t.Fatal("Filesystem without a directory must be unknown")
 	}
 }
+
+func TestTriggerWidened(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		in   Trigger
+		want time.Duration
+	}{
+		{"1 s becomes 2 s", Trigger{Stall: 150 * time.Millisecond, Window: time.Second}, 2 * time.Second},
+		{"500 ms becomes 2 s", Trigger{Stall: 50 * time.Millisecond, Window: 500 * time.Millisecond}, 2 * time.Second},
+		{"3 s becomes 4 s", Trigger{Full: true, Stall: time.Second, Window: 3 * time.Second}, 4 * time.Second},
+		{"2 s stays", Trigger{Stall: 150 * time.Millisecond, Window: 2 * time.Second}, 2 * time.Second},
+		{"8 s stays", Trigger{Stall: time.Second, Window: 8 * time.Second}, 8 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := tc.in.widened()
+			if got.Window != tc.want || got.Stall != tc.in.Stall || got.Full != tc.in.Full {
+				t.Fatalf("%q widened = %q, want window %s with the same stall and kind", tc.in, got, tc.want)
+			}
+		})
+	}
+}

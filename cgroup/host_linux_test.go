@@ -88,6 +88,26 @@ func TestHostTriggerRefusedFallsBackToPoll(t *testing.T) {
 	}
 }
 
+// TestHostTriggerWidenedToTwoSeconds: without CAP_SYS_RESOURCE this kernel
+// takes only windows that are multiples of 2 s; with WidenWindow the
+// default trigger is armed again with a 2 s window rather than polled.
+func TestHostTriggerWidenedToTwoSeconds(t *testing.T) {
+	m := hostMount(t)
+	want := Trigger{Stall: DefaultTrigger.Stall, Window: 2 * time.Second}
+	for _, path := range []string{"/proc/pressure/memory", filepath.Join(m.Path, "memory.pressure"), filepath.Join(m.Path, "io.pressure")} {
+		w, err := NewWatcher(path, DefaultTrigger, WatchOptions{WidenWindow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if w.Mode() != ModeTrigger || w.Armed() != want || w.FallbackReason() != nil {
+			t.Errorf("%s: mode %s, armed %q, reason %v; want trigger %q", path, w.Mode(), w.Armed(), w.FallbackReason(), want)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // thrashCgroups creates a v1 memory cgroup with a 32 MiB limit and a
 // cgroup2 child, and returns a function moving a pid into both. The kernel
 // accounts PSI per cgroup2 cgroup for any task in it, whichever hierarchy's
@@ -110,18 +130,31 @@ func thrashCgroups(t *testing.T, m Mount) (v2 string, enter func(pid int)) {
 	}
 }
 
+// TestHostFallbackDetectsThrashing: the polling fallback, where the kernel
+// refuses the trigger as given.
 func TestHostFallbackDetectsThrashing(t *testing.T) {
+	detectThrashing(t, WatchOptions{}, ModePoll)
+}
+
+// TestHostWidenedTriggerDetectsThrashing: the trigger re-armed with a 2 s
+// window (WidenWindow) fires too, later than polling (the kernel checks it
+// on its 2 s averaging tick).
+func TestHostWidenedTriggerDetectsThrashing(t *testing.T) {
+	detectThrashing(t, WatchOptions{WidenWindow: true}, ModeTrigger)
+}
+
+func detectThrashing(t *testing.T, opts WatchOptions, mode WatchMode) {
 	m := hostMount(t)
 	v2, enter := thrashCgroups(t, m)
 	pressure := filepath.Join(v2, "memory.pressure")
 
-	w, err := NewWatcher(pressure, DefaultTrigger, WatchOptions{})
+	w, err := NewWatcher(pressure, DefaultTrigger, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer w.Close()
-	if w.Mode() != ModePoll {
-		t.Fatalf("mode %s, want poll on this kernel", w.Mode())
+	if w.Mode() != mode {
+		t.Fatalf("mode %s, want %s on this kernel", w.Mode(), mode)
 	}
 	var r Reader
 	var before Stats
@@ -152,8 +185,9 @@ func TestHostFallbackDetectsThrashing(t *testing.T) {
 		t.Fatal("no pressure event while the cgroup thrashed")
 	}
 	for _, e := range events {
-		if e.Mode != ModePoll || e.Path != pressure || e.Stall < DefaultTrigger.Stall {
-			t.Errorf("event %+v: want poll mode on %s with stall >= %s", e, pressure, DefaultTrigger.Stall)
+		// Only the fallback measures the stall; the kernel does not say.
+		if e.Mode != mode || e.Path != pressure || (mode == ModePoll && e.Stall < DefaultTrigger.Stall) {
+			t.Errorf("event %+v: want %s mode on %s (with stall >= %s when polled)", e, mode, pressure, DefaultTrigger.Stall)
 		}
 	}
 	t.Logf("%d events; first after %s (stall %s)", len(events), events[0].Time.Sub(start), events[0].Stall)

@@ -68,8 +68,10 @@ type Snapshot struct {
 
 // WatcherStatus says how one pressure file is watched.
 type WatcherStatus struct {
-	Path           string
-	Mode           WatchMode
+	Path string
+	Mode WatchMode
+	// Trigger is the trigger armed in trigger mode, as written to the file.
+	Trigger        string
 	FallbackReason string
 }
 
@@ -130,6 +132,9 @@ func (m *Monitor) Watchers() []WatcherStatus {
 	out := make([]WatcherStatus, len(m.watchers))
 	for i, w := range m.watchers {
 		out[i] = WatcherStatus{Path: w.Path(), Mode: w.Mode()}
+		if w.Mode() == ModeTrigger {
+			out[i].Trigger = w.Armed().String()
+		}
 		if r := w.FallbackReason(); r != nil {
 			out[i].FallbackReason = r.Error()
 		}

@@ -38,6 +38,19 @@ func (t Trigger) String() string {
 	return fmt.Sprintf("%s %d %d", kind, t.Stall.Microseconds(), t.Window.Microseconds())
 }
 
+// unprivilegedWindow is the granularity of trigger windows that the kernel
+// accepts from a process without CAP_SYS_RESOURCE (Linux 6.5 and later).
+const unprivilegedWindow = 2 * time.Second
+
+// widened is t with its window rounded up to a multiple of
+// unprivilegedWindow and the same stall; t itself when it is one already.
+func (t Trigger) widened() Trigger {
+	if r := t.Window % unprivilegedWindow; t.Window > 0 && r != 0 {
+		t.Window += unprivilegedWindow - r
+	}
+	return t
+}
+
 // DefaultPollInterval is the fallback's read interval.
 const DefaultPollInterval = 100 * time.Millisecond
 

@@ -88,7 +88,7 @@ transition as a JSON line until interrupted.`,
 			}
 			defer mon.Close()
 			for _, w := range mon.Watchers() {
-				slog.Info("watching pressure", "path", w.Path, "mode", w.Mode, "fallbackReason", w.FallbackReason)
+				slog.Info("watching pressure", "path", w.Path, "mode", w.Mode, "trigger", w.Trigger, "fallbackReason", w.FallbackReason)
 			}
 			if watch {
 				enc := json.NewEncoder(cmd.OutOrStdout())
@@ -123,7 +123,7 @@ transition as a JSON line until interrupted.`,
 				tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
 				fmt.Fprintf(tw, "cgroup2\t%s (%s)\n", m.Path, m.Mode)
 				for _, w := range v.Watchers {
-					fmt.Fprintf(tw, "watch\t%s\t%s\t%s\n", w.Path, w.Mode, w.FallbackReason)
+					fmt.Fprintf(tw, "watch\t%s\t%s\t%s%s\n", w.Path, w.Mode, w.Trigger, w.FallbackReason)
 				}
 				fmt.Fprintln(tw, "\nCONDITION\tSTATUS\tREASON\tMESSAGE")
 				for _, c := range snap.Conditions {

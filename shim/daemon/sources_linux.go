@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strconv"
 	"strings"
 	"time"
 
@@ -110,6 +111,9 @@ func pressureOnce(ctx context.Context, model *status.Model, o pressureOptions) e
 	var how []string
 	for _, w := range mon.Watchers() {
 		d := fmt.Sprintf("%s by %s", w.Path, w.Mode)
+		if w.Trigger != "" {
+			d += " " + strconv.Quote(w.Trigger)
+		}
 		if w.FallbackReason != "" {
 			d += " (" + w.FallbackReason + ")"
 		}

@@ -48,7 +48,9 @@ type PSILine struct {
 
 // PressureWatcher says how one pressure file is watched.
 type PressureWatcher struct {
-	Path           string `json:"path"`
-	Mode           string `json:"mode"`
+	Path string `json:"path"`
+	Mode string `json:"mode"`
+	// Trigger is the PSI trigger armed in trigger mode.
+	Trigger        string `json:"trigger,omitempty"`
 	FallbackReason string `json:"fallbackReason,omitempty"`
 }

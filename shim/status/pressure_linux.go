@@ -39,7 +39,7 @@ func PressureFrom(s cgroup.Snapshot, watchers []cgroup.WatcherStatus) Pressure {
 		p.PSI = append(p.PSI, v)
 	}
 	for _, w := range watchers {
-		p.Watchers = append(p.Watchers, PressureWatcher{Path: w.Path, Mode: string(w.Mode), FallbackReason: w.FallbackReason})
+		p.Watchers = append(p.Watchers, PressureWatcher{Path: w.Path, Mode: string(w.Mode), Trigger: w.Trigger, FallbackReason: w.FallbackReason})
 	}
 	return p
 }
