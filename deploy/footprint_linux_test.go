@@ -412,7 +412,7 @@ func shimConfigDir(b *testing.B) string {
 // random pages of a 256 MiB file under a 64 MiB memory limit, in a pod's
 // cgroup; the kubepods PSI totals prove it happened). The reporter's API
 // writes are read from its own counters.
-// Run it with `make bench-footprint`; results go to BENCHMARKS.deploy.md.
+// Run it with `make bench-footprint`; results go to BENCHMARKS.md (footprint).
 func BenchmarkFootprint(b *testing.B) {
 	testutil.RequireRoot(b)
 	testutil.RequireBinary(b, "unshare")
@@ -753,7 +753,7 @@ func main() {
 			}
 		})
 		if n == "serve" {
-			// The targets are reported, not enforced: BENCHMARKS.deploy.md
+			// The targets are reported, not enforced: BENCHMARKS.md (footprint)
 			// says which are met and why.
 			b.Logf("target: serve's peak RSS %.1f MiB under %d MiB: %s; idle CPU %.3f%% of a core under %.1f%%: %s",
 				hwm, targetShimRSSMiB, verdict(hwm < targetShimRSSMiB), idle.cpuPct, targetShimIdleCPUPct, verdict(idle.cpuPct < targetShimIdleCPUPct))
