@@ -3,10 +3,8 @@ package criu
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
 
 // The test binary doubles as the workloads it checkpoints: started with
@@ -33,10 +32,10 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envWorkload) {
 	case "":
 	case "count":
-		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), false)
+		testworkload.RunCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), false)
 		return
 	case "count-tcp":
-		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), true)
+		testworkload.RunCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), true)
 		return
 	case "checkpoint":
 		runCheckpointer(os.Getenv(envWorkloadDir))
@@ -46,60 +45,6 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	goleak.VerifyTestMain(m)
-}
-
-// runCounter touches mib MiB of memory, writes its pid to dir/pid, then
-// counts in memory, appending each count to dir/log, every 10ms.
-// With tcp, it also holds an established TCP connection to itself, which
-// CRIU refuses to dump without --tcp-established.
-func runCounter(dir, mib string, tcp bool) {
-	n, _ := strconv.Atoi(mib)
-	if tcp {
-		// Plain TCP: Go listens with MPTCP by default since 1.24, which
-		// CRIU 4.1 refuses outright ("Unsupported proto 262").
-		var lc net.ListenConfig
-		lc.SetMultipathTCP(false)
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			os.Exit(5)
-		}
-		var d net.Dialer
-		d.SetMultipathTCP(false)
-		c, err := d.Dial("tcp", l.Addr().String())
-		if err != nil {
-			os.Exit(5)
-		}
-		s, err := l.Accept()
-		if err != nil {
-			os.Exit(5)
-		}
-		defer c.Close()
-		defer s.Close()
-	}
-	ballast := make([]byte, n<<20)
-	// Pseudo-random bytes (xorshift64, faster than crypto/rand for GiBs):
-	// every page is present and none is the zero page.
-	x := uint64(0x9E3779B97F4A7C15)
-	for i := 0; i+8 <= len(ballast); i += 8 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		binary.LittleEndian.PutUint64(ballast[i:], x)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		os.Exit(3)
-	}
-	for i := 1; ; i++ {
-		f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			os.Exit(4)
-		}
-		fmt.Fprintf(f, "%d\n", i)
-		f.Close()
-		// Touch the ballast so it stays part of the live state.
-		ballast[(i*4096)%max(len(ballast), 1)]++
-		time.Sleep(10 * time.Millisecond)
-	}
 }
 
 // startWorkload starts the test binary as workload kind, detached (setsid

@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -30,7 +31,7 @@ func TestMain(m *testing.M) {
 	switch os.Getenv(envWorkload) {
 	case "":
 	case "count", "count-tcp":
-		runCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
+		testworkload.RunCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
 		return
 	case "hog":
 		runHog(os.Getenv(envWorkloadDir))

@@ -3,7 +3,6 @@ package daemon
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"net"
@@ -35,56 +34,6 @@ const (
 	envClientUID   = "NODESHIM_DAEMON_TEST_UID"
 	envClientReqs  = "NODESHIM_DAEMON_TEST_REQUESTS"
 )
-
-// runCounter touches mib MiB of memory, writes its pid to dir/pid, then
-// appends a count to dir/log every 10 ms. With tcp it holds an established
-// TCP connection to itself, which CRIU refuses to dump without
-// --tcp-established.
-func runCounter(dir, mib string, tcp bool) {
-	n, _ := strconv.Atoi(mib)
-	if tcp {
-		// Plain TCP: CRIU 4.1 refuses Go's default MPTCP outright.
-		var lc net.ListenConfig
-		lc.SetMultipathTCP(false)
-		l, err := lc.Listen(context.Background(), "tcp", "127.0.0.1:0")
-		if err != nil {
-			os.Exit(5)
-		}
-		var d net.Dialer
-		d.SetMultipathTCP(false)
-		c, err := d.Dial("tcp", l.Addr().String())
-		if err != nil {
-			os.Exit(5)
-		}
-		s, err := l.Accept()
-		if err != nil {
-			os.Exit(5)
-		}
-		defer c.Close()
-		defer s.Close()
-	}
-	ballast := make([]byte, n<<20)
-	x := uint64(0x9E3779B97F4A7C15) // xorshift64: every page present, none the zero page
-	for i := 0; i+8 <= len(ballast); i += 8 {
-		x ^= x << 13
-		x ^= x >> 7
-		x ^= x << 17
-		binary.LittleEndian.PutUint64(ballast[i:], x)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "pid"), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
-		os.Exit(3)
-	}
-	for i := 1; ; i++ {
-		f, err := os.OpenFile(filepath.Join(dir, "log"), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
-		if err != nil {
-			os.Exit(4)
-		}
-		fmt.Fprintf(f, "%d\n", i)
-		f.Close()
-		ballast[(i*4096)%max(len(ballast), 1)]++
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // runHog joins the memory cgroup named in dir/cgroup, writes dir/ready,
 // and allocates until the kernel kills it.
