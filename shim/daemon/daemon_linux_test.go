@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -135,16 +137,18 @@ func TestServe(t *testing.T) {
 		t.Fatalf("second Run = %v, want HeldError naming pid %d", err, os.Getpid())
 	}
 
-	d := waitStatus(t, c, func(d status.Document) bool { return d.Config != nil && len(d.Conditions) >= 4 })
-	var types []string
-	for _, cond := range d.Conditions {
-		types = append(types, cond.Type)
-	}
-	for _, want := range []string{"ConfigHealthy", "PluginsReady", "NetworkReady", "Ready"} {
-		if !strings.Contains(strings.Join(types, ","), want) {
-			t.Errorf("status conditions %v lack %s", types, want)
+	// The sources start on their own goroutines: wait until each has
+	// reported (a source that never does shows as the test's timeout).
+	wantTypes := []string{"ConfigHealthy", "PluginsReady", "NetworkReady", "Ready"}
+	hasAll := func(d status.Document) bool {
+		for _, want := range wantTypes {
+			if !slices.ContainsFunc(d.Conditions, func(c condition.Condition) bool { return c.Type == want }) {
+				return false
+			}
 		}
+		return true
 	}
+	d := waitStatus(t, c, func(d status.Document) bool { return d.Config != nil && hasAll(d) })
 
 	resp, err := c.Get("http://nodeshim/metrics")
 	if err != nil {
