@@ -514,8 +514,8 @@ func labelsSelector(ds *appsv1.DaemonSet) (labels.Selector, error) {
 // mean VmRSS over the idle window and the peak VmHWM, in MiB, and the CPU
 // in millicores (the larger of idle and pressure); all rounded up.
 var footprint = map[string]struct{ steadyMiB, peakMiB, milliCPU int64 }{
-	"shim":     {steadyMiB: 65, peakMiB: 68, milliCPU: 12},
-	"reporter": {steadyMiB: 63, peakMiB: 65, milliCPU: 4},
+	"shim":     {steadyMiB: 63, peakMiB: 69, milliCPU: 7},
+	"reporter": {steadyMiB: 63, peakMiB: 64, milliCPU: 6},
 }
 
 // TestResources checks that requests and limits follow the measured
