@@ -88,7 +88,11 @@ transition as a JSON line until interrupted.`,
 			}
 			defer mon.Close()
 			for _, w := range mon.Watchers() {
-				slog.Info("watching pressure", "path", w.Path, "mode", w.Mode, "trigger", w.Trigger, "fallbackReason", w.FallbackReason)
+				if w.Mode == cgroup.ModeTrigger {
+					slog.Info("watching pressure", "path", w.Path, "mode", w.Mode, "trigger", w.Trigger)
+				} else {
+					slog.Info("watching pressure", "path", w.Path, "mode", w.Mode, "fallbackReason", w.FallbackReason)
+				}
 			}
 			if watch {
 				enc := json.NewEncoder(cmd.OutOrStdout())
