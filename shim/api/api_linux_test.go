@@ -1,7 +1,6 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -60,23 +59,6 @@ func client(sock string) *http.Client {
 		},
 		DisableKeepAlives: true,
 	}}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func serve(t *testing.T, src Source, perm os.FileMode, logs io.Writer) string {
@@ -170,7 +152,7 @@ func TestEndpoints(t *testing.T) {
 
 func TestPeerNotRootIsRefused(t *testing.T) {
 	testutil.RequireRoot(t)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	// 0666 and searchable directories, so that nobody can connect at all
 	// and the SO_PEERCRED check is what refuses it.
 	sock := serve(t, status.New(nil), 0o666, logs)

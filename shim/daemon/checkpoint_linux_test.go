@@ -49,8 +49,8 @@ type daemonRun struct {
 	sock   string
 	tcp    net.Addr
 	c      *http.Client
-	out    *syncBuffer
-	logs   *syncBuffer
+	out    *testutil.Buffer
+	logs   *testutil.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -70,7 +70,7 @@ func startDaemon(t testing.TB, cfg string) *daemonRun {
 func startDaemonWith(t testing.TB, mod func(*Options)) *daemonRun {
 	t.Helper()
 	dir := t.TempDir()
-	d := &daemonRun{out: &syncBuffer{}, logs: &syncBuffer{}, done: make(chan error, 1)}
+	d := &daemonRun{out: &testutil.Buffer{}, logs: &testutil.Buffer{}, done: make(chan error, 1)}
 	d.opts = Options{
 		RootDir:      filepath.Join(dir, "root"),
 		LockFile:     filepath.Join(dir, "nodeshim.lock"),

@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -14,7 +13,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -46,23 +44,6 @@ func TestMain(m *testing.M) {
 		os.Exit(2)
 	}
 	goleak.VerifyTestMain(m)
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func getStatus(t *testing.T, c *http.Client) status.Document {
@@ -115,7 +96,7 @@ func TestServe(t *testing.T) {
 		HostRoot:     host,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	out := &syncBuffer{}
+	out := &testutil.Buffer{}
 	opts.Out = out
 	listening := make(chan string, 1)
 	opts.Listening = func(s string) { listening <- s }

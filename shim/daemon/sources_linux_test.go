@@ -203,7 +203,7 @@ func TestPressureSource(t *testing.T) {
 // and it is retried.
 func TestPressureSourceFails(t *testing.T) {
 	m := status.New(nil)
-	logs := &syncBuffer{}
+	logs := &testutil.Buffer{}
 	runSource(t, func(ctx context.Context) error {
 		runPressure(ctx, m, pressureOptions{ProcRoot: t.TempDir(), KubeletRoot: t.TempDir(), Retry: time.Millisecond,
 			Logger: slog.New(slog.NewTextHandler(logs, nil))})
