@@ -26,6 +26,9 @@ type NodeConfigStatus struct {
 	// Error is a human-readable message; it is empty when all is well.
 	// Machines check only whether it is empty.
 	Error string `json:"error,omitempty"`
+	// SoakingUntil is when Assigned becomes last-known-good if it stays
+	// active; nil when no payload is on trial.
+	SoakingUntil *metav1.Time `json:"soakingUntil,omitempty"`
 }
 
 // Condition types and reasons reported by the lifecycle.
@@ -62,9 +65,16 @@ type Options struct {
 	SourceDir string
 	// Defaults is the local default configuration; Defaults() when nil.
 	Defaults *ShimConfiguration
-	// SoakPeriod is how long an assigned payload must stay active before it
-	// becomes last-known-good; DefaultSoakPeriod when zero.
+	// SoakPeriod, when not zero, is how long every assigned payload must
+	// stay active before it becomes last-known-good. When zero, each
+	// payload soaks for its own configSoakPeriod.
 	SoakPeriod time.Duration
+	// Check, when set, is asked about every configuration before it
+	// becomes active, beyond Validate: settings that only the running
+	// daemon can judge (start-up settings it cannot change, files the
+	// configuration names). A payload it refuses is rolled back like one
+	// that does not load.
+	Check func(ShimConfiguration) error
 	// Clock is the time source; the real clock when nil.
 	Clock clock.Clock
 	// Logger receives one line per lifecycle event; slog.Default() when nil.
@@ -103,9 +113,6 @@ func Open(opts Options) (*Controller, error) {
 	if opts.Defaults == nil {
 		d := Defaults()
 		opts.Defaults = &d
-	}
-	if opts.SoakPeriod == 0 {
-		opts.SoakPeriod = DefaultSoakPeriod
 	}
 	if opts.Clock == nil {
 		opts.Clock = clock.RealClock{}
@@ -182,7 +189,25 @@ func (c *Controller) loadRef(ref *SourceRef) (ShimConfiguration, error) {
 	if err != nil {
 		return ShimConfiguration{}, err
 	}
-	return p.Load()
+	cfg, err := p.LoadOnto(*c.opts.Defaults)
+	if err != nil {
+		return ShimConfiguration{}, err
+	}
+	if c.opts.Check != nil {
+		if err := c.opts.Check(cfg); err != nil {
+			return ShimConfiguration{}, err
+		}
+	}
+	return cfg, nil
+}
+
+// soakPeriod is how long the active, assigned payload soaks. Called with
+// mu held.
+func (c *Controller) soakPeriod() time.Duration {
+	if c.opts.SoakPeriod != 0 {
+		return c.opts.SoakPeriod
+	}
+	return c.active.ConfigSoakPeriod.Duration
 }
 
 // Sync reads the source once and moves the lifecycle on: a new payload is
@@ -246,7 +271,7 @@ func (c *Controller) promote() error {
 	if c.rec.LastKnownGood != nil && c.rec.LastKnownGood.UID == a.UID {
 		return nil
 	}
-	if c.clock.Now().Before(a.AssignedAt.Add(c.opts.SoakPeriod)) {
+	if c.clock.Now().Before(a.AssignedAt.Add(c.soakPeriod())) {
 		return nil
 	}
 	next := record{Assigned: copyRef(a), LastKnownGood: copyRef(a)}
@@ -295,7 +320,7 @@ func (c *Controller) NextSoakDeadline() (time.Time, bool) {
 		(c.rec.LastKnownGood != nil && c.rec.LastKnownGood.UID == a.UID) {
 		return time.Time{}, false
 	}
-	return a.AssignedAt.Add(c.opts.SoakPeriod), true
+	return a.AssignedAt.Add(c.soakPeriod()), true
 }
 
 // Status returns the current NodeConfigStatus.
@@ -303,6 +328,11 @@ func (c *Controller) Status() NodeConfigStatus {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := c.status
+	if a := c.rec.Assigned; a != nil && s.Active != nil && s.Active.UID == a.UID &&
+		(c.rec.LastKnownGood == nil || c.rec.LastKnownGood.UID != a.UID) {
+		until := metav1.NewTime(a.AssignedAt.Add(c.soakPeriod()))
+		s.SoakingUntil = &until
+	}
 	s.Error = c.loadErr
 	if c.syncErr != "" {
 		if s.Error != "" {
@@ -328,9 +358,10 @@ func (c *Controller) Active() ShimConfiguration {
 }
 
 // Condition summarises the lifecycle as the ConfigHealthy condition: False
-// with Error after a rollback or a source error, False with Info "2 of 3"
-// while a new payload soaks, True once it is last-known-good (or the
-// defaults are in use without a source).
+// with Error after a rollback, False with Warning after a source error, and
+// True otherwise. A new payload on trial is True too, with reason
+// ConfigOnTrial and its step ("2 of 3") and soak deadline in the message:
+// soaking is normal operation and must not make the node unready.
 func (s NodeConfigStatus) Condition() condition.Condition {
 	c := condition.Condition{Type: ConditionConfigHealthy}
 	switch {
@@ -339,8 +370,13 @@ func (s NodeConfigStatus) Condition() condition.Condition {
 	case s.Error != "":
 		c.Status, c.Severity, c.Reason, c.Message = condition.False, condition.SeverityWarning, ReasonConfigSourceError, s.Error
 	case s.Assigned != nil && (s.LastKnownGood == nil || s.LastKnownGood.UID != s.Assigned.UID):
-		c = condition.Progress(ConditionConfigHealthy, ReasonConfigTrial,
-			fmt.Sprintf("config %s active, soaking before it becomes last-known-good", short(s.Assigned.UID)), 2, 3)
+		until := "its soak period ends"
+		if s.SoakingUntil != nil {
+			until = s.SoakingUntil.UTC().Format(time.RFC3339)
+		}
+		c.Status, c.Reason = condition.True, ReasonConfigTrial
+		c.Message = fmt.Sprintf("config %s active and on trial until %s (step 2 of 3: assigned, active, last-known-good)",
+			short(s.Assigned.UID), until)
 	default:
 		c.Status, c.Reason = condition.True, ReasonConfigActive
 		if s.Active == nil {

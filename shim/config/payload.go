@@ -83,6 +83,12 @@ func ReadSource(dir string) (Payload, error) {
 // byte order) and validates the result. Every non-empty document must say
 // apiVersion nodeshim.io/v1alpha1 and kind ShimConfiguration.
 func (p Payload) Load() (ShimConfiguration, error) {
+	return p.LoadOnto(Defaults())
+}
+
+// LoadOnto is Load with defaults in place of Defaults(): the running
+// daemon's defaults carry its start-up settings (root dir, lock file).
+func (p Payload) LoadOnto(defaults ShimConfiguration) (ShimConfiguration, error) {
 	var base *File
 	var dropins []File
 	for i, f := range p.Files {
@@ -101,7 +107,7 @@ func (p Payload) Load() (ShimConfiguration, error) {
 			return ShimConfiguration{}, err
 		}
 	}
-	cfg, err := Merge(Defaults(), files...)
+	cfg, err := Merge(defaults, files...)
 	if err != nil {
 		return ShimConfiguration{}, err
 	}

@@ -9,10 +9,14 @@ package config
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
+	"slices"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshim/nodeshim/cgroup"
 )
 
 // APIVersion and Kind identify a ShimConfiguration document.
@@ -31,20 +35,33 @@ type ShimConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 
 	// RootDir holds nodeshim's state: config checkpoints, the API socket.
+	// It is a start-up setting (serve's --root-dir): a payload may restate
+	// it, and one that names another directory is refused, since the
+	// configuration's own state lives there.
 	RootDir string `json:"rootDir,omitempty"`
 	// KubeletRootDir is kubelet's --root-dir; plugins_registry lives under it.
 	KubeletRootDir string `json:"kubeletRootDir,omitempty"`
-	// LockFile is the single-instance lock.
+	// LockFile is the single-instance lock. Like RootDir it is a start-up
+	// setting (serve's --lock-file), restated or refused.
 	LockFile string `json:"lockFile,omitempty"`
-	// ConfigSoakPeriod is how long a new configuration must stay active
-	// before it becomes last-known-good.
+	// ConfigSoakPeriod is how long this configuration must stay active
+	// after it is assigned before it becomes last-known-good (serve's
+	// --config-soak-period overrides it).
 	ConfigSoakPeriod metav1.Duration `json:"configSoakPeriod,omitzero"`
 	// ContainerRuntimeEndpoint is the node's CRI runtime socket (kubelet's
 	// containerRuntimeEndpoint), through which POST /checkpoint resolves a
 	// container to its process.
 	ContainerRuntimeEndpoint string `json:"containerRuntimeEndpoint,omitempty"`
-	// FeatureGates switches optional behaviour on or off by name.
+	// FeatureGates switches optional behaviour on or off by name; a gate
+	// that is not in KnownFeatureGates is refused, as kubelet refuses an
+	// unrecognized gate.
 	FeatureGates map[string]bool `json:"featureGates,omitempty"`
+	// Kubelet names the node's kubelet configuration, whose eviction
+	// thresholds, seccompDefault and containerRuntimeEndpoint nodeshim
+	// then follows.
+	Kubelet KubeletConfig `json:"kubelet,omitzero"`
+	// Pressure configures the pressure conditions.
+	Pressure PressureConfig `json:"pressure,omitzero"`
 	// API configures the node API.
 	API APIConfig `json:"api,omitzero"`
 	// Checkpoint configures container checkpoints.
@@ -92,6 +109,30 @@ type PluginsConfig struct {
 	// Expected names drivers that should register; their absence is reported.
 	Expected []string `json:"expected,omitempty"`
 }
+
+// KubeletConfig locates the node's KubeletConfiguration, read with the
+// drop-in rules kubelet itself applies (--config, then --config-dir).
+type KubeletConfig struct {
+	// ConfigFile is kubelet's --config file; empty when nodeshim does not
+	// follow the kubelet's configuration.
+	ConfigFile string `json:"configFile,omitempty"`
+	// ConfigDir is kubelet's --config-dir drop-in directory, if any.
+	ConfigDir string `json:"configDir,omitempty"`
+}
+
+// PressureConfig configures the pressure conditions.
+type PressureConfig struct {
+	// EvictionHard are the thresholds of MemoryPressure, DiskPressure and
+	// PIDPressure, in KubeletConfiguration's evictionHard form (signal ->
+	// quantity or percentage). When empty, the kubelet's own thresholds
+	// are used (kubelet.configFile), else kubelet's defaults.
+	EvictionHard map[string]string `json:"evictionHard,omitempty"`
+}
+
+// KnownFeatureGates returns the feature gates nodeshim understands, with
+// their defaults. There are none yet: nodeshim has no optional behaviour,
+// so every gate a configuration names is refused rather than ignored.
+func KnownFeatureGates() map[string]bool { return map[string]bool{} }
 
 // NetworkConfig configures the NetworkReady condition.
 type NetworkConfig struct {
@@ -160,6 +201,26 @@ func (c *ShimConfiguration) Validate() error {
 	} {
 		if f.v == "" || !filepath.IsAbs(f.v) {
 			p = append(p, fmt.Sprintf("%s %q is not an absolute path", f.name, f.v))
+		}
+	}
+	for _, f := range []struct{ name, v string }{
+		{"kubelet.configFile", c.Kubelet.ConfigFile}, {"kubelet.configDir", c.Kubelet.ConfigDir},
+	} {
+		if f.v != "" && !filepath.IsAbs(f.v) {
+			p = append(p, fmt.Sprintf("%s %q is not an absolute path", f.name, f.v))
+		}
+	}
+	if c.Kubelet.ConfigDir != "" && c.Kubelet.ConfigFile == "" {
+		p = append(p, "kubelet.configDir needs kubelet.configFile")
+	}
+	if len(c.Pressure.EvictionHard) > 0 {
+		if _, err := cgroup.ParseThresholds(EvictionString(c.Pressure.EvictionHard)); err != nil {
+			p = append(p, fmt.Sprintf("pressure.evictionHard: %v", err))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.FeatureGates)) {
+		if _, ok := KnownFeatureGates()[name]; !ok {
+			p = append(p, fmt.Sprintf("featureGates: unrecognized feature gate %q", name))
 		}
 	}
 	if c.ConfigSoakPeriod.Duration < 0 {

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,8 +80,17 @@ func TestFollowSources(t *testing.T) {
 		t.Errorf("Ready after a bad config = %+v", r)
 	}
 	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\n")
-	r = waitReady(t, m, func(c condition.Condition) bool { return c.Severity == condition.SeverityInfo })
-	if r.Reason != config.ReasonConfigTrial {
-		t.Errorf("Ready during the trial = %+v", r)
+	// A payload on trial is normal operation: ConfigHealthy says so with
+	// its step and deadline, and the node stays Ready.
+	r = waitReady(t, m, func(c condition.Condition) bool { return c.Status == condition.True })
+	var ch condition.Condition
+	for _, c := range m.Snapshot().Conditions {
+		if c.Type == config.ConditionConfigHealthy {
+			ch = c
+		}
+	}
+	if ch.Status != condition.True || ch.Reason != config.ReasonConfigTrial || !strings.Contains(ch.Message, "2 of 3") ||
+		!strings.Contains(ch.Message, "on trial until") {
+		t.Errorf("ConfigHealthy during the trial = %+v (Ready %+v)", ch, r)
 	}
 }
