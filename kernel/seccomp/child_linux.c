@@ -213,13 +213,18 @@ static void nodeshim_worker(struct nodeshim_probe_hdr *hdr, long i, struct sock_
 		err = errno;
 	}
 	if (ret == 0 && (r->flags & NODESHIM_PROBE_FORKLIKE)) {
-		// The new child of fork or clone: leave at once.
+		// The new child of fork or clone: leave at once, and a trapped
+		// exit is not the record's.
+		nodeshim_cur = -1;
 		nodeshim_die();
 	}
 	r->ret = ret;
 	r->err = ret == -1 ? err : 0;
 	__sync_synchronize();
 	r->state = 2;
+	// The exit is not the record's: a filter that traps exit_group must not
+	// mark the finished record trapped.
+	nodeshim_cur = -1;
 	nodeshim_die();
 }
 
