@@ -185,7 +185,9 @@ static void nodeshim_worker(struct nodeshim_probe_hdr *hdr, long i, struct sock_
 	if (getppid() != supervisor) {
 		_exit(119);
 	}
-	if (prog != NULL && nodeshim_load(prog, flags) != 0) {
+	// The baseline's worker gets no_new_privs too: it differs from the
+	// filtered one by the filter alone.
+	if (prog != NULL ? nodeshim_load(prog, flags) != 0 : prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
 		hdr->setup_errno = errno;
 		_exit(125);
 	}

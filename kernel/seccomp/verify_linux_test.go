@@ -175,3 +175,20 @@ func TestVerifyStatefulProbes(t *testing.T) {
 		check(t, "x86 personality 0xfffffffe", "errno 1 (operation not permitted)", "success")
 	})
 }
+
+// TestBaselineDiffersByTheFilterAlone: the unfiltered baseline runs with
+// no_new_privs like the filtered probe, so that only the filter can change
+// an answer.
+func TestBaselineDiffersByTheFilterAlone(t *testing.T) {
+	testutil.RequireRoot(t)
+	_, f := loadTestdata(t, "deny-mkdir.json", CompileOptions{})
+	for _, filter := range []*Filter{nil, f} {
+		recs := []probeRecord{{Nr: unix.SYS_PRCTL, Args: [6]uint64{unix.PR_GET_NO_NEW_PRIVS}}}
+		if _, err := runProbes(context.Background(), filter, recs); err != nil {
+			t.Fatal(err)
+		}
+		if recs[0].State != 2 || recs[0].Errno != 0 || recs[0].Ret != 1 {
+			t.Errorf("filtered=%v: PR_GET_NO_NEW_PRIVS %s, ret %d, want 1", filter != nil, observed(recs[0]), recs[0].Ret)
+		}
+	}
+}
