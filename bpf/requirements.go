@@ -14,7 +14,7 @@ import (
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // The nodeshim features that these programs serve, as the report names them.
@@ -31,22 +31,22 @@ const (
 // The two program loads share one decoded copy of the kernel BTF (about
 // 35-50 ms of CPU to decode here), held for as long as the returned
 // requirements are.
-func Requirements() []kernel.Requirement {
+func Requirements() []capability.Requirement {
 	cache := btf.NewCache()
 	tracing := sync.OnceValue(func() error { return haveTracing(cache) })
-	return []kernel.Requirement{
+	return []capability.Requirement{
 		{
-			ID: "ebpf.btf-vmlinux", Group: "ebpf", MinKernel: kernel.V(5, 4, 0),
+			ID: "ebpf.btf-vmlinux", Group: "ebpf", MinKernel: capability.V(5, 4, 0),
 			NeededBy: []string{neededByRecorder + ", CO-RE relocations", neededByOOM + ", CO-RE relocations"},
 			Probe:    probeVmlinuxBTF,
 		},
 		{
-			ID: "ebpf.prog-raw-tracepoint", Group: "ebpf", MinKernel: kernel.V(4, 17, 0),
+			ID: "ebpf.prog-raw-tracepoint", Group: "ebpf", MinKernel: capability.V(4, 17, 0),
 			NeededBy: []string{neededByRecorder + " on raw_syscalls/sys_enter"},
 			Probe:    featureProbe(func() error { return features.HaveProgramType(ebpf.RawTracepoint) }, "BPF_PROG_TYPE_RAW_TRACEPOINT"),
 		},
 		{
-			ID: "ebpf.map-percpu-array", Group: "ebpf", MinKernel: kernel.V(4, 6, 0),
+			ID: "ebpf.map-percpu-array", Group: "ebpf", MinKernel: capability.V(4, 6, 0),
 			NeededBy: []string{neededByRecorder + ", per-syscall counters"},
 			Probe:    featureProbe(func() error { return features.HaveMapType(ebpf.PerCPUArray) }, "BPF_MAP_TYPE_PERCPU_ARRAY"),
 		},
@@ -58,12 +58,12 @@ func Requirements() []kernel.Requirement {
 			}, "bpf_get_current_ancestor_cgroup_id in raw tracepoint programs"),
 		},
 		{
-			ID: "ebpf.map-ringbuf", Group: "ebpf", MinKernel: kernel.V(5, 8, 0),
+			ID: "ebpf.map-ringbuf", Group: "ebpf", MinKernel: capability.V(5, 8, 0),
 			NeededBy: []string{neededByOOM + " (else it falls back to a perf buffer)"},
 			Probe:    probeRingbuf,
 		},
 		{
-			ID: "ebpf.prog-tracing", Group: "ebpf", MinKernel: kernel.V(5, 5, 0),
+			ID: "ebpf.prog-tracing", Group: "ebpf", MinKernel: capability.V(5, 5, 0),
 			NeededBy: []string{neededByOOM + ": fentry on mark_oom_victim, which sees the victim's cgroup"},
 			Probe:    featureProbe(tracing, "BPF_PROG_TYPE_TRACING (fentry on bpf_init)"),
 			// Decodes the kernel BTF that the two program loads share.
@@ -93,83 +93,83 @@ func Requirements() []kernel.Requirement {
 
 // featureProbe turns a cilium/ebpf feature check into a probe: nil is
 // Supported, ebpf.ErrNotSupported is Unsupported, any other error Unknown.
-func featureProbe(check func() error, what string) func(context.Context, *kernel.Host) kernel.Finding {
-	return func(context.Context, *kernel.Host) kernel.Finding {
+func featureProbe(check func() error, what string) func(context.Context, capability.Host) capability.Finding {
+	return func(context.Context, capability.Host) capability.Finding {
 		err := check()
 		switch {
 		case err == nil:
-			return kernel.Findingf(kernel.Supported, "%s: the kernel accepts it", what)
+			return capability.Findingf(capability.Supported, "%s: the kernel accepts it", what)
 		case errors.Is(err, ebpf.ErrNotSupported):
-			return kernel.Findingf(kernel.Unsupported, "%s: %v", what, err)
+			return capability.Findingf(capability.Unsupported, "%s: %v", what, err)
 		case errors.Is(err, unix.EPERM) && os.Geteuid() == 0:
 			// Root with CAP_BPF and CAP_PERFMON is refused: the kernel
 			// (lockdown, an LSM, a missing trampoline) will not run it.
-			return kernel.Findingf(kernel.Unsupported, "%s: refused to root: %v", what, err)
+			return capability.Findingf(capability.Unsupported, "%s: refused to root: %v", what, err)
 		}
-		return kernel.Findingf(kernel.Unknown, "%s: probe failed: %v", what, err)
+		return capability.Findingf(capability.Unknown, "%s: probe failed: %v", what, err)
 	}
 }
 
-func probeVmlinuxBTF(_ context.Context, h *kernel.Host) kernel.Finding {
+func probeVmlinuxBTF(_ context.Context, h capability.Host) capability.Finding {
 	p := h.Path("/sys/kernel/btf/vmlinux")
 	fi, err := os.Stat(p)
 	switch {
 	case err == nil:
-		return kernel.Findingf(kernel.Supported, "%s: %d bytes", p, fi.Size())
+		return capability.Findingf(capability.Supported, "%s: %d bytes", p, fi.Size())
 	case errors.Is(err, os.ErrNotExist):
-		return kernel.Findingf(kernel.Unsupported, "%s is missing (CONFIG_DEBUG_INFO_BTF=n)", p)
+		return capability.Findingf(capability.Unsupported, "%s is missing (CONFIG_DEBUG_INFO_BTF=n)", p)
 	}
-	return kernel.Findingf(kernel.Unknown, "stat %s: %v", p, err)
+	return capability.Findingf(capability.Unknown, "stat %s: %v", p, err)
 }
 
-func probeRingbuf(_ context.Context, _ *kernel.Host) kernel.Finding {
+func probeRingbuf(_ context.Context, _ capability.Host) capability.Finding {
 	err := features.HaveMapType(ebpf.RingBuf)
 	switch {
 	case err == nil:
-		return kernel.Findingf(kernel.Supported, "BPF_MAP_TYPE_RINGBUF: the kernel accepts it")
+		return capability.Findingf(capability.Supported, "BPF_MAP_TYPE_RINGBUF: the kernel accepts it")
 	case errors.Is(err, ebpf.ErrNotSupported):
-		return kernel.Findingf(kernel.Degraded, "BPF_MAP_TYPE_RINGBUF: %v; OOM events use a perf buffer", err)
+		return capability.Findingf(capability.Degraded, "BPF_MAP_TYPE_RINGBUF: %v; OOM events use a perf buffer", err)
 	}
-	return kernel.Findingf(kernel.Unknown, "BPF_MAP_TYPE_RINGBUF: probe failed: %v", err)
+	return capability.Findingf(capability.Unknown, "BPF_MAP_TYPE_RINGBUF: probe failed: %v", err)
 }
 
 // tracefsRoots are where tracefs is found, in the order the kernel
 // documents (Documentation/trace/ftrace.rst).
-func tracefsRoots(h *kernel.Host) []string {
+func tracefsRoots(h capability.Host) []string {
 	return []string{h.Path("/sys/kernel/tracing"), h.Path("/sys/kernel/debug/tracing")}
 }
 
-func probeTracefsEvent(group, event string) func(context.Context, *kernel.Host) kernel.Finding {
-	return func(_ context.Context, h *kernel.Host) kernel.Finding {
+func probeTracefsEvent(group, event string) func(context.Context, capability.Host) capability.Finding {
+	return func(_ context.Context, h capability.Host) capability.Finding {
 		roots := tracefsRoots(h)
 		for _, r := range roots {
 			p := r + "/events/" + group + "/" + event + "/id"
 			if _, err := os.Stat(p); err == nil {
-				return kernel.Findingf(kernel.Supported, "%s exists", p)
+				return capability.Findingf(capability.Supported, "%s exists", p)
 			}
 		}
 		for _, r := range roots {
 			if _, err := os.Stat(r + "/events"); err == nil {
-				return kernel.Findingf(kernel.Unsupported, "tracefs at %s has no %s/%s event", r, group, event)
+				return capability.Findingf(capability.Unsupported, "tracefs at %s has no %s/%s event", r, group, event)
 			}
 		}
-		return kernel.Findingf(kernel.Unknown, "tracefs is not mounted at %s (mount -t tracefs nodev /sys/kernel/tracing)",
+		return capability.Findingf(capability.Unknown, "tracefs is not mounted at %s (mount -t tracefs nodev /sys/kernel/tracing)",
 			strings.Join(roots, " or "))
 	}
 }
 
 // recorderProbe loads and attaches the real recorder for the probing
 // process and detaches it again.
-func recorderProbe(cache *btf.Cache) func(context.Context, *kernel.Host) kernel.Finding {
-	return func(context.Context, *kernel.Host) kernel.Finding {
+func recorderProbe(cache *btf.Cache) func(context.Context, capability.Host) capability.Finding {
+	return func(context.Context, capability.Host) capability.Finding {
 		r, err := newRecorder(ProcessTreeTarget(uint32(os.Getpid())), cache)
 		if err != nil {
 			return loadFinding("syscall recorder", err)
 		}
 		if err := r.Close(); err != nil {
-			return kernel.Findingf(kernel.Unknown, "syscall recorder loaded but did not detach: %v", err)
+			return capability.Findingf(capability.Unknown, "syscall recorder loaded but did not detach: %v", err)
 		}
-		return kernel.Findingf(kernel.Supported, "syscall recorder loaded, attached to raw_syscalls/sys_enter and detached")
+		return capability.Findingf(capability.Supported, "syscall recorder loaded, attached to raw_syscalls/sys_enter and detached")
 	}
 }
 
@@ -180,8 +180,8 @@ func recorderProbe(cache *btf.Cache) func(context.Context, *kernel.Host) kernel.
 // failed load costs as much as a good one); the evidence says why each was
 // passed over. The remaining hooks are tried in order, as `nodeshim serve`
 // tries them, so a hook that looks available but fails still falls back.
-func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Context, *kernel.Host) kernel.Finding {
-	return func(_ context.Context, h *kernel.Host) kernel.Finding {
+func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Context, capability.Host) capability.Finding {
+	return func(_ context.Context, h capability.Host) capability.Finding {
 		var hooks []OOMHook
 		var skipped []string
 		for _, hook := range DefaultOOMHooks() {
@@ -192,7 +192,7 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Contex
 			}
 		}
 		if len(hooks) == 0 {
-			return kernel.Findingf(kernel.Unsupported, "OOM watcher: no hook available: %s", strings.Join(skipped, "; "))
+			return capability.Findingf(capability.Unsupported, "OOM watcher: no hook available: %s", strings.Join(skipped, "; "))
 		}
 		w, err := WatchOOM(OOMOptions{Hooks: hooks, BTFCache: cache})
 		if err != nil {
@@ -203,16 +203,16 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Contex
 		}
 		hook, tr := w.Hook(), w.Transport()
 		if err := w.Close(); err != nil {
-			return kernel.Findingf(kernel.Unknown, "OOM watcher attached to %s but did not detach: %v", hook, err)
+			return capability.Findingf(capability.Unknown, "OOM watcher attached to %s but did not detach: %v", hook, err)
 		}
 		if hook == OOMHookFentry {
-			return kernel.Findingf(kernel.Supported, "OOM watcher attached to %s over %s", hook, tr)
+			return capability.Findingf(capability.Supported, "OOM watcher attached to %s over %s", hook, tr)
 		}
 		why := "fentry unavailable"
 		if len(skipped) > 0 {
 			why = strings.Join(skipped, "; ")
 		}
-		return kernel.Findingf(kernel.Degraded, "OOM watcher fell back to %s over %s (%s)", hook, tr, why)
+		return capability.Findingf(capability.Degraded, "OOM watcher fell back to %s over %s (%s)", hook, tr, why)
 	}
 }
 
@@ -220,13 +220,13 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Contex
 // feature probes: BPF_PROG_TYPE_TRACING through cilium/ebpf's features
 // package, the kprobe PMU or kprobe_events, the oom/mark_victim tracepoint
 // in tracefs.
-func hookAvailable(h *kernel.Host, hook OOMHook) (bool, string) {
+func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
 	return hookAvailableWith(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) })
 }
 
 // hookAvailableWith is hookAvailable with the BPF_PROG_TYPE_TRACING check
 // supplied by the caller (the report shares one with ebpf.prog-tracing).
-func hookAvailableWith(h *kernel.Host, hook OOMHook, tracing func() error) (bool, string) {
+func hookAvailableWith(h capability.Host, hook OOMHook, tracing func() error) (bool, string) {
 	switch hook {
 	case OOMHookFentry:
 		err := tracing()
@@ -248,7 +248,7 @@ func hookAvailableWith(h *kernel.Host, hook OOMHook, tracing func() error) (bool
 		return false, "no kprobe PMU and no kprobe_events (CONFIG_KPROBES=n?)"
 	case OOMHookTracepoint:
 		f := probeTracefsEvent("oom", "mark_victim")(context.Background(), h)
-		return f.Verdict == kernel.Supported, f.Evidence
+		return f.Verdict == capability.Supported, f.Evidence
 	}
 	return false, "unknown hook"
 }
@@ -287,11 +287,11 @@ func haveTracing(cache *btf.Cache) error {
 	return fmt.Errorf("load a BPF_PROG_TYPE_TRACING program: %w", err)
 }
 
-func loadFinding(what string, err error) kernel.Finding {
+func loadFinding(what string, err error) capability.Finding {
 	if errors.Is(err, ebpf.ErrNotSupported) {
-		return kernel.Findingf(kernel.Unsupported, "%s: %v", what, err)
+		return capability.Findingf(capability.Unsupported, "%s: %v", what, err)
 	}
 	// The first line only: a verifier log does not fit a report cell.
 	msg, _, _ := strings.Cut(err.Error(), "\n")
-	return kernel.Findingf(kernel.Unsupported, "%s: %s", what, msg)
+	return capability.Findingf(capability.Unsupported, "%s: %s", what, msg)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // TestRequirementsOnThisHost runs every probe on this 6.18 host and holds
@@ -13,16 +14,16 @@ import (
 // so the OOM watcher is Degraded to the tracepoint.
 func TestRequirementsOnThisHost(t *testing.T) {
 	requireBPF(t)
-	want := map[string]kernel.Verdict{
-		"ebpf.btf-vmlinux":               kernel.Supported,
-		"ebpf.prog-raw-tracepoint":       kernel.Supported,
-		"ebpf.map-percpu-array":          kernel.Supported,
-		"ebpf.helper-ancestor-cgroup-id": kernel.Supported,
-		"ebpf.map-ringbuf":               kernel.Supported,
-		"ebpf.prog-tracing":              kernel.Unsupported,
-		"ebpf.tracefs-oom-mark-victim":   kernel.Supported,
-		"ebpf.syscall-recorder":          kernel.Supported,
-		"ebpf.oom-watcher":               kernel.Degraded,
+	want := map[string]capability.Verdict{
+		"ebpf.btf-vmlinux":               capability.Supported,
+		"ebpf.prog-raw-tracepoint":       capability.Supported,
+		"ebpf.map-percpu-array":          capability.Supported,
+		"ebpf.helper-ancestor-cgroup-id": capability.Supported,
+		"ebpf.map-ringbuf":               capability.Supported,
+		"ebpf.prog-tracing":              capability.Unsupported,
+		"ebpf.tracefs-oom-mark-victim":   capability.Supported,
+		"ebpf.syscall-recorder":          capability.Supported,
+		"ebpf.oom-watcher":               capability.Degraded,
 	}
 	reqs := Requirements()
 	if len(reqs) != len(want) {
@@ -51,11 +52,11 @@ func TestRequirementProbesOnEmptyHost(t *testing.T) {
 	for _, r := range Requirements() {
 		switch r.ID {
 		case "ebpf.btf-vmlinux":
-			if f := r.Probe(context.Background(), h); f.Verdict != kernel.Unsupported {
+			if f := r.Probe(context.Background(), h); f.Verdict != capability.Unsupported {
 				t.Errorf("%s on an empty /sys: %s (%s), want Unsupported", r.ID, f.Verdict, f.Evidence)
 			}
 		case "ebpf.tracefs-oom-mark-victim":
-			if f := r.Probe(context.Background(), h); f.Verdict != kernel.Unknown {
+			if f := r.Probe(context.Background(), h); f.Verdict != capability.Unknown {
 				t.Errorf("%s without tracefs: %s (%s), want Unknown", r.ID, f.Verdict, f.Evidence)
 			}
 		}

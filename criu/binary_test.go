@@ -10,6 +10,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 func TestParseVersion(t *testing.T) {
@@ -115,9 +116,9 @@ func TestFind(t *testing.T) {
 }
 
 // findings runs every CRIU requirement and returns the findings by ID.
-func findings(t *testing.T) map[string]kernel.Finding {
+func findings(t *testing.T) map[string]capability.Finding {
 	t.Helper()
-	out := map[string]kernel.Finding{}
+	out := map[string]capability.Finding{}
 	for _, r := range Requirements() {
 		if r.Group != "criu" || len(r.NeededBy) == 0 {
 			t.Errorf("requirement %s: group %q, needed by %v", r.ID, r.Group, r.NeededBy)
@@ -134,16 +135,16 @@ func findings(t *testing.T) map[string]kernel.Finding {
 func TestRequirementsOnThisNode(t *testing.T) {
 	requireCriu(t)
 	fs := findings(t)
-	want := map[string]kernel.Verdict{
-		"criu.binary":                        kernel.Supported,
-		"criu.version":                       kernel.Supported,
-		"criu.check":                         kernel.Supported,
-		"criu.feature.mem_dirty_track":       kernel.Degraded,
-		"criu.feature.uffd-noncoop":          kernel.Supported,
-		"criu.feature.pidfd_store":           kernel.Supported,
-		"criu.feature.timens":                kernel.Supported,
-		"criu.feature.clone3_set_tid":        kernel.Supported,
-		"criu.feature.network_lock_nftables": kernel.Supported,
+	want := map[string]capability.Verdict{
+		"criu.binary":                        capability.Supported,
+		"criu.version":                       capability.Supported,
+		"criu.check":                         capability.Supported,
+		"criu.feature.mem_dirty_track":       capability.Degraded,
+		"criu.feature.uffd-noncoop":          capability.Supported,
+		"criu.feature.pidfd_store":           capability.Supported,
+		"criu.feature.timens":                capability.Supported,
+		"criu.feature.clone3_set_tid":        capability.Supported,
+		"criu.feature.network_lock_nftables": capability.Supported,
 	}
 	for id, v := range want {
 		if fs[id].Verdict != v {
@@ -177,13 +178,13 @@ exit 1
 	}
 	t.Setenv(EnvCriu, exe)
 	fs := findings(t)
-	if f := fs["criu.version"]; f.Verdict != kernel.Supported || !strings.Contains(f.Evidence, "3.17.1") {
+	if f := fs["criu.version"]; f.Verdict != capability.Supported || !strings.Contains(f.Evidence, "3.17.1") {
 		t.Errorf("criu.version: %+v", f)
 	}
-	if f := fs["criu.check"]; f.Verdict != kernel.Unsupported || !strings.Contains(f.Evidence, "Unexpected rt vDSO area bounds") {
+	if f := fs["criu.check"]; f.Verdict != capability.Unsupported || !strings.Contains(f.Evidence, "Unexpected rt vDSO area bounds") {
 		t.Errorf("criu.check: %+v, want Unsupported with CRIU's message", f)
 	}
-	if f := fs["criu.feature.timens"]; f.Verdict != kernel.Unsupported {
+	if f := fs["criu.feature.timens"]; f.Verdict != capability.Unsupported {
 		t.Errorf("criu.feature.timens: %+v, want Unsupported", f)
 	}
 }
@@ -193,7 +194,7 @@ func TestRequirementsNoBinary(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
 	fs := findings(t)
 	for id, f := range fs {
-		if f.Verdict != kernel.Unsupported {
+		if f.Verdict != capability.Unsupported {
 			t.Errorf("%s: %s, want Unsupported without criu", id, f.Verdict)
 		}
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // cacheFixture is a CheckCache in a temporary dir with its own boot id
@@ -256,12 +257,12 @@ echo "Looks good."
 	t.Setenv(EnvCriu, exe)
 	cache := &CheckCache{Dir: filepath.Join(dir, "cache"), BootIDPath: "/proc/sys/kernel/random/boot_id"}
 	clock := func() time.Time { return cacheT0 }
-	run := func() (map[string]kernel.Finding, int) {
+	run := func() (map[string]capability.Finding, int) {
 		t.Helper()
 		if err := os.Remove(calls); err != nil && !errors.Is(err, os.ErrNotExist) {
 			t.Fatal(err)
 		}
-		out := map[string]kernel.Finding{}
+		out := map[string]capability.Finding{}
 		for _, r := range RequirementsWith(ReportOptions{Cache: cache, Now: clock}) {
 			out[r.ID] = r.Probe(context.Background(), kernel.DefaultHost())
 		}
@@ -295,7 +296,7 @@ echo "Looks good."
 			t.Errorf("%s: warm evidence %q does not say it is cached", id, w.Evidence)
 		}
 	}
-	if f := warm["criu.feature.mem_dirty_track"]; f.Verdict != kernel.Degraded || !strings.Contains(f.Evidence, "Dirty tracking is OFF") {
+	if f := warm["criu.feature.mem_dirty_track"]; f.Verdict != capability.Degraded || !strings.Contains(f.Evidence, "Dirty tracking is OFF") {
 		t.Errorf("cached mem_dirty_track: %+v, want Degraded with CRIU's message", f)
 	}
 
@@ -307,7 +308,7 @@ echo "Looks good."
 	if want := 2 + len(ProbedFeatures); n != want {
 		t.Errorf("run after criu changed called it %d times, want %d", n, want)
 	}
-	if f := again["criu.check"]; f.Verdict != kernel.Supported || strings.Contains(f.Evidence, "cached") {
+	if f := again["criu.check"]; f.Verdict != capability.Supported || strings.Contains(f.Evidence, "cached") {
 		t.Errorf("criu.check after criu changed: %+v", f)
 	}
 }
@@ -317,8 +318,8 @@ echo "Looks good."
 func TestRequirementsCachedOnThisNode(t *testing.T) {
 	requireCriu(t)
 	cache := &CheckCache{Dir: t.TempDir(), BootIDPath: "/proc/sys/kernel/random/boot_id"}
-	probeAll := func() map[string]kernel.Finding {
-		out := map[string]kernel.Finding{}
+	probeAll := func() map[string]capability.Finding {
+		out := map[string]capability.Finding{}
 		for _, r := range RequirementsWith(ReportOptions{Cache: cache}) {
 			out[r.ID] = r.Probe(context.Background(), kernel.DefaultHost())
 		}

@@ -9,7 +9,7 @@ import (
 	"os"
 	"sync"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // MinVersion is the oldest CRIU that nodeshim accepts: the version Podman
@@ -120,7 +120,7 @@ const checkTimeout = 15 * time.Second
 // binary found (through $NODESHIM_CRIU or PATH), its version, the result
 // of `criu check`, and one entry per feature in ProbedFeatures, each probed
 // with `criu check --feature NAME`.
-func Requirements() []kernel.Requirement {
+func Requirements() []capability.Requirement {
 	return RequirementsWith(ReportOptions{})
 }
 
@@ -134,44 +134,44 @@ type ReportOptions struct {
 }
 
 // RequirementsWith is Requirements with options.
-func RequirementsWith(opts ReportOptions) []kernel.Requirement {
+func RequirementsWith(opts ReportOptions) []capability.Requirement {
 	p := &probe{cache: opts.Cache, now: opts.Now}
 	if p.now == nil {
 		p.now = time.Now
 	}
 	checkpoint := []string{"Kubernetes: kubelet Checkpoint API (ContainerCheckpoint)", "nodeshim: checkpoint and restore"}
-	reqs := []kernel.Requirement{
+	reqs := []capability.Requirement{
 		{
 			ID: "criu.binary", Group: "criu", NeededBy: checkpoint,
-			Probe: func(ctx context.Context, _ *kernel.Host) kernel.Finding {
+			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
 				p.run(ctx)
 				if p.findErr != nil {
 					if errors.Is(p.findErr, ErrNotFound) {
-						return kernel.Findingf(kernel.Unsupported, "%v", p.findErr)
+						return capability.Findingf(capability.Unsupported, "%v", p.findErr)
 					}
-					return kernel.Findingf(kernel.Unknown, "%v", p.findErr)
+					return capability.Findingf(capability.Unknown, "%v", p.findErr)
 				}
-				return kernel.Findingf(kernel.Supported, "%s (found through %s)", p.bin.Path, p.bin.Source)
+				return capability.Findingf(capability.Supported, "%s (found through %s)", p.bin.Path, p.bin.Source)
 			},
 		},
 		{
 			ID: "criu.version", Group: "criu", NeededBy: checkpoint,
-			Probe: func(ctx context.Context, _ *kernel.Host) kernel.Finding {
+			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
 				p.run(ctx)
 				switch {
 				case p.findErr != nil:
-					return kernel.Findingf(kernel.Unsupported, "no criu binary: %v", p.findErr)
+					return capability.Findingf(capability.Unsupported, "no criu binary: %v", p.findErr)
 				case p.verErr != nil:
-					return kernel.Findingf(kernel.Unknown, "%v", p.verErr)
+					return capability.Findingf(capability.Unknown, "%v", p.verErr)
 				case !p.version.AtLeast(MinVersion):
-					return kernel.Findingf(kernel.Degraded, "criu %s is older than %s%s", p.version, MinVersion, p.cached())
+					return capability.Findingf(capability.Degraded, "criu %s is older than %s%s", p.version, MinVersion, p.cached())
 				}
-				return kernel.Findingf(kernel.Supported, "criu --version: %s%s", p.version, p.cached())
+				return capability.Findingf(capability.Supported, "criu --version: %s%s", p.version, p.cached())
 			},
 		},
 		{
 			ID: "criu.check", Group: "criu", NeededBy: checkpoint,
-			Probe: func(ctx context.Context, _ *kernel.Host) kernel.Finding {
+			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
 				p.run(ctx)
 				f := checkFinding(p.findErr, p.checkMsg, p.checkErr)
 				f.Evidence += p.cached()
@@ -183,18 +183,18 @@ func RequirementsWith(opts ReportOptions) []kernel.Requirement {
 		},
 	}
 	for _, f := range ProbedFeatures {
-		reqs = append(reqs, kernel.Requirement{
+		reqs = append(reqs, capability.Requirement{
 			ID: "criu.feature." + f.Name, Group: "criu", NeededBy: []string{f.NeededBy},
-			Probe: func(ctx context.Context, _ *kernel.Host) kernel.Finding {
+			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
 				p.run(ctx)
 				if p.findErr != nil {
-					return kernel.Findingf(kernel.Unsupported, "no criu binary: %v", p.findErr)
+					return capability.Findingf(capability.Unsupported, "no criu binary: %v", p.findErr)
 				}
 				if errors.Is(p.checkErr, ErrCheckFailed) {
-					return kernel.Findingf(kernel.Unsupported, "criu check fails, so no feature is usable: %v%s", p.checkErr, p.cached())
+					return capability.Findingf(capability.Unsupported, "criu check fails, so no feature is usable: %v%s", p.checkErr, p.cached())
 				}
 				if p.checkErr != nil {
-					return kernel.Findingf(kernel.Unknown, "%v", p.checkErr)
+					return capability.Findingf(capability.Unknown, "%v", p.checkErr)
 				}
 				fd := featureFinding(f.Name, p.features[f.Name], ctx.Err())
 				fd.Evidence += p.cached()
@@ -213,28 +213,28 @@ func RequirementsWith(opts ReportOptions) []kernel.Requirement {
 }
 
 // checkFinding turns a `criu check` result into a Finding.
-func checkFinding(findErr error, msg string, err error) kernel.Finding {
+func checkFinding(findErr error, msg string, err error) capability.Finding {
 	switch {
 	case findErr != nil:
-		return kernel.Findingf(kernel.Unsupported, "no criu binary: %v", findErr)
+		return capability.Findingf(capability.Unsupported, "no criu binary: %v", findErr)
 	case errors.Is(err, ErrCheckFailed):
-		return kernel.Findingf(kernel.Unsupported, "%v", err)
+		return capability.Findingf(capability.Unsupported, "%v", err)
 	case err != nil:
-		return kernel.Findingf(kernel.Unknown, "criu check could not run: %v", err)
+		return capability.Findingf(capability.Unknown, "criu check could not run: %v", err)
 	}
-	return kernel.Findingf(kernel.Supported, "criu check: %s", msg)
+	return capability.Findingf(capability.Supported, "criu check: %s", msg)
 }
 
 // featureFinding turns a `criu check --feature` result into a Finding: a
 // feature CRIU reports missing only degrades checkpointing.
-func featureFinding(name string, err, ctxErr error) kernel.Finding {
+func featureFinding(name string, err, ctxErr error) capability.Finding {
 	switch {
 	case err == nil:
-		return kernel.Findingf(kernel.Supported, "criu check --feature %s: supported", name)
+		return capability.Findingf(capability.Supported, "criu check --feature %s: supported", name)
 	case ctxErr != nil:
-		return kernel.Findingf(kernel.Unknown, "criu check --feature %s: %v", name, err)
+		return capability.Findingf(capability.Unknown, "criu check --feature %s: %v", name, err)
 	case errors.Is(err, ErrCheckFailed):
-		return kernel.Findingf(kernel.Degraded, "%v", err)
+		return capability.Findingf(capability.Degraded, "%v", err)
 	}
-	return kernel.Findingf(kernel.Unknown, "criu check --feature %s could not run: %v", name, err)
+	return capability.Findingf(capability.Unknown, "criu check --feature %s could not run: %v", name, err)
 }

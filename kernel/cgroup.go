@@ -10,22 +10,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
-)
 
-// CgroupMode is how the cgroup hierarchies of a node are laid out.
-type CgroupMode string
-
-// The cgroup layouts a node can have.
-const (
-	// CgroupUnified is cgroup v2 alone, mounted at /sys/fs/cgroup.
-	CgroupUnified CgroupMode = "unified"
-	// CgroupHybrid is v1 hierarchies at /sys/fs/cgroup/* with cgroup2
-	// mounted beside them (systemd's /sys/fs/cgroup/unified).
-	CgroupHybrid CgroupMode = "hybrid"
-	// CgroupLegacy is v1 hierarchies only.
-	CgroupLegacy CgroupMode = "legacy"
-	// CgroupNone means no cgroup filesystem is mounted.
-	CgroupNone CgroupMode = "none"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // cgroupRoot is where the kubelet and runc expect cgroups.
@@ -38,18 +24,9 @@ var v1Controllers = []string{
 	"memory", "misc", "net_cls", "net_prio", "perf_event", "pids", "rdma",
 }
 
-// CgroupLayout is where the cgroup hierarchies are mounted.
-type CgroupLayout struct {
-	Mode CgroupMode `json:"mode"`
-	// V2 is the mount point of cgroup2, as the host sees it; "" if none.
-	V2 string `json:"v2,omitempty"`
-	// V1 maps each mounted v1 controller to its mount point.
-	V1 map[string]string `json:"v1,omitempty"`
-}
-
 // CgroupLayoutOf works out the cgroup layout from a mount table.
-func CgroupLayoutOf(mounts []Mount) CgroupLayout {
-	l := CgroupLayout{V1: map[string]string{}}
+func CgroupLayoutOf(mounts []Mount) capability.CgroupLayout {
+	l := capability.CgroupLayout{V1: map[string]string{}}
 	for _, m := range mounts {
 		switch m.FSType {
 		case "cgroup2":
@@ -68,18 +45,18 @@ func CgroupLayoutOf(mounts []Mount) CgroupLayout {
 	}
 	switch {
 	case l.V2 != "" && len(l.V1) == 0:
-		l.Mode = CgroupUnified
+		l.Mode = capability.CgroupUnified
 	case l.V2 != "":
-		l.Mode = CgroupHybrid
+		l.Mode = capability.CgroupHybrid
 	case len(l.V1) > 0:
-		l.Mode = CgroupLegacy
+		l.Mode = capability.CgroupLegacy
 	default:
-		l.Mode = CgroupNone
+		l.Mode = capability.CgroupNone
 	}
 	return l
 }
 
-func (l CgroupLayout) v1Names() []string {
+func v1Names(l capability.CgroupLayout) []string {
 	names := make([]string, 0, len(l.V1))
 	for c := range l.V1 {
 		names = append(names, c)
@@ -89,7 +66,7 @@ func (l CgroupLayout) v1Names() []string {
 }
 
 // v2Controllers reads cgroup.controllers of the cgroup2 root.
-func (l CgroupLayout) v2Controllers(h *Host) ([]string, error) {
+func v2Controllers(l capability.CgroupLayout, h *Host) ([]string, error) {
 	p := filepath.Join(h.Path(l.V2), "cgroup.controllers")
 	b, err := os.ReadFile(p)
 	if err != nil {
@@ -98,32 +75,32 @@ func (l CgroupLayout) v2Controllers(h *Host) ([]string, error) {
 	return strings.Fields(string(b)), nil
 }
 
-func hostLayout(h *Host) (CgroupLayout, *Finding) {
+func hostLayout(h *Host) (capability.CgroupLayout, *capability.Finding) {
 	if h.MountsErr != nil {
-		f := Findingf(Unknown, "%v", h.MountsErr)
-		return CgroupLayout{}, &f
+		f := capability.Findingf(capability.Unknown, "%v", h.MountsErr)
+		return capability.CgroupLayout{}, &f
 	}
 	return CgroupLayoutOf(h.Mounts), nil
 }
 
-func probeCgroupV2(_ context.Context, h *Host) Finding {
+func probeCgroupV2(_ context.Context, h *Host) capability.Finding {
 	l, bad := hostLayout(h)
 	if bad != nil {
 		return *bad
 	}
 	switch l.Mode {
-	case CgroupUnified:
+	case capability.CgroupUnified:
 		if l.V2 != cgroupRoot {
-			return Findingf(Degraded, "cgroup2 mounted at %s, not at %s where the kubelet and runc look", l.V2, cgroupRoot)
+			return capability.Findingf(capability.Degraded, "cgroup2 mounted at %s, not at %s where the kubelet and runc look", l.V2, cgroupRoot)
 		}
-		return Findingf(Supported, "cgroup2 mounted at %s, no v1 hierarchies", l.V2)
-	case CgroupHybrid:
-		return Findingf(Degraded, "hybrid: cgroup2 at %s, v1 hierarchies for %s; the kubelet uses v1, in maintenance mode since Kubernetes 1.31",
-			l.V2, strings.Join(l.v1Names(), " "))
-	case CgroupLegacy:
-		return Findingf(Degraded, "v1 only (%s); cgroup v1 is in maintenance mode since Kubernetes 1.31", strings.Join(l.v1Names(), " "))
+		return capability.Findingf(capability.Supported, "cgroup2 mounted at %s, no v1 hierarchies", l.V2)
+	case capability.CgroupHybrid:
+		return capability.Findingf(capability.Degraded, "hybrid: cgroup2 at %s, v1 hierarchies for %s; the kubelet uses v1, in maintenance mode since Kubernetes 1.31",
+			l.V2, strings.Join(v1Names(l), " "))
+	case capability.CgroupLegacy:
+		return capability.Findingf(capability.Degraded, "v1 only (%s); cgroup v1 is in maintenance mode since Kubernetes 1.31", strings.Join(v1Names(l), " "))
 	default:
-		return Findingf(Unsupported, "no cgroup or cgroup2 filesystem in the mount table")
+		return capability.Findingf(capability.Unsupported, "no cgroup or cgroup2 filesystem in the mount table")
 	}
 }
 
@@ -131,17 +108,17 @@ func probeCgroupV2(_ context.Context, h *Host) Finding {
 // (cm.RequiredCgroups... in pkg/kubelet/cm: cpu, cpuset, memory, pids).
 var kubeletControllers = []string{"cpu", "cpuset", "memory", "pids"}
 
-func probeCgroupControllers(_ context.Context, h *Host) Finding {
+func probeCgroupControllers(_ context.Context, h *Host) capability.Finding {
 	l, bad := hostLayout(h)
 	if bad != nil {
 		return *bad
 	}
 	have := map[string]string{}
 	var where []string
-	if l.Mode == CgroupUnified {
-		cs, err := l.v2Controllers(h)
+	if l.Mode == capability.CgroupUnified {
+		cs, err := v2Controllers(l, h)
 		if err != nil {
-			return Findingf(Unknown, "%v", err)
+			return capability.Findingf(capability.Unknown, "%v", err)
 		}
 		for _, c := range cs {
 			have[c] = "v2"
@@ -152,12 +129,12 @@ func probeCgroupControllers(_ context.Context, h *Host) Finding {
 			have[c] = "v1"
 		}
 		if len(l.V1) > 0 {
-			where = append(where, "v1: "+strings.Join(l.v1Names(), " "))
+			where = append(where, "v1: "+strings.Join(v1Names(l), " "))
 		}
 		if l.V2 != "" {
-			cs, err := l.v2Controllers(h)
+			cs, err := v2Controllers(l, h)
 			if err != nil {
-				return Findingf(Unknown, "%v", err)
+				return capability.Findingf(capability.Unknown, "%v", err)
 			}
 			where = append(where, "v2 (unused by the kubelet): "+strings.Join(cs, " "))
 		}
@@ -173,28 +150,28 @@ func probeCgroupControllers(_ context.Context, h *Host) Finding {
 		ev = "no cgroup hierarchy mounted"
 	}
 	if len(missing) > 0 {
-		return Findingf(Unsupported, "missing %s; %s", strings.Join(missing, " "), ev)
+		return capability.Findingf(capability.Unsupported, "missing %s; %s", strings.Join(missing, " "), ev)
 	}
 	if have["io"] == "" && have["blkio"] == "" {
-		return Findingf(Degraded, "no io/blkio controller (no I/O stats or limits); %s", ev)
+		return capability.Findingf(capability.Degraded, "no io/blkio controller (no I/O stats or limits); %s", ev)
 	}
-	return Findingf(Supported, "%s", ev)
+	return capability.Findingf(capability.Supported, "%s", ev)
 }
 
 // nodeshimV2Controllers are what nodeshim's cgroup v2 stats watcher reads.
 var nodeshimV2Controllers = []string{"cpu", "io", "memory", "pids"}
 
-func probeCgroupV2Controllers(_ context.Context, h *Host) Finding {
+func probeCgroupV2Controllers(_ context.Context, h *Host) capability.Finding {
 	l, bad := hostLayout(h)
 	if bad != nil {
 		return *bad
 	}
 	if l.V2 == "" {
-		return Findingf(Unsupported, "no cgroup2 mount")
+		return capability.Findingf(capability.Unsupported, "no cgroup2 mount")
 	}
-	cs, err := l.v2Controllers(h)
+	cs, err := v2Controllers(l, h)
 	if err != nil {
-		return Findingf(Unknown, "%v", err)
+		return capability.Findingf(capability.Unknown, "%v", err)
 	}
 	var missing []string
 	for _, c := range nodeshimV2Controllers {
@@ -217,32 +194,32 @@ func probeCgroupV2Controllers(_ context.Context, h *Host) Finding {
 		if len(bound) > 0 {
 			ev += " (held by v1: " + strings.Join(bound, " ") + ")"
 		}
-		return Findingf(Unsupported, "%s", ev)
+		return capability.Findingf(capability.Unsupported, "%s", ev)
 	}
-	return Findingf(Supported, "cgroup2 at %s offers %s", l.V2, got)
+	return capability.Findingf(capability.Supported, "cgroup2 at %s offers %s", l.V2, got)
 }
 
-func probeCgroupCPUStat(_ context.Context, h *Host) Finding {
+func probeCgroupCPUStat(_ context.Context, h *Host) capability.Finding {
 	l, bad := hostLayout(h)
 	if bad != nil {
 		return *bad
 	}
 	if l.V2 == "" {
-		return Findingf(Unsupported, "no cgroup2 mount")
+		return capability.Findingf(capability.Unsupported, "no cgroup2 mount")
 	}
 	p := filepath.Join(h.Path(l.V2), "cpu.stat")
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return Findingf(Unsupported, "no cpu.stat in the cgroup2 root %s", l.V2)
+		return capability.Findingf(capability.Unsupported, "no cpu.stat in the cgroup2 root %s", l.V2)
 	}
 	if err != nil {
-		return Findingf(Unknown, "read %s: %v", p, err)
+		return capability.Findingf(capability.Unknown, "read %s: %v", p, err)
 	}
 	first, _, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
-	return Findingf(Supported, "%s/cpu.stat: %s", l.V2, first)
+	return capability.Findingf(capability.Supported, "%s/cpu.stat: %s", l.V2, first)
 }
 
-func probeCgroupFreezer(_ context.Context, h *Host) Finding {
+func probeCgroupFreezer(_ context.Context, h *Host) capability.Finding {
 	l, bad := hostLayout(h)
 	if bad != nil {
 		return *bad
@@ -260,22 +237,22 @@ func probeCgroupFreezer(_ context.Context, h *Host) Finding {
 	case hasChildDir(h.Path(l.V2)):
 		v2ev = "no cgroup.freeze in the children of " + l.V2
 	}
-	if l.Mode == CgroupUnified {
+	if l.Mode == capability.CgroupUnified {
 		switch {
 		case v2 != "":
-			return Findingf(Supported, "%s", v2ev)
+			return capability.Findingf(capability.Supported, "%s", v2ev)
 		case hasChildDir(h.Path(l.V2)):
-			return Findingf(Unsupported, "%s (cgroup v2 freezer needs 5.2)", v2ev)
+			return capability.Findingf(capability.Unsupported, "%s (cgroup v2 freezer needs 5.2)", v2ev)
 		default:
-			return Findingf(Unknown, "%s", v2ev)
+			return capability.Findingf(capability.Unknown, "%s", v2ev)
 		}
 	}
 	if mp, ok := l.V1["freezer"]; ok {
 		// In hybrid and legacy mode runc freezes through the v1 freezer,
 		// which works on any kernel but is in maintenance mode with v1.
-		return Findingf(Degraded, "v1 freezer at %s (used in %s mode); %s", mp, l.Mode, v2ev)
+		return capability.Findingf(capability.Degraded, "v1 freezer at %s (used in %s mode); %s", mp, l.Mode, v2ev)
 	}
-	return Findingf(Unsupported, "no v1 freezer hierarchy in %s mode; %s", l.Mode, v2ev)
+	return capability.Findingf(capability.Unsupported, "no v1 freezer hierarchy in %s mode; %s", l.Mode, v2ev)
 }
 
 // findChildFile returns the name of the first child directory of dir (in

@@ -1,6 +1,7 @@
 // Package kernel finds out what the running kernel can do for Kubernetes and
 // for nodeshim: its identity, its configuration, its sysctls and real feature
-// probes, collected in a requirement catalogue and rendered as a report.
+// probes, as a catalogue of capability requirements. The collector and the
+// report they feed are package capability's.
 package kernel
 
 import (
@@ -8,6 +9,8 @@ import (
 	"errors"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // Host names the roots under which a node's kernel files are read, so that
@@ -29,7 +32,7 @@ type Host struct {
 	Calls Calls
 
 	// Identity is the running kernel's identity, filled in by Load.
-	Identity Identity
+	Identity capability.Identity
 	// IdentityErr is why Identity could not be read, if it could not.
 	IdentityErr error
 	// Config is the running kernel's build configuration, filled in by
@@ -83,6 +86,28 @@ func readHostMounts(procRoot string) ([]Mount, error) {
 		return m, nil
 	}
 	return ReadMountInfo(filepath.Join(procRoot, "self/mountinfo"))
+}
+
+// Describe loads the host's shared facts and returns the report's account
+// of the node: the kernel's identity, where its config came from, the
+// cgroup layout and the safe sysctls. It makes *Host a capability.Host.
+func (h *Host) Describe(ctx context.Context) capability.Node {
+	h.Load(ctx)
+	k := capability.Kernel{Identity: h.Identity, Labels: h.Identity.Labels()}
+	if h.IdentityErr != nil {
+		k.Error = h.IdentityErr.Error()
+	}
+	if h.Config != nil {
+		k.Config = capability.ConfigInfo{Source: h.Config.Source, Options: len(h.Config.Options)}
+	} else if h.ConfigErr != nil {
+		k.Config.Error = h.ConfigErr.Error()
+	}
+	k.Cgroup = CgroupLayoutOf(h.Mounts)
+	sysctls := []capability.Sysctl{}
+	for _, s := range SafeSysctls() {
+		sysctls = append(sysctls, ReadSysctl(h.ProcRoot, s.Name))
+	}
+	return capability.Node{Kernel: k, Sysctls: sysctls}
 }
 
 // Path maps an absolute path as the host sees it (a mount point from

@@ -7,24 +7,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // ErrBadRelease is wrapped by ParseRelease when a release string does not
 // start with major.minor.
 var ErrBadRelease = errors.New("not a kernel release")
-
-// Release is a kernel release string (`uname -r`) taken apart: the upstream
-// version, comparable, and whatever the distribution appended to it.
-type Release struct {
-	// Raw is the release exactly as the kernel reports it.
-	Raw string `json:"release"`
-	// Version is the upstream major.minor.patch; a missing patch is 0.
-	Version Version `json:"version"`
-	// Suffix is everything after the version: "-50-amd64" for Debian's
-	// "6.1.0-50-amd64", "-427.el9.x86_64" for RHEL 9, "" for a bare
-	// upstream build.
-	Suffix string `json:"suffix"`
-}
 
 // maxVersionDigits bounds each version component so that parsing never
 // overflows an int; no kernel has a component anywhere near this long.
@@ -34,14 +23,14 @@ const maxVersionDigits = 6
 // "5.14.0-427.el9.x86_64", "6.18.44-fc-v657" or "4.19". The major and minor
 // numbers are required; the patch number is optional (0 when absent, as in
 // "6.8-rc3"). Everything after the last number read is the suffix.
-func ParseRelease(s string) (Release, error) {
+func ParseRelease(s string) (capability.Release, error) {
 	var parts [3]int
 	rest := s
 	for i := range parts {
 		if i > 0 {
 			if !strings.HasPrefix(rest, ".") || len(rest) < 2 || !isDigit(rest[1]) {
 				if i < 2 {
-					return Release{}, fmt.Errorf("parse kernel release %q: %w: no minor version", s, ErrBadRelease)
+					return capability.Release{}, fmt.Errorf("parse kernel release %q: %w: no minor version", s, ErrBadRelease)
 				}
 				break
 			}
@@ -52,10 +41,10 @@ func ParseRelease(s string) (Release, error) {
 			n++
 		}
 		if n == 0 {
-			return Release{}, fmt.Errorf("parse kernel release %q: %w: no major version", s, ErrBadRelease)
+			return capability.Release{}, fmt.Errorf("parse kernel release %q: %w: no major version", s, ErrBadRelease)
 		}
 		if n > maxVersionDigits {
-			return Release{}, fmt.Errorf("parse kernel release %q: %w: version component %q too long", s, ErrBadRelease, rest[:n])
+			return capability.Release{}, fmt.Errorf("parse kernel release %q: %w: version component %q too long", s, ErrBadRelease, rest[:n])
 		}
 		v := 0
 		for _, c := range rest[:n] {
@@ -64,39 +53,10 @@ func ParseRelease(s string) (Release, error) {
 		parts[i] = v
 		rest = rest[n:]
 	}
-	return Release{Raw: s, Version: V(parts[0], parts[1], parts[2]), Suffix: rest}, nil
+	return capability.Release{Raw: s, Version: capability.V(parts[0], parts[1], parts[2]), Suffix: rest}, nil
 }
 
 func isDigit(c byte) bool { return '0' <= c && c <= '9' }
-
-// Identity is who the running kernel is: its release and the architecture
-// and operating system as the kubelet labels the node with them.
-type Identity struct {
-	Release
-	// Machine is the kernel's own architecture name (`uname -m`).
-	Machine string `json:"machine"`
-	// Arch is the value of the kubernetes.io/arch label: Go's GOARCH
-	// naming of Machine, e.g. "amd64" for x86_64. Empty when unknown.
-	Arch string `json:"arch"`
-	// OS is the value of the kubernetes.io/os label: "linux".
-	OS string `json:"os"`
-	// Build is the kernel's build string (`uname -v`), e.g.
-	// "#1 SMP PREEMPT_DYNAMIC Debian 6.1.158-1".
-	Build string `json:"build,omitempty"`
-}
-
-// Labels returns the well-known Kubernetes node labels that the identity
-// determines.
-func (id Identity) Labels() map[string]string {
-	l := map[string]string{}
-	if id.Arch != "" {
-		l["kubernetes.io/arch"] = id.Arch
-	}
-	if id.OS != "" {
-		l["kubernetes.io/os"] = id.OS
-	}
-	return l
-}
 
 // goarch maps `uname -m` to Go's GOARCH, which is what the kubelet puts in
 // kubernetes.io/arch (it labels with runtime.GOARCH of its own binary).
@@ -134,7 +94,7 @@ func KubeArch(machine string) string {
 
 // ReadIdentity reads the kernel's identity from procfs under procRoot:
 // sys/kernel/osrelease, ostype, arch and version (the files behind uname).
-func ReadIdentity(procRoot string) (Identity, error) {
+func ReadIdentity(procRoot string) (capability.Identity, error) {
 	read := func(name string) (string, error) {
 		p := filepath.Join(procRoot, "sys/kernel", name)
 		b, err := os.ReadFile(p)
@@ -143,7 +103,7 @@ func ReadIdentity(procRoot string) (Identity, error) {
 		}
 		return strings.TrimSpace(string(b)), nil
 	}
-	var id Identity
+	var id capability.Identity
 	raw, err := read("osrelease")
 	if err != nil {
 		return id, err

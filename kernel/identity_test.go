@@ -6,27 +6,29 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 func TestParseRelease(t *testing.T) {
 	tests := []struct {
 		name    string
 		in      string
-		want    Version
+		want    capability.Version
 		suffix  string
 		wantErr bool
 	}{
-		{name: "debian", in: "6.1.0-50-amd64", want: V(6, 1, 0), suffix: "-50-amd64"},
-		{name: "rhel9", in: "5.14.0-427.el9.x86_64", want: V(5, 14, 0), suffix: "-427.el9.x86_64"},
-		{name: "firecracker", in: "6.18.44-fc-v657", want: V(6, 18, 44), suffix: "-fc-v657"},
-		{name: "ubuntu", in: "6.8.0-45-generic", want: V(6, 8, 0), suffix: "-45-generic"},
-		{name: "rhel7", in: "3.10.0-1160.119.1.el7.x86_64", want: V(3, 10, 0), suffix: "-1160.119.1.el7.x86_64"},
-		{name: "plain", in: "6.12.7", want: V(6, 12, 7)},
-		{name: "no patch", in: "4.19", want: V(4, 19, 0)},
-		{name: "rc without patch", in: "6.8-rc3", want: V(6, 8, 0), suffix: "-rc3"},
-		{name: "plus", in: "5.15.0+", want: V(5, 15, 0), suffix: "+"},
-		{name: "fourth component stays in suffix", in: "4.4.0.150-x", want: V(4, 4, 0), suffix: ".150-x"},
-		{name: "wsl", in: "5.15.153.1-microsoft-standard-WSL2", want: V(5, 15, 153), suffix: ".1-microsoft-standard-WSL2"},
+		{name: "debian", in: "6.1.0-50-amd64", want: capability.V(6, 1, 0), suffix: "-50-amd64"},
+		{name: "rhel9", in: "5.14.0-427.el9.x86_64", want: capability.V(5, 14, 0), suffix: "-427.el9.x86_64"},
+		{name: "firecracker", in: "6.18.44-fc-v657", want: capability.V(6, 18, 44), suffix: "-fc-v657"},
+		{name: "ubuntu", in: "6.8.0-45-generic", want: capability.V(6, 8, 0), suffix: "-45-generic"},
+		{name: "rhel7", in: "3.10.0-1160.119.1.el7.x86_64", want: capability.V(3, 10, 0), suffix: "-1160.119.1.el7.x86_64"},
+		{name: "plain", in: "6.12.7", want: capability.V(6, 12, 7)},
+		{name: "no patch", in: "4.19", want: capability.V(4, 19, 0)},
+		{name: "rc without patch", in: "6.8-rc3", want: capability.V(6, 8, 0), suffix: "-rc3"},
+		{name: "plus", in: "5.15.0+", want: capability.V(5, 15, 0), suffix: "+"},
+		{name: "fourth component stays in suffix", in: "4.4.0.150-x", want: capability.V(4, 4, 0), suffix: ".150-x"},
+		{name: "wsl", in: "5.15.153.1-microsoft-standard-WSL2", want: capability.V(5, 15, 153), suffix: ".1-microsoft-standard-WSL2"},
 		{name: "empty", in: "", wantErr: true},
 		{name: "no minor", in: "6", wantErr: true},
 		{name: "no minor digits", in: "6.x", wantErr: true},
@@ -110,7 +112,7 @@ func TestReadIdentity(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if id.Raw != "4.18.0-553.el8_10.x86_64" || id.Version != V(4, 18, 0) || id.Suffix != "-553.el8_10.x86_64" {
+	if id.Raw != "4.18.0-553.el8_10.x86_64" || id.Version != capability.V(4, 18, 0) || id.Suffix != "-553.el8_10.x86_64" {
 		t.Errorf("release: %+v", id.Release)
 	}
 	if id.Arch != "amd64" || id.OS != "linux" || id.Machine != "x86_64" {
@@ -133,7 +135,7 @@ func TestHostLoadFallsBackToUname(t *testing.T) {
 	writeFile(t, filepath.Join(proc, "sys/kernel/ostype"), "Linux\n")
 	h := &Host{ProcRoot: proc, SysRoot: t.TempDir(), BootRoot: t.TempDir(), ModulesRoot: t.TempDir(), Calls: &fakeCalls{machine: "aarch64"}}
 	h.Load(t.Context())
-	if h.IdentityErr != nil || h.Identity.Arch != "arm64" || h.Identity.Version != V(4, 19, 0) {
+	if h.IdentityErr != nil || h.Identity.Arch != "arm64" || h.Identity.Version != capability.V(4, 19, 0) {
 		t.Errorf("identity %+v, %v", h.Identity, h.IdentityErr)
 	}
 	if !errors.Is(h.ConfigErr, ErrNoConfig) || h.Config != nil {

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"golang.org/x/sys/unix"
 )
 
@@ -44,7 +45,7 @@ func TestLiveIdentity(t *testing.T) {
 	if id.Arch != runtime.GOARCH || id.OS != "linux" {
 		t.Errorf("arch %q os %q, want %s linux", id.Arch, id.OS, runtime.GOARCH)
 	}
-	if !id.Version.AtLeast(V(6, 18, 0)) || !strings.HasPrefix(id.Raw, id.Version.String()) || id.Suffix == "" {
+	if !id.Version.AtLeast(capability.V(6, 18, 0)) || !strings.HasPrefix(id.Raw, id.Version.String()) || id.Suffix == "" {
 		t.Errorf("release %+v: want 6.18+ with a distribution suffix", id.Release)
 	}
 }
@@ -71,7 +72,7 @@ func TestLiveCgroups(t *testing.T) {
 		t.Fatal(h.MountsErr)
 	}
 	l := CgroupLayoutOf(h.Mounts)
-	if l.Mode != CgroupHybrid || l.V2 != "/sys/fs/cgroup/unified" {
+	if l.Mode != capability.CgroupHybrid || l.V2 != "/sys/fs/cgroup/unified" {
 		t.Fatalf("layout %+v, want hybrid with cgroup2 at /sys/fs/cgroup/unified", l)
 	}
 	for _, c := range []string{"cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids"} {
@@ -79,20 +80,20 @@ func TestLiveCgroups(t *testing.T) {
 			t.Errorf("v1 %s at %q", c, l.V1[c])
 		}
 	}
-	cs, err := l.v2Controllers(h)
+	cs, err := v2Controllers(l, h)
 	if err != nil || strings.Join(cs, " ") != "hugetlb" {
 		t.Errorf("cgroup2 controllers %v, %v; want only hugetlb", cs, err)
 	}
 	ctx := t.Context()
 	for _, tc := range []struct {
-		probe    func(*Host) Finding
-		verdict  Verdict
+		probe    func(*Host) capability.Finding
+		verdict  capability.Verdict
 		evidence string
 	}{
-		{func(h *Host) Finding { return probeCgroupV2(ctx, h) }, Degraded, "hybrid: cgroup2 at /sys/fs/cgroup/unified"},
-		{func(h *Host) Finding { return probeCgroupControllers(ctx, h) }, Supported, "v2 (unused by the kubelet): hugetlb"},
-		{func(h *Host) Finding { return probeCgroupV2Controllers(ctx, h) }, Unsupported, "offers hugetlb; missing cpu io memory pids"},
-		{func(h *Host) Finding { return probeCgroupCPUStat(ctx, h) }, Supported, "/sys/fs/cgroup/unified/cpu.stat: usage_usec "},
+		{func(h *Host) capability.Finding { return probeCgroupV2(ctx, h) }, capability.Degraded, "hybrid: cgroup2 at /sys/fs/cgroup/unified"},
+		{func(h *Host) capability.Finding { return probeCgroupControllers(ctx, h) }, capability.Supported, "v2 (unused by the kubelet): hugetlb"},
+		{func(h *Host) capability.Finding { return probeCgroupV2Controllers(ctx, h) }, capability.Unsupported, "offers hugetlb; missing cpu io memory pids"},
+		{func(h *Host) capability.Finding { return probeCgroupCPUStat(ctx, h) }, capability.Supported, "/sys/fs/cgroup/unified/cpu.stat: usage_usec "},
 	} {
 		f := tc.probe(h)
 		if f.Verdict != tc.verdict {
@@ -116,7 +117,7 @@ func TestLiveFreezer(t *testing.T) {
 		}
 	})
 	f := probeCgroupFreezer(t.Context(), h)
-	if f.Verdict != Degraded {
+	if f.Verdict != capability.Degraded {
 		t.Errorf("verdict %s: %s", f.Verdict, f.Evidence)
 	}
 	mustContain(t, f.Evidence, "v1 freezer at /sys/fs/cgroup/freezer (used in hybrid mode); v2 freezer: /sys/fs/cgroup/unified/")
@@ -126,7 +127,7 @@ func TestLivePSI(t *testing.T) {
 	h := liveHost(t)
 	testutil.RequireFile(t, "/proc/pressure/memory")
 	f := probePSI(t.Context(), h)
-	if f.Verdict != Supported {
+	if f.Verdict != capability.Supported {
 		t.Errorf("psi.enabled %s: %s", f.Verdict, f.Evidence)
 	}
 	mustContain(t, f.Evidence, "CONFIG_PSI_DEFAULT_DISABLED=y, enabled by psi=1; /sys/fs/cgroup/unified/memory.pressure present")
@@ -143,7 +144,7 @@ func TestLivePSI(t *testing.T) {
 		}
 	}
 	f = probePSITriggers(t.Context(), h)
-	if f.Verdict != Degraded {
+	if f.Verdict != capability.Degraded {
 		t.Errorf("psi.triggers %s: %s", f.Verdict, f.Evidence)
 	}
 	mustContain(t, f.Evidence, `EINVAL (invalid argument); "some 150000 2000000" armed`)
@@ -197,7 +198,7 @@ func TestLiveSyscallProbes(t *testing.T) {
 	} {
 		r := catalogueEntry(t, tc.id)
 		f := r.Probe(t.Context(), h)
-		if f.Verdict != Supported {
+		if f.Verdict != capability.Supported {
 			t.Errorf("%s: %s: %s", tc.id, f.Verdict, f.Evidence)
 		}
 		mustContain(t, f.Evidence, tc.evidence)
@@ -208,7 +209,7 @@ func TestLiveNft(t *testing.T) {
 	h := liveHost(t)
 	testutil.RequireBinary(t, "nft")
 	f := catalogueEntry(t, "nftables.nft").Probe(t.Context(), h)
-	if f.Verdict != Supported || !strings.HasPrefix(f.Evidence, "nftables v1.") {
+	if f.Verdict != capability.Supported || !strings.HasPrefix(f.Evidence, "nftables v1.") {
 		t.Errorf("nft: %s: %s", f.Verdict, f.Evidence)
 	}
 }
@@ -217,20 +218,20 @@ func TestLiveNft(t *testing.T) {
 // may be Unknown here, and the known facts show.
 func TestLiveReport(t *testing.T) {
 	h := liveHost(t)
-	rep, err := Collect(t.Context(), h, Catalogue())
+	rep, err := capability.Collect(t.Context(), h, Catalogue())
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, r := range rep.Requirements {
-		if r.Verdict == Unknown {
+		if r.Verdict == capability.Unknown {
 			t.Errorf("%s is Unknown: %s", r.ID, r.Evidence)
 		}
 	}
-	want := map[string]Verdict{
-		"cgroup.v2": Degraded, "cgroup.v2-controllers": Unsupported, "psi.enabled": Supported,
-		"psi.triggers": Degraded, "mounts.mount-setattr": Supported, "swap.tmpfs-noswap": Supported,
-		"nftables.kernel": Supported, "sysctl.net.ipv4.tcp_syncookies": Supported,
-		"sysctl.net.ipv4.vs.conn_reuse_mode": Unsupported, "sysctl.net.bridge.bridge-nf-call-iptables": Supported,
+	want := map[string]capability.Verdict{
+		"cgroup.v2": capability.Degraded, "cgroup.v2-controllers": capability.Unsupported, "psi.enabled": capability.Supported,
+		"psi.triggers": capability.Degraded, "mounts.mount-setattr": capability.Supported, "swap.tmpfs-noswap": capability.Supported,
+		"nftables.kernel": capability.Supported, "sysctl.net.ipv4.tcp_syncookies": capability.Supported,
+		"sysctl.net.ipv4.vs.conn_reuse_mode": capability.Unsupported, "sysctl.net.bridge.bridge-nf-call-iptables": capability.Supported,
 	}
 	for id, v := range want {
 		if r, _ := rep.Result(id); r.Verdict != v {
@@ -238,18 +239,18 @@ func TestLiveReport(t *testing.T) {
 		}
 	}
 	// CONFIG_IP_VS is off in this kernel although 6.18 is new enough.
-	if r, _ := rep.Result("sysctl.net.ipv4.vs.conn_reuse_mode"); r.Mismatch != Disabled {
+	if r, _ := rep.Result("sysctl.net.ipv4.vs.conn_reuse_mode"); r.Mismatch != capability.Disabled {
 		t.Errorf("conn_reuse_mode: mismatch %q, want disabled", r.Mismatch)
 	}
-	if rep.Kernel.Cgroup.Mode != CgroupHybrid || rep.Kernel.Config.Source != "/proc/config.gz" {
+	if rep.Kernel.Cgroup.Mode != capability.CgroupHybrid || rep.Kernel.Config.Source != "/proc/config.gz" {
 		t.Errorf("kernel section %+v", rep.Kernel)
 	}
-	if s := ReadSysctl("/proc", "net.ipv4.tcp_syncookies"); s.State != SysctlPresent || s.Value == "" {
+	if s := ReadSysctl("/proc", "net.ipv4.tcp_syncookies"); s.State != capability.SysctlPresent || s.Value == "" {
 		t.Errorf("tcp_syncookies %+v", s)
 	}
 }
 
-func catalogueEntry(t *testing.T, id string) Requirement {
+func catalogueEntry(t *testing.T, id string) capability.Requirement {
 	t.Helper()
 	for _, r := range Catalogue() {
 		if r.ID == id {
@@ -257,5 +258,5 @@ func catalogueEntry(t *testing.T, id string) Requirement {
 		}
 	}
 	t.Fatalf("no requirement %s", id)
-	return Requirement{}
+	return capability.Requirement{}
 }

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 func TestParseMountInfo(t *testing.T) {
@@ -64,16 +66,16 @@ func TestCgroupLayoutOf(t *testing.T) {
 	tests := []struct {
 		name   string
 		mounts []Mount
-		mode   CgroupMode
+		mode   capability.CgroupMode
 		v2     string
 		v1     map[string]string
 	}{
-		{"unified", []Mount{cg2("/sys/fs/cgroup")}, CgroupUnified, "/sys/fs/cgroup", map[string]string{}},
+		{"unified", []Mount{cg2("/sys/fs/cgroup")}, capability.CgroupUnified, "/sys/fs/cgroup", map[string]string{}},
 		{"hybrid", []Mount{cg("/sys/fs/cgroup/systemd", "name=systemd"), cg("/sys/fs/cgroup/cpu,cpuacct", "cpu", "cpuacct"), cg2("/sys/fs/cgroup/unified")},
-			CgroupHybrid, "/sys/fs/cgroup/unified", map[string]string{"cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"}},
-		{"legacy", []Mount{cg("/sys/fs/cgroup/memory", "memory")}, CgroupLegacy, "", map[string]string{"memory": "/sys/fs/cgroup/memory"}},
-		{"none", []Mount{{Point: "/", FSType: "ext4"}}, CgroupNone, "", map[string]string{}},
-		{"the mount at /sys/fs/cgroup wins", []Mount{cg2("/run/other"), cg2("/sys/fs/cgroup")}, CgroupUnified, "/sys/fs/cgroup", map[string]string{}},
+			capability.CgroupHybrid, "/sys/fs/cgroup/unified", map[string]string{"cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct"}},
+		{"legacy", []Mount{cg("/sys/fs/cgroup/memory", "memory")}, capability.CgroupLegacy, "", map[string]string{"memory": "/sys/fs/cgroup/memory"}},
+		{"none", []Mount{{Point: "/", FSType: "ext4"}}, capability.CgroupNone, "", map[string]string{}},
+		{"the mount at /sys/fs/cgroup wins", []Mount{cg2("/run/other"), cg2("/sys/fs/cgroup")}, capability.CgroupUnified, "/sys/fs/cgroup", map[string]string{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -7,33 +7,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
-
-// SysctlState tells apart a sysctl that this kernel does not have from one
-// it has, and from one that could not be read.
-type SysctlState string
-
-// The states of a sysctl.
-const (
-	SysctlAbsent     SysctlState = "Absent"
-	SysctlPresent    SysctlState = "Present"
-	SysctlUnreadable SysctlState = "Unreadable"
-)
-
-// Sysctl is one sysctl as read through /proc/sys.
-type Sysctl struct {
-	// Name is the dotted name, e.g. "net.ipv4.tcp_syncookies".
-	Name string `json:"name"`
-	// Path is the file read.
-	Path string `json:"path"`
-	// State says whether the kernel has it.
-	State SysctlState `json:"state"`
-	// Value is the content with runs of white space (tabs between the
-	// fields of tcp_rmem, say) turned into single spaces; set when Present.
-	Value string `json:"value,omitempty"`
-	// Error says why it could not be read; set when Unreadable.
-	Error string `json:"error,omitempty"`
-}
 
 // SysctlPath returns the file under procRoot/sys for a sysctl name. Dotted
 // names have their dots turned into slashes; a name that already contains
@@ -53,22 +29,22 @@ func SysctlPath(procRoot, name string) (string, error) {
 }
 
 // ReadSysctl reads the sysctl name under procRoot/sys.
-func ReadSysctl(procRoot, name string) Sysctl {
-	s := Sysctl{Name: name}
+func ReadSysctl(procRoot, name string) capability.Sysctl {
+	s := capability.Sysctl{Name: name}
 	p, err := SysctlPath(procRoot, name)
 	if err != nil {
-		s.State, s.Error = SysctlUnreadable, err.Error()
+		s.State, s.Error = capability.SysctlUnreadable, err.Error()
 		return s
 	}
 	s.Path = p
 	b, err := os.ReadFile(p)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		s.State = SysctlAbsent
+		s.State = capability.SysctlAbsent
 	case err != nil:
-		s.State, s.Error = SysctlUnreadable, fmt.Sprintf("read %s: %v", p, err)
+		s.State, s.Error = capability.SysctlUnreadable, fmt.Sprintf("read %s: %v", p, err)
 	default:
-		s.State, s.Value = SysctlPresent, strings.Join(strings.Fields(string(b)), " ")
+		s.State, s.Value = capability.SysctlPresent, strings.Join(strings.Fields(string(b)), " ")
 	}
 	return s
 }
@@ -78,7 +54,7 @@ func ReadSysctl(procRoot, name string) Sysctl {
 // has it per network namespace.
 type SafeSysctl struct {
 	Name      string
-	MinKernel Version
+	MinKernel capability.Version
 	NeededBy  string
 	// ConfigOption is the kernel option that provides the sysctl when it is
 	// not always built in, e.g. "IP_VS".
@@ -91,18 +67,18 @@ type SafeSysctl struct {
 func SafeSysctls() []SafeSysctl {
 	const safe = "Kubernetes: safe sysctl (pods may set it)"
 	return []SafeSysctl{
-		{"kernel.shm_rmid_forced", Version{}, safe, ""},
-		{"net.ipv4.ip_local_port_range", Version{}, safe, ""},
-		{"net.ipv4.tcp_syncookies", V(4, 6, 0), safe, ""},
-		{"net.ipv4.ping_group_range", Version{}, safe, ""},
-		{"net.ipv4.ip_unprivileged_port_start", V(4, 11, 0), safe, ""},
-		{"net.ipv4.ip_local_reserved_ports", V(3, 16, 0), safe, ""},
-		{"net.ipv4.tcp_keepalive_time", V(4, 5, 0), safe, ""},
-		{"net.ipv4.tcp_fin_timeout", V(4, 6, 0), safe, ""},
-		{"net.ipv4.tcp_keepalive_intvl", V(4, 5, 0), safe, ""},
-		{"net.ipv4.tcp_keepalive_probes", V(4, 5, 0), safe, ""},
-		{"net.ipv4.tcp_rmem", V(4, 15, 0), safe, ""},
-		{"net.ipv4.tcp_wmem", V(4, 15, 0), safe, ""},
-		{"net.ipv4.vs.conn_reuse_mode", V(4, 1, 0), "Kubernetes: kube-proxy ipvs mode", "IP_VS"},
+		{"kernel.shm_rmid_forced", capability.Version{}, safe, ""},
+		{"net.ipv4.ip_local_port_range", capability.Version{}, safe, ""},
+		{"net.ipv4.tcp_syncookies", capability.V(4, 6, 0), safe, ""},
+		{"net.ipv4.ping_group_range", capability.Version{}, safe, ""},
+		{"net.ipv4.ip_unprivileged_port_start", capability.V(4, 11, 0), safe, ""},
+		{"net.ipv4.ip_local_reserved_ports", capability.V(3, 16, 0), safe, ""},
+		{"net.ipv4.tcp_keepalive_time", capability.V(4, 5, 0), safe, ""},
+		{"net.ipv4.tcp_fin_timeout", capability.V(4, 6, 0), safe, ""},
+		{"net.ipv4.tcp_keepalive_intvl", capability.V(4, 5, 0), safe, ""},
+		{"net.ipv4.tcp_keepalive_probes", capability.V(4, 5, 0), safe, ""},
+		{"net.ipv4.tcp_rmem", capability.V(4, 15, 0), safe, ""},
+		{"net.ipv4.tcp_wmem", capability.V(4, 15, 0), safe, ""},
+		{"net.ipv4.vs.conn_reuse_mode", capability.V(4, 1, 0), "Kubernetes: kube-proxy ipvs mode", "IP_VS"},
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 func TestReadSysctl(t *testing.T) {
@@ -16,17 +18,17 @@ func TestReadSysctl(t *testing.T) {
 	}
 	tests := []struct {
 		name, sysctl string
-		state        SysctlState
+		state        capability.SysctlState
 		value        string
 	}{
-		{"present, tabs become spaces", "net.ipv4.tcp_rmem", SysctlPresent, "4096 131072 6291456"},
-		{"present and empty", "net.ipv4.ip_local_reserved_ports", SysctlPresent, ""},
-		{"slash form for dotted interface names", "net/ipv4/conf/eth0.100/rp_filter", SysctlPresent, "2"},
-		{"absent", "net.ipv4.tcp_keepalive_time", SysctlAbsent, ""},
-		{"absent under a present directory", "net.ipv4.vs.conn_reuse_mode", SysctlAbsent, ""},
-		{"a directory is not a sysctl", "net.ipv4.vs", SysctlUnreadable, ""},
-		{"relative components refused", "net/../../etc/passwd", SysctlUnreadable, ""},
-		{"empty component refused", "net..ipv4", SysctlUnreadable, ""},
+		{"present, tabs become spaces", "net.ipv4.tcp_rmem", capability.SysctlPresent, "4096 131072 6291456"},
+		{"present and empty", "net.ipv4.ip_local_reserved_ports", capability.SysctlPresent, ""},
+		{"slash form for dotted interface names", "net/ipv4/conf/eth0.100/rp_filter", capability.SysctlPresent, "2"},
+		{"absent", "net.ipv4.tcp_keepalive_time", capability.SysctlAbsent, ""},
+		{"absent under a present directory", "net.ipv4.vs.conn_reuse_mode", capability.SysctlAbsent, ""},
+		{"a directory is not a sysctl", "net.ipv4.vs", capability.SysctlUnreadable, ""},
+		{"relative components refused", "net/../../etc/passwd", capability.SysctlUnreadable, ""},
+		{"empty component refused", "net..ipv4", capability.SysctlUnreadable, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -34,7 +36,7 @@ func TestReadSysctl(t *testing.T) {
 			if s.State != tc.state || s.Value != tc.value {
 				t.Errorf("ReadSysctl(%q) = %+v, want %s %q", tc.sysctl, s, tc.state, tc.value)
 			}
-			if (s.State == SysctlUnreadable) != (s.Error != "") {
+			if (s.State == capability.SysctlUnreadable) != (s.Error != "") {
 				t.Errorf("error %q with state %s", s.Error, s.State)
 			}
 		})
@@ -42,18 +44,18 @@ func TestReadSysctl(t *testing.T) {
 }
 
 func TestSafeSysctlsMinKernels(t *testing.T) {
-	want := map[string]Version{
-		"net.ipv4.ip_local_reserved_ports": V(3, 16, 0),
-		"net.ipv4.tcp_keepalive_time":      V(4, 5, 0),
-		"net.ipv4.tcp_keepalive_intvl":     V(4, 5, 0),
-		"net.ipv4.tcp_keepalive_probes":    V(4, 5, 0),
-		"net.ipv4.tcp_fin_timeout":         V(4, 6, 0),
-		"net.ipv4.tcp_syncookies":          V(4, 6, 0),
-		"net.ipv4.vs.conn_reuse_mode":      V(4, 1, 0),
-		"net.ipv4.tcp_rmem":                V(4, 15, 0),
-		"net.ipv4.tcp_wmem":                V(4, 15, 0),
+	want := map[string]capability.Version{
+		"net.ipv4.ip_local_reserved_ports": capability.V(3, 16, 0),
+		"net.ipv4.tcp_keepalive_time":      capability.V(4, 5, 0),
+		"net.ipv4.tcp_keepalive_intvl":     capability.V(4, 5, 0),
+		"net.ipv4.tcp_keepalive_probes":    capability.V(4, 5, 0),
+		"net.ipv4.tcp_fin_timeout":         capability.V(4, 6, 0),
+		"net.ipv4.tcp_syncookies":          capability.V(4, 6, 0),
+		"net.ipv4.vs.conn_reuse_mode":      capability.V(4, 1, 0),
+		"net.ipv4.tcp_rmem":                capability.V(4, 15, 0),
+		"net.ipv4.tcp_wmem":                capability.V(4, 15, 0),
 	}
-	got := map[string]Version{}
+	got := map[string]capability.Version{}
 	for _, s := range SafeSysctls() {
 		got[s.Name] = s.MinKernel
 	}

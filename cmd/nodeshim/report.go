@@ -13,6 +13,8 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
 	"github.com/spf13/cobra"
 )
 
@@ -85,14 +87,14 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, catalogue(o.criuOptions()))
+			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, catalogue.With(o.criuOptions()))
 		},
 	}
 	addOutputFlag(cmd, &o.output)
 	f := cmd.Flags()
 	f.StringVar(&o.nfdFile, "nfd-features-file", "", "also write the verdicts as a node-feature-discovery feature file (features.d format) to this path")
 	f.StringSliceVar(&o.require, "require", nil, "requirement IDs that must be Supported; exit 3 naming the reasons if any is not")
-	f.DurationVar(&o.probeTimeout, "probe-timeout", kernel.DefaultProbeTimeout, "longest time one probe may take before it counts as Unknown")
+	f.DurationVar(&o.probeTimeout, "probe-timeout", capability.DefaultProbeTimeout, "longest time one probe may take before it counts as Unknown")
 	f.StringVar(&o.cacheDir, "cache-dir", defaultReportCacheDir, "where results that hold for one boot (criu check) are kept between runs; empty to probe everything afresh")
 	f.StringVar(&o.host.ProcRoot, "proc-root", def.ProcRoot, "where the host's procfs is mounted")
 	f.StringVar(&o.host.SysRoot, "sys-root", def.SysRoot, "where the host's sysfs is mounted")
@@ -103,7 +105,7 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 
 // runReport collects the report for reqs and writes it to w, then writes
 // the NFD feature file and checks --require.
-func runReport(ctx context.Context, w io.Writer, o *reportOptions, reqs []kernel.Requirement) error {
+func runReport(ctx context.Context, w io.Writer, o *reportOptions, reqs []capability.Requirement) error {
 	if ctx == nil {
 		ctx = context.Background()
 	}
@@ -114,7 +116,7 @@ func runReport(ctx context.Context, w io.Writer, o *reportOptions, reqs []kernel
 		return writeOutput(w, o.output, nil, nil) // reports the usage error
 	}
 	h := o.host
-	rep, err := kernel.Collector{ProbeTimeout: o.probeTimeout}.Collect(ctx, &h, reqs)
+	rep, err := capability.Collector{ProbeTimeout: o.probeTimeout}.Collect(ctx, &h, reqs)
 	if err != nil {
 		return fmt.Errorf("collect kernel report: %w", err)
 	}
@@ -135,10 +137,10 @@ func runReport(ctx context.Context, w io.Writer, o *reportOptions, reqs []kernel
 }
 
 // checkRequired rejects --require IDs that are not in the catalogue.
-func checkRequired(ids []string, reqs []kernel.Requirement) error {
+func checkRequired(ids []string, reqs []capability.Requirement) error {
 	var unknown []string
 	for _, id := range ids {
-		if !slices.ContainsFunc(reqs, func(r kernel.Requirement) bool { return r.ID == id }) {
+		if !slices.ContainsFunc(reqs, func(r capability.Requirement) bool { return r.ID == id }) {
 			unknown = append(unknown, id)
 		}
 	}
@@ -153,11 +155,11 @@ var errRequirementNotMet = errors.New("required kernel features are not Supporte
 
 // requireSupported returns an exit-3 error naming every required ID that
 // is not Supported, with its verdict and evidence.
-func requireSupported(rep *kernel.Report, ids []string) error {
+func requireSupported(rep *capability.Report, ids []string) error {
 	var reasons []string
 	for _, id := range ids {
 		res, _ := rep.Result(id)
-		if res.Verdict != kernel.Supported {
+		if res.Verdict != capability.Supported {
 			reasons = append(reasons, fmt.Sprintf("%s is %s: %s", id, res.Verdict, res.Evidence))
 		}
 	}

@@ -12,6 +12,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
 )
 
 // BenchmarkReport measures the full report on this machine's kernel.
@@ -27,19 +29,19 @@ import (
 //     elapsedMicroseconds (collection only, without process start-up).
 func BenchmarkReport(b *testing.B) {
 	testutil.RequireRoot(b)
-	reqs := requirements()
+	reqs := catalogue.Requirements()
 	for _, bc := range []struct {
 		name    string
 		workers int
 	}{
 		{"workers=1", 1},
-		{fmt.Sprintf("workers=%d", kernel.DefaultWorkers), kernel.DefaultWorkers},
+		{fmt.Sprintf("workers=%d", capability.DefaultWorkers), capability.DefaultWorkers},
 		{"goroutine-per-probe", len(reqs)},
 	} {
 		b.Run("warm/"+bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for b.Loop() {
-				if _, err := (kernel.Collector{Workers: bc.workers}).Collect(b.Context(), kernel.DefaultHost(), reqs); err != nil {
+				if _, err := (capability.Collector{Workers: bc.workers}).Collect(b.Context(), kernel.DefaultHost(), reqs); err != nil {
 					b.Fatal(err)
 				}
 			}
@@ -65,7 +67,7 @@ func BenchmarkReport(b *testing.B) {
 				}
 				worst = max(worst, time.Since(t0))
 				if args[0] == "report" {
-					var r kernel.Report
+					var r capability.Report
 					if err := json.Unmarshal(out.Bytes(), &r); err != nil {
 						b.Fatal(err)
 					}

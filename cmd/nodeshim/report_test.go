@@ -12,6 +12,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
 )
 
 func exitCode(err error) int {
@@ -42,11 +44,11 @@ func TestReportCommand(t *testing.T) {
 			}
 		}},
 		{"json", []string{"report", "-o", "json"}, exitOK, func(t *testing.T, out string, _ error) {
-			var r kernel.Report
+			var r capability.Report
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatal(err)
 			}
-			if r.APIVersion != kernel.ReportAPIVersion || r.Kind != kernel.ReportKind || len(r.Requirements) != len(requirements()) {
+			if r.APIVersion != capability.ReportAPIVersion || r.Kind != capability.ReportKind || len(r.Requirements) != len(catalogue.Requirements()) {
 				t.Errorf("report header %s %s with %d requirements", r.APIVersion, r.Kind, len(r.Requirements))
 			}
 		}},
@@ -105,8 +107,8 @@ func TestReportNFDFile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(b) > kernel.NFDMaxFileSize || !strings.Contains(string(b), kernel.NFDNamespace+"/cgroup.mode=hybrid\n") ||
-		!strings.Contains(string(b), kernel.NFDNamespace+"/cgroup.v2=Degraded\n") {
+	if len(b) > capability.NFDMaxFileSize || !strings.Contains(string(b), capability.NFDNamespace+"/cgroup.mode=hybrid\n") ||
+		!strings.Contains(string(b), capability.NFDNamespace+"/cgroup.v2=Degraded\n") {
 		t.Errorf("feature file:\n%s", b)
 	}
 	st, err := os.Stat(path)
@@ -134,26 +136,28 @@ func TestReportHostRoots(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var r kernel.Report
+	var r capability.Report
 	if err := json.Unmarshal([]byte(out), &r); err != nil {
 		t.Fatal(err)
 	}
-	if r.Kernel.Raw != "6.1.0-50-amd64" || r.Kernel.Cgroup.Mode != kernel.CgroupUnified ||
+	if r.Kernel.Raw != "6.1.0-50-amd64" || r.Kernel.Cgroup.Mode != capability.CgroupUnified ||
 		r.Kernel.Config.Source != filepath.Join(root, "boot", "config-6.1.0-50-amd64") {
 		t.Errorf("kernel section %+v", r.Kernel)
 	}
 	// The trigger probe refuses to write to files that are not procfs.
-	if res, _ := r.Result("psi.triggers"); res.Verdict != kernel.Unknown || !strings.Contains(res.Evidence, "is not on procfs or cgroup2") {
+	if res, _ := r.Result("psi.triggers"); res.Verdict != capability.Unknown || !strings.Contains(res.Evidence, "is not on procfs or cgroup2") {
 		t.Errorf("psi.triggers on a recorded host: %+v", res)
 	}
 }
 
 func TestRunReportBadCatalogueFails(t *testing.T) {
-	p := func(context.Context, *kernel.Host) kernel.Finding { return kernel.Findingf(kernel.Supported, "x") }
-	reqs := []kernel.Requirement{{ID: "a", Probe: p}, {ID: "a", Probe: p}}
+	p := func(context.Context, capability.Host) capability.Finding {
+		return capability.Findingf(capability.Supported, "x")
+	}
+	reqs := []capability.Requirement{{ID: "a", Probe: p}, {ID: "a", Probe: p}}
 	o := &reportOptions{output: "table", host: *kernel.DefaultHost()}
 	err := runReport(t.Context(), &bytes.Buffer{}, o, reqs)
-	if exitCode(err) != exitFailure || !errors.Is(err, kernel.ErrBadCatalogue) {
+	if exitCode(err) != exitFailure || !errors.Is(err, capability.ErrBadCatalogue) {
 		t.Errorf("got %v, want exit 1 wrapping ErrBadCatalogue", err)
 	}
 }

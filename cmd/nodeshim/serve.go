@@ -10,6 +10,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
 	"github.com/nodeshim/nodeshim/shim/daemon"
 	"github.com/nodeshim/nodeshim/shim/lock"
 )
@@ -65,7 +67,7 @@ removed and the lock released.`,
 	f.StringVar(&opts.HostRoot, "host-root", "/", "where the host's root filesystem is mounted")
 	f.StringVar(&opts.ProcRoot, "proc-root", "", "where the host's procfs is mounted (default <host-root>/proc)")
 	f.DurationVar(&opts.SoakPeriod, "config-soak-period", 10*time.Minute, "how long a new configuration must stay active before it becomes last-known-good")
-	f.DurationVar(&probeTimeout, "probe-timeout", kernel.DefaultProbeTimeout, "longest time one capability probe may take before it counts as Unknown")
+	f.DurationVar(&probeTimeout, "probe-timeout", capability.DefaultProbeTimeout, "longest time one capability probe may take before it counts as Unknown")
 	f.BoolVar(&noReport, "no-report", false, "do not collect the capability report (KernelReportSucceeded stays Unknown)")
 	return cmd
 }
@@ -73,8 +75,8 @@ removed and the lock released.`,
 // serveReport collects the full catalogue of `nodeshim report` against
 // the host under hostRoot (procfs at procRoot when set), keeping `criu
 // check` results for the boot under <root-dir>/report-cache.
-func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*kernel.Report, error) {
-	return func(ctx context.Context) (*kernel.Report, error) {
+func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*capability.Report, error) {
+	return func(ctx context.Context) (*capability.Report, error) {
 		def := kernel.DefaultHost()
 		if procRoot == "" {
 			procRoot = filepath.Join(hostRoot, def.ProcRoot)
@@ -86,6 +88,6 @@ func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration)
 			ModulesRoot: filepath.Join(hostRoot, def.ModulesRoot),
 		}}
 		h := o.host
-		return kernel.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, catalogue(o.criuOptions()))
+		return capability.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, catalogue.With(o.criuOptions()))
 	}
 }

@@ -15,12 +15,14 @@
 //          no_new_privs, load it with SECCOMP_FILTER_FLAG_TSYNC plus
 //          NODESHIM_SECCOMP_FLAGS, execve(argv[1], argv+2). Exit 126 when
 //          the filter cannot be loaded or the command cannot be executed.
-//   probe: map the record file at fd NODESHIM_SECCOMP_PROBE_FD, load the
-//          program if NODESHIM_SECCOMP_PROG_FD is set (not for the
-//          unfiltered baseline), then for each record from
-//          NODESHIM_SECCOMP_PROBE_START on call the syscall and store the
-//          result. Nothing but the probed syscalls runs under the filter:
-//          results go to shared memory, not through write(2).
+//   probe: map the record file at fd NODESHIM_SECCOMP_PROBE_FD and read
+//          the program if NODESHIM_SECCOMP_PROG_FD is set (not for the
+//          unfiltered baseline). This process, which stays unfiltered,
+//          forks one worker per record: the worker loads the program, calls
+//          the syscall and stores the result; a worker that dies has the
+//          signal stored in its record. Nothing but the probed syscall runs
+//          under the filter: results go to shared memory, not through
+//          write(2).
 
 #define _GNU_SOURCE
 #include <errno.h>
@@ -37,6 +39,7 @@
 #include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/wait.h>
 #include <time.h>
 
 #include "child_linux.h"
@@ -170,12 +173,69 @@ static void nodeshim_exec(int argc, char **argv) {
 	_exit(err == ENOENT ? 127 : 126);
 }
 
+// nodeshim_worker runs record i in a process of its own, forked from the
+// probe supervisor: it loads the filter (when prog is set), makes the call,
+// stores the result and exits. Every record starts from the supervisor's
+// state, so no record sees what an earlier one changed (a persona, a uid, a
+// umask, a signal mask...), with or without the filter.
+static void nodeshim_worker(struct nodeshim_probe_hdr *hdr, long i, struct sock_fprog *prog, long flags,
+                            pid_t supervisor) {
+	struct nodeshim_probe_rec *r = &nodeshim_recs[i];
+	prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+	if (getppid() != supervisor) {
+		_exit(119);
+	}
+	// The baseline's worker gets no_new_privs too: it differs from the
+	// filtered one by the filter alone.
+	if (prog != NULL ? nodeshim_load(prog, flags) != 0 : prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) {
+		hdr->setup_errno = errno;
+		_exit(125);
+	}
+	hdr->installed = 1;
+	nodeshim_cur = i;
+	r->state = 1;
+	__sync_synchronize();
+	errno = 0;
+	long ret;
+	int err;
+	if (r->flags & NODESHIM_PROBE_I386) {
+#if defined(__x86_64__)
+		ret = nodeshim_int80(r->nr, r->args);
+		err = 0;
+		if (ret < 0 && ret > -4096) {
+			err = (int)-ret;
+			ret = -1;
+		}
+#else
+		ret = -1;
+		err = ENOSYS;
+#endif
+	} else {
+		ret = syscall(r->nr, r->args[0], r->args[1], r->args[2], r->args[3], r->args[4], r->args[5]);
+		err = errno;
+	}
+	if (ret == 0 && (r->flags & NODESHIM_PROBE_FORKLIKE)) {
+		// The new child of fork or clone: leave at once, and a trapped
+		// exit is not the record's.
+		nodeshim_cur = -1;
+		nodeshim_die();
+	}
+	r->ret = ret;
+	r->err = ret == -1 ? err : 0;
+	__sync_synchronize();
+	r->state = 2;
+	// The exit is not the record's: a filter that traps exit_group must not
+	// mark the finished record trapped.
+	nodeshim_cur = -1;
+	nodeshim_die();
+}
+
 static void nodeshim_probe(void) {
-	long fd, start = 0, pfd = -1, flags = 0;
+	long fd, pfd = -1, flags = 0;
 	struct stat st;
 	struct sock_fprog prog = {0};
-	if (nodeshim_env_int(NODESHIM_ENV_PROBE_FD, &fd) != 1 || nodeshim_env_int(NODESHIM_ENV_PROBE_START, &start) < 0 ||
-	    nodeshim_env_int(NODESHIM_ENV_PROG_FD, &pfd) < 0 || nodeshim_env_int(NODESHIM_ENV_FLAGS, &flags) < 0) {
+	if (nodeshim_env_int(NODESHIM_ENV_PROBE_FD, &fd) != 1 || nodeshim_env_int(NODESHIM_ENV_PROG_FD, &pfd) < 0 ||
+	    nodeshim_env_int(NODESHIM_ENV_FLAGS, &flags) < 0) {
 		_exit(120);
 	}
 	if (fstat((int)fd, &st) != 0 || st.st_size < (off_t)sizeof(struct nodeshim_probe_hdr)) {
@@ -194,6 +254,7 @@ static void nodeshim_probe(void) {
 
 	// A session of its own leaves no controlling terminal for vhangup(2)
 	// to hang up; no core files from SIGSYS kills; die with the parent.
+	// The workers inherit all of it, and the SIGSYS handler.
 	setsid();
 	struct rlimit nocore = {0, 0};
 	setrlimit(RLIMIT_CORE, &nocore);
@@ -210,47 +271,39 @@ static void nodeshim_probe(void) {
 			_exit(124);
 		}
 		close((int)pfd);
-		if (nodeshim_load(&prog, flags) != 0) {
-			hdr->setup_errno = errno;
+	}
+	// The supervisor stays unfiltered: the filter may deny fork and wait.
+	pid_t self = getpid();
+	for (long i = 0; i < (long)hdr->count; i++) {
+		struct nodeshim_probe_rec *r = &nodeshim_recs[i];
+		pid_t pid = fork();
+		if (pid < 0) {
+			_exit(126);
+		}
+		if (pid == 0) {
+			nodeshim_worker(hdr, i, pfd >= 0 ? &prog : NULL, flags, self);
+		}
+		hdr->workers++;
+		int status;
+		while (waitpid(pid, &status, 0) < 0) {
+			if (errno != EINTR) {
+				_exit(127);
+			}
+		}
+		__sync_synchronize();
+		if (hdr->setup_errno != 0) {
 			_exit(125);
 		}
-	}
-	hdr->installed = 1;
-
-	for (long i = start; i < (long)hdr->count; i++) {
-		struct nodeshim_probe_rec *r = &nodeshim_recs[i];
-		nodeshim_cur = i;
-		r->state = 1;
-		__sync_synchronize();
-		errno = 0;
-		long ret;
-		int err;
-		if (r->flags & NODESHIM_PROBE_I386) {
-#if defined(__x86_64__)
-			ret = nodeshim_int80(r->nr, r->args);
-			err = 0;
-			if (ret < 0 && ret > -4096) {
-				err = (int)-ret;
-				ret = -1;
+		if (r->state != 2) {
+			if (!WIFSIGNALED(status)) {
+				// Unfinished without a signal: the parent reports it.
+				_exit(118);
 			}
-#else
-			ret = -1;
-			err = ENOSYS;
-#endif
-		} else {
-			ret = syscall(r->nr, r->args[0], r->args[1], r->args[2], r->args[3], r->args[4], r->args[5]);
-			err = errno;
+			// A kill action, or a trap or call that the process
+			// could not survive.
+			r->signal = WTERMSIG(status);
 		}
-		if (ret == 0 && (r->flags & NODESHIM_PROBE_FORKLIKE)) {
-			// The new child of fork or clone: leave at once.
-			nodeshim_die();
-		}
-		r->ret = ret;
-		r->err = ret == -1 ? err : 0;
-		__sync_synchronize();
-		r->state = 2;
 	}
-	nodeshim_cur = -1;
 	nodeshim_die();
 }
 

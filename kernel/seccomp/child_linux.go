@@ -18,12 +18,11 @@ import (
 
 // The environment of the seccomp child (child_linux.c).
 const (
-	envChild      = C.NODESHIM_ENV_CHILD
-	envProgFD     = C.NODESHIM_ENV_PROG_FD
-	envFlags      = C.NODESHIM_ENV_FLAGS
-	envProbeFD    = C.NODESHIM_ENV_PROBE_FD
-	envProbeStart = C.NODESHIM_ENV_PROBE_START
-	envBenchN     = C.NODESHIM_ENV_BENCH_N
+	envChild   = C.NODESHIM_ENV_CHILD
+	envProgFD  = C.NODESHIM_ENV_PROG_FD
+	envFlags   = C.NODESHIM_ENV_FLAGS
+	envProbeFD = C.NODESHIM_ENV_PROBE_FD
+	envBenchN  = C.NODESHIM_ENV_BENCH_N
 )
 
 const (
@@ -134,7 +133,8 @@ type probeRecord struct {
 	Trapped  bool
 	TrapNr   int32
 	TrapData int32
-	// Signal is set by the parent when the child died during this record.
+	// Signal is the signal the record's process died of before it
+	// finished the record.
 	Signal syscall.Signal
 }
 
@@ -162,11 +162,13 @@ func encodeRecords(recs []probeRecord) []byte {
 }
 
 // decodeResults copies the child's results into recs; it returns the
-// header's setup errno and whether the filter was installed.
-func decodeResults(b []byte, recs []probeRecord) (setupErrno syscall.Errno, installed bool) {
+// header's setup errno, whether the filter was installed and how many
+// record processes were forked.
+func decodeResults(b []byte, recs []probeRecord) (setupErrno syscall.Errno, installed bool, workers int) {
 	ne := binary.NativeEndian
 	setupErrno = syscall.Errno(ne.Uint32(b[8:]))
 	installed = ne.Uint32(b[12:]) != 0
+	workers = int(ne.Uint32(b[16:]))
 	for i := range recs {
 		o := b[probeHdrSize+i*probeRecSize:]
 		r := &recs[i]
@@ -176,17 +178,20 @@ func decodeResults(b []byte, recs []probeRecord) (setupErrno syscall.Errno, inst
 		r.Trapped = ne.Uint32(o[76:]) != 0
 		r.TrapNr = int32(ne.Uint32(o[80:]))
 		r.TrapData = int32(ne.Uint32(o[84:]))
+		r.Signal = syscall.Signal(int32(ne.Uint32(o[88:])))
 	}
-	return setupErrno, installed
+	return setupErrno, installed, workers
 }
 
 // ErrProbeSetup is wrapped when the probe child could not load the filter.
 var ErrProbeSetup = errors.New("seccomp probe child setup")
 
-// runProbes runs recs in child processes under f (unfiltered when f is
-// nil). A child that dies during a record (a kill action, a trap whose
-// handler cannot return) marks that record with the signal and a new child
-// continues after it. It returns the number of children used.
+// runProbes runs each of recs in a fresh process under f (unfiltered when
+// f is nil), forked by one probe child that stays unfiltered, so that no
+// record observes what an earlier one changed in its process. A record's
+// process that dies before finishing it (a kill action, a trap whose
+// handler cannot return, a call that faults) has the signal in Signal. It
+// returns the number of record processes.
 func runProbes(ctx context.Context, f *Filter, recs []probeRecord) (int, error) {
 	if len(recs) == 0 {
 		return 0, nil
@@ -200,68 +205,43 @@ func runProbes(ctx context.Context, f *Filter, recs []probeRecord) (int, error) 
 	if _, err := mem.WriteAt(encodeRecords(recs), 0); err != nil {
 		return 0, fmt.Errorf("write probe records: %w", err)
 	}
-	var prog *os.File
+	cmd := exec.CommandContext(ctx, selfExe)
+	cmd.Args = []string{"nodeshim-seccomp-probe"}
+	cmd.Env = []string{envChild + "=probe", envProbeFD + "=3"}
+	cmd.ExtraFiles = []*os.File{mem}
 	if f != nil {
-		if prog, err = programFile(f, true); err != nil {
+		prog, err := programFile(f, true)
+		if err != nil {
 			return 0, err
 		}
 		defer prog.Close()
+		cmd.Env = append(cmd.Env, envProgFD+"=4", envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10))
+		cmd.ExtraFiles = append(cmd.ExtraFiles, prog)
+	}
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return 0, fmt.Errorf("seccomp probe: %w", ctx.Err())
 	}
 	buf := make([]byte, probeHdrSize+len(recs)*probeRecSize)
-	children := 0
-	for start := 0; start < len(recs); {
-		cmd := exec.CommandContext(ctx, selfExe)
-		cmd.Args = []string{"nodeshim-seccomp-probe"}
-		cmd.Env = []string{
-			envChild + "=probe",
-			envProbeFD + "=3",
-			envProbeStart + "=" + strconv.Itoa(start),
-		}
-		cmd.ExtraFiles = []*os.File{mem}
-		if f != nil {
-			cmd.Env = append(cmd.Env, envProgFD+"=4", envFlags+"="+strconv.FormatUint(uint64(f.Flags), 10))
-			cmd.ExtraFiles = append(cmd.ExtraFiles, prog)
-		}
-		children++
-		runErr := cmd.Run()
-		if ctx.Err() != nil {
-			return children, fmt.Errorf("seccomp probe: %w", ctx.Err())
-		}
-		if _, err := mem.ReadAt(buf, 0); err != nil {
-			return children, fmt.Errorf("read probe results: %w", err)
-		}
-		setupErrno, installed := decodeResults(buf, recs)
-		if !installed {
-			if setupErrno != 0 {
-				return children, fmt.Errorf("%w: load filter: %w", ErrProbeSetup, setupErrno)
-			}
-			return children, fmt.Errorf("%w: child ended before loading the filter: %v", ErrProbeSetup, runErr)
-		}
-		next := len(recs)
-		for i := start; i < len(recs); i++ {
-			if recs[i].State != 2 {
-				next = i
-				break
-			}
-		}
-		if next == len(recs) {
-			break
-		}
-		if recs[next].State != 1 {
-			return children, fmt.Errorf("seccomp probe child stopped before record %d: %v", next, runErr)
-		}
-		var ee *exec.ExitError
-		if errors.As(runErr, &ee) {
-			if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-				recs[next].Signal = ws.Signal()
-			}
-		}
-		if recs[next].Signal == 0 {
-			return children, fmt.Errorf("seccomp probe child left record %d unfinished without a signal: %v", next, runErr)
-		}
-		start = next + 1
+	if _, err := mem.ReadAt(buf, 0); err != nil {
+		return 0, fmt.Errorf("read probe results: %w", err)
 	}
-	return children, nil
+	setupErrno, installed, workers := decodeResults(buf, recs)
+	if setupErrno != 0 {
+		return workers, fmt.Errorf("%w: load filter: %w", ErrProbeSetup, setupErrno)
+	}
+	if !installed {
+		return workers, fmt.Errorf("%w: child ended before loading the filter: %v", ErrProbeSetup, runErr)
+	}
+	for i, r := range recs {
+		if r.State != 2 && r.Signal == 0 {
+			return workers, fmt.Errorf("seccomp probe child stopped at record %d of %d (state %d): %v", i, len(recs), r.State, runErr)
+		}
+	}
+	if runErr != nil {
+		return workers, fmt.Errorf("seccomp probe child: %w", runErr)
+	}
+	return workers, nil
 }
 
 // timeSyscall runs n calls of nr(args) in a child under f (none when f is

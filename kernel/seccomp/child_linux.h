@@ -10,7 +10,6 @@
 #define NODESHIM_ENV_PROG_FD "NODESHIM_SECCOMP_PROG_FD"
 #define NODESHIM_ENV_FLAGS "NODESHIM_SECCOMP_FLAGS"
 #define NODESHIM_ENV_PROBE_FD "NODESHIM_SECCOMP_PROBE_FD"
-#define NODESHIM_ENV_PROBE_START "NODESHIM_SECCOMP_PROBE_START"
 #define NODESHIM_ENV_BENCH_N "NODESHIM_SECCOMP_BENCH_N"
 
 #define NODESHIM_PROBE_MAGIC 0x6e736363u
@@ -22,6 +21,8 @@ struct nodeshim_probe_hdr {
 	uint32_t count;
 	int32_t setup_errno;
 	uint32_t installed;
+	uint32_t workers; /* processes forked, one a record */
+	uint32_t reserved;
 };
 
 struct nodeshim_probe_rec {
@@ -34,15 +35,19 @@ struct nodeshim_probe_rec {
 	int32_t trapped;
 	int32_t trap_nr;
 	int32_t trap_data;
+	int32_t signal; /* the signal the record's process died of, or 0 */
+	uint32_t reserved;
 };
 
 /* decodeResults and encodeRecords in child_linux.go use these offsets. */
-_Static_assert(sizeof(struct nodeshim_probe_hdr) == 16, "probe header layout");
-_Static_assert(sizeof(struct nodeshim_probe_rec) == 88, "probe record layout");
+_Static_assert(sizeof(struct nodeshim_probe_hdr) == 24, "probe header layout");
+_Static_assert(offsetof(struct nodeshim_probe_hdr, workers) == 16, "workers offset");
+_Static_assert(sizeof(struct nodeshim_probe_rec) == 96, "probe record layout");
 _Static_assert(offsetof(struct nodeshim_probe_rec, flags) == 56, "flags offset");
 _Static_assert(offsetof(struct nodeshim_probe_rec, state) == 60, "state offset");
 _Static_assert(offsetof(struct nodeshim_probe_rec, ret) == 64, "ret offset");
 _Static_assert(offsetof(struct nodeshim_probe_rec, err) == 72, "err offset");
 _Static_assert(offsetof(struct nodeshim_probe_rec, trap_data) == 84, "trap_data offset");
+_Static_assert(offsetof(struct nodeshim_probe_rec, signal) == 88, "signal offset");
 
 #endif

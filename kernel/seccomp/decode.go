@@ -8,7 +8,7 @@ import (
 	"sort"
 	"strconv"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // document is a profile as written, in either shape, before it is resolved
@@ -50,7 +50,7 @@ type docArg struct {
 type filterSpec struct {
 	Arches    []string
 	Caps      []string
-	MinKernel kernel.Version
+	MinKernel capability.Version
 }
 
 // decoder walks JSON with json.RawMessage one level at a time so that every

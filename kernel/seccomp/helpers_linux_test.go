@@ -3,11 +3,12 @@ package seccomp
 import (
 	"testing"
 
-	"github.com/nodeshim/nodeshim/kernel"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
-func runningKernel(t testing.TB) kernel.Version {
+func runningKernel(t testing.TB) capability.Version {
 	t.Helper()
 	var u unix.Utsname
 	if err := unix.Uname(&u); err != nil {

@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"testing"
 
+	libseccomp "github.com/seccomp/libseccomp-golang"
+
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -48,11 +50,20 @@ func TestJudge(t *testing.T) {
 	}
 }
 
-// TestVerifyIA32 covers the x86 part of a filter: verified through
-// int $0x80 where the ia32 entry works, reported as not verified where it
-// does not (on this machine's hypervisor int $0x80 raises SIGSEGV).
+// TestVerifyIA32 covers the x86 part of a filter through int $0x80. Where
+// the ia32 entry does not work (a kernel without IA32_EMULATION, booted
+// with ia32_emulation=0, or a hypervisor that faults the vector) the report
+// must say the x86 part is not verified, and the test is skipped through
+// the privileged-test gate: it cannot prove anything about the x86 part.
 func TestVerifyIA32(t *testing.T) {
 	testutil.RequireRoot(t)
+	native, err := nativeArch()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if native != libseccomp.ArchAMD64 {
+		testutil.Skip(t, "the ia32 entry is an x86_64 feature, this is %s", native)
+	}
 	p, f := loadTestdata(t, "runtime-default.json", CompileOptions{})
 	ok, reason := ia32Available(context.Background())
 	t.Logf("ia32 available: %v %s", ok, reason)
@@ -60,23 +71,29 @@ func TestVerifyIA32(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	x86 := 0
+	var x86 []Result
 	for _, r := range rep.Results {
-		if r.Arch != "x86" {
-			continue
-		}
-		x86++
-		if r.Status == StatusMismatch {
-			t.Errorf("x86 %s%v: expected %s, observed %s", r.Syscall, r.Args, r.Expected, r.Observed)
-		}
-		if !ok && (r.Syscall != "*" || r.Status != StatusNotProbed || !strings.Contains(r.Detail, "int $0x80")) {
-			t.Errorf("ia32 unavailable but got %+v", r)
+		if r.Arch == "x86" {
+			x86 = append(x86, r)
 		}
 	}
-	if ok && x86 < 300 {
-		t.Errorf("only %d x86 probes", x86)
+	if !ok {
+		if len(x86) != 1 || x86[0].Syscall != "*" || x86[0].Status != StatusNotProbed || x86[0].Detail != reason || !strings.Contains(reason, "int $0x80") {
+			t.Fatalf("ia32 unavailable (%s) but the x86 results are %+v", reason, x86)
+		}
+		testutil.Skip(t, "the x86 part of the filter cannot be exercised here: %s", reason)
 	}
-	if !ok && (x86 != 1 || !strings.Contains(reason, "segmentation fault")) {
-		t.Errorf("%d x86 results, reason %q", x86, reason)
+	proven := 0
+	for _, r := range x86 {
+		switch r.Status {
+		case StatusMismatch:
+			t.Errorf("x86 %s%v: expected %s, observed %s, baseline %s: %s", r.Syscall, r.Args, r.Expected, r.Observed, r.Baseline, r.Detail)
+		case StatusOK:
+			proven++
+		}
+	}
+	t.Logf("%d x86 results, %d proven", len(x86), proven)
+	if len(x86) < 300 || proven < 300 {
+		t.Errorf("%d x86 results, %d proven", len(x86), proven)
 	}
 }

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // Errors that Parse wraps in a *FieldError, for callers to branch on with
@@ -144,7 +144,7 @@ type ParseOptions struct {
 	// Kernel is the running kernel's version matched against
 	// includes.minKernel; zero means unknown, and rules that need a minimum
 	// kernel are then dropped with a warning.
-	Kernel kernel.Version
+	Kernel capability.Version
 }
 
 // DefaultCaps is the capability set containerd and Docker give a container
@@ -326,7 +326,7 @@ func resolve(doc *document, opts ParseOptions) (*Profile, error) {
 }
 
 // applies evaluates a moby rule's includes/excludes for a node.
-func (s *docSyscall) applies(arch string, caps []string, k kernel.Version) (string, bool) {
+func (s *docSyscall) applies(arch string, caps []string, k capability.Version) (string, bool) {
 	has := func(list []string, v string) bool {
 		for _, x := range list {
 			if x == v {
@@ -404,8 +404,8 @@ func (p *Profile) checkConflicts() []error {
 }
 
 // parseKernelVersion reads "4.8" or "5.10.2" as used by moby's minKernel.
-func parseKernelVersion(s string) (kernel.Version, error) {
-	var v kernel.Version
+func parseKernelVersion(s string) (capability.Version, error) {
+	var v capability.Version
 	parts := strings.SplitN(s, ".", 3)
 	if len(parts) < 2 {
 		return v, fmt.Errorf("kernel version %q: want MAJOR.MINOR", s)
@@ -414,7 +414,7 @@ func parseKernelVersion(s string) (kernel.Version, error) {
 	for i, p := range parts {
 		n, err := strconv.Atoi(p)
 		if err != nil || n < 0 {
-			return kernel.Version{}, fmt.Errorf("kernel version %q: %q is not a number", s, p)
+			return capability.Version{}, fmt.Errorf("kernel version %q: %q is not a number", s, p)
 		}
 		*nums[i] = n
 	}
@@ -423,7 +423,7 @@ func parseKernelVersion(s string) (kernel.Version, error) {
 
 // ParseRelease reads the version at the start of a kernel release string as
 // uname(2) reports it, e.g. "6.18.44-fc-v769".
-func ParseRelease(release string) (kernel.Version, error) {
+func ParseRelease(release string) (capability.Version, error) {
 	end := 0
 	dots := 0
 	for end < len(release) {

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 var update = flag.Bool("update", false, "rewrite golden files under testdata/")
@@ -166,10 +166,10 @@ func TestParseMoby(t *testing.T) {
 		arches string
 		rules  string
 	}{
-		{"amd64 default caps 6.18", ParseOptions{Arch: "amd64", Kernel: kernel.V(6, 18, 44)},
+		{"amd64 default caps 6.18", ParseOptions{Arch: "amd64", Kernel: capability.V(6, 18, 44)},
 			"SCMP_ARCH_X86_64,SCMP_ARCH_X86,SCMP_ARCH_X32",
 			"read+write+close+exit_group+getpid+brk+mmap+munmap+rt_sigreturn+futex arch_prctl chown+fchown ptrace clone getuid"},
-		{"arm64 with SYS_ADMIN", ParseOptions{Arch: "arm64", Caps: []string{"CAP_SYS_ADMIN"}, Kernel: kernel.V(4, 4, 0)},
+		{"arm64 with SYS_ADMIN", ParseOptions{Arch: "arm64", Caps: []string{"CAP_SYS_ADMIN"}, Kernel: capability.V(4, 4, 0)},
 			"SCMP_ARCH_AARCH64,SCMP_ARCH_ARM",
 			"read+write+close+exit_group+getpid+brk+mmap+munmap+rt_sigreturn+futex mount+umount2+unshare getuid"},
 		{"unknown kernel", ParseOptions{Arch: "amd64", Caps: []string{}},
@@ -287,16 +287,16 @@ func TestOpMatch(t *testing.T) {
 func TestParseRelease(t *testing.T) {
 	tests := []struct {
 		in   string
-		want kernel.Version
+		want capability.Version
 		err  bool
 	}{
-		{"6.18.44-fc-v769", kernel.V(6, 18, 44), false},
-		{"5.15.0-91-generic", kernel.V(5, 15, 0), false},
-		{"6.1", kernel.V(6, 1, 0), false},
-		{"4.19.0+", kernel.V(4, 19, 0), false},
-		{"6.12.1.2", kernel.V(6, 12, 1), false},
-		{"linux", kernel.Version{}, true},
-		{"", kernel.Version{}, true},
+		{"6.18.44-fc-v769", capability.V(6, 18, 44), false},
+		{"5.15.0-91-generic", capability.V(5, 15, 0), false},
+		{"6.1", capability.V(6, 1, 0), false},
+		{"4.19.0+", capability.V(4, 19, 0), false},
+		{"6.12.1.2", capability.V(6, 12, 1), false},
+		{"linux", capability.Version{}, true},
+		{"", capability.Version{}, true},
 	}
 	for _, tc := range tests {
 		got, err := ParseRelease(tc.in)
@@ -322,7 +322,7 @@ func FuzzParse(f *testing.F) {
 	}
 	f.Add([]byte(`{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"name":"x","action":"SCMP_ACT_LOG","includes":{"minKernel":"4.8","caps":["CAP_X"]}}]}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
-		p, err := Parse(data, ParseOptions{Arch: "amd64", Kernel: kernel.V(6, 1, 0)})
+		p, err := Parse(data, ParseOptions{Arch: "amd64", Kernel: capability.V(6, 1, 0)})
 		if err != nil {
 			var fe *FieldError
 			if !errors.As(err, &fe) {

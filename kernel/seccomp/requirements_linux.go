@@ -6,9 +6,10 @@ import (
 	"fmt"
 	"unsafe"
 
-	"github.com/nodeshim/nodeshim/kernel"
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // seccomp(2) operations (include/uapi/linux/seccomp.h).
@@ -61,23 +62,23 @@ func FilterFlagAccepted(flags uint) (bool, error) {
 
 const neededByProfiles = "Kubernetes: seccompProfile RuntimeDefault and Localhost"
 
-func actionRequirement(id, name string, ret uint32, min kernel.Version, neededBy ...string) kernel.Requirement {
-	return kernel.Requirement{
+func actionRequirement(id, name string, ret uint32, min capability.Version, neededBy ...string) capability.Requirement {
+	return capability.Requirement{
 		ID:        "seccomp.action." + id,
 		Group:     "seccomp",
 		NeededBy:  neededBy,
 		MinKernel: min,
-		Probe: func(context.Context, *kernel.Host) kernel.Finding {
+		Probe: func(context.Context, capability.Host) capability.Finding {
 			err := ActionAvailable(ret)
 			switch {
 			case err == nil:
-				return kernel.Findingf(kernel.Supported, "seccomp(SECCOMP_GET_ACTION_AVAIL, %s) = 0", name)
+				return capability.Findingf(capability.Supported, "seccomp(SECCOMP_GET_ACTION_AVAIL, %s) = 0", name)
 			case errors.Is(err, unix.EOPNOTSUPP):
-				return kernel.Findingf(kernel.Unsupported, "seccomp(SECCOMP_GET_ACTION_AVAIL, %s) = EOPNOTSUPP", name)
+				return capability.Findingf(capability.Unsupported, "seccomp(SECCOMP_GET_ACTION_AVAIL, %s) = EOPNOTSUPP", name)
 			case errors.Is(err, unix.EINVAL):
-				return kernel.Findingf(kernel.Unknown, "seccomp(SECCOMP_GET_ACTION_AVAIL) = EINVAL: the kernel predates 4.14 and cannot be asked about %s", name)
+				return capability.Findingf(capability.Unknown, "seccomp(SECCOMP_GET_ACTION_AVAIL) = EINVAL: the kernel predates 4.14 and cannot be asked about %s", name)
 			}
-			return kernel.Findingf(kernel.Unknown, "%v", err)
+			return capability.Findingf(capability.Unknown, "%v", err)
 		},
 	}
 }
@@ -86,68 +87,68 @@ func actionRequirement(id, name string, ret uint32, min kernel.Version, neededBy
 // catalogue. Their probes ask the running kernel through seccomp(2) (the
 // Host roots play no part: seccomp has no file interface) and libseccomp
 // for its API level.
-func Requirements() []kernel.Requirement {
-	reqs := []kernel.Requirement{{
+func Requirements() []capability.Requirement {
+	reqs := []capability.Requirement{{
 		ID:        "seccomp.filter",
 		Group:     "seccomp",
 		NeededBy:  []string{neededByProfiles, "nodeshim: seccomp exec and verify"},
-		MinKernel: kernel.V(3, 17, 0),
-		Probe: func(context.Context, *kernel.Host) kernel.Finding {
+		MinKernel: capability.V(3, 17, 0),
+		Probe: func(context.Context, capability.Host) capability.Finding {
 			ok, err := FilterFlagAccepted(0)
 			switch {
 			case err != nil:
 				if errors.Is(err, unix.ENOSYS) {
-					return kernel.Findingf(kernel.Unsupported, "%v: no seccomp(2) (CONFIG_SECCOMP off or kernel before 3.17)", err)
+					return capability.Findingf(capability.Unsupported, "%v: no seccomp(2) (CONFIG_SECCOMP off or kernel before 3.17)", err)
 				}
-				return kernel.Findingf(kernel.Unknown, "%v", err)
+				return capability.Findingf(capability.Unknown, "%v", err)
 			case !ok:
-				return kernel.Findingf(kernel.Unsupported, "seccomp(SECCOMP_SET_MODE_FILTER, 0, NULL) = EINVAL: CONFIG_SECCOMP_FILTER is off")
+				return capability.Findingf(capability.Unsupported, "seccomp(SECCOMP_SET_MODE_FILTER, 0, NULL) = EINVAL: CONFIG_SECCOMP_FILTER is off")
 			}
-			return kernel.Findingf(kernel.Supported, "seccomp(SECCOMP_SET_MODE_FILTER, 0, NULL) = EFAULT: filter mode is available")
+			return capability.Findingf(capability.Supported, "seccomp(SECCOMP_SET_MODE_FILTER, 0, NULL) = EFAULT: filter mode is available")
 		},
 	}}
 	profiles := []string{neededByProfiles}
 	reqs = append(reqs,
-		actionRequirement("kill_process", "SECCOMP_RET_KILL_PROCESS", retKillProcess, kernel.V(4, 14, 0), append(profiles, "OCI: SCMP_ACT_KILL_PROCESS")...),
-		actionRequirement("kill_thread", "SECCOMP_RET_KILL_THREAD", retKillThread, kernel.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_KILL, SCMP_ACT_KILL_THREAD")...),
-		actionRequirement("trap", "SECCOMP_RET_TRAP", retTrap, kernel.V(3, 5, 0), "OCI: SCMP_ACT_TRAP"),
-		actionRequirement("errno", "SECCOMP_RET_ERRNO", retErrno, kernel.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_ERRNO")...),
-		actionRequirement("trace", "SECCOMP_RET_TRACE", retTrace, kernel.V(3, 5, 0), "OCI: SCMP_ACT_TRACE"),
-		actionRequirement("log", "SECCOMP_RET_LOG", retLog, kernel.V(4, 14, 0), "OCI: SCMP_ACT_LOG", "Security Profiles Operator: profile recording via audit log"),
-		actionRequirement("allow", "SECCOMP_RET_ALLOW", retAllow, kernel.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_ALLOW")...),
-		actionRequirement("user_notif", "SECCOMP_RET_USER_NOTIF", retUserNotif, kernel.V(5, 0, 0), "OCI: SCMP_ACT_NOTIFY (seccomp agents)"),
-		kernel.Requirement{
+		actionRequirement("kill_process", "SECCOMP_RET_KILL_PROCESS", retKillProcess, capability.V(4, 14, 0), append(profiles, "OCI: SCMP_ACT_KILL_PROCESS")...),
+		actionRequirement("kill_thread", "SECCOMP_RET_KILL_THREAD", retKillThread, capability.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_KILL, SCMP_ACT_KILL_THREAD")...),
+		actionRequirement("trap", "SECCOMP_RET_TRAP", retTrap, capability.V(3, 5, 0), "OCI: SCMP_ACT_TRAP"),
+		actionRequirement("errno", "SECCOMP_RET_ERRNO", retErrno, capability.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_ERRNO")...),
+		actionRequirement("trace", "SECCOMP_RET_TRACE", retTrace, capability.V(3, 5, 0), "OCI: SCMP_ACT_TRACE"),
+		actionRequirement("log", "SECCOMP_RET_LOG", retLog, capability.V(4, 14, 0), "OCI: SCMP_ACT_LOG", "Security Profiles Operator: profile recording via audit log"),
+		actionRequirement("allow", "SECCOMP_RET_ALLOW", retAllow, capability.V(3, 5, 0), append(profiles, "OCI: SCMP_ACT_ALLOW")...),
+		actionRequirement("user_notif", "SECCOMP_RET_USER_NOTIF", retUserNotif, capability.V(5, 0, 0), "OCI: SCMP_ACT_NOTIFY (seccomp agents)"),
+		capability.Requirement{
 			ID:        "seccomp.notify",
 			Group:     "seccomp",
 			NeededBy:  []string{"OCI: SCMP_ACT_NOTIFY with listenerPath (seccomp agents)"},
-			MinKernel: kernel.V(5, 0, 0),
-			Probe: func(context.Context, *kernel.Host) kernel.Finding {
+			MinKernel: capability.V(5, 0, 0),
+			Probe: func(context.Context, capability.Host) capability.Finding {
 				var sizes [3]uint16 // struct seccomp_notif_sizes
 				if err := seccompCall(seccompGetNotifSizes, 0, unsafe.Pointer(&sizes)); err != nil {
-					return kernel.Findingf(kernel.Unsupported, "seccomp(SECCOMP_GET_NOTIF_SIZES) = %v", err)
+					return capability.Findingf(capability.Unsupported, "seccomp(SECCOMP_GET_NOTIF_SIZES) = %v", err)
 				}
 				ok, err := FilterFlagAccepted(filterFlagNewListener | filterFlagTSync | filterFlagTSyncESRCH)
 				if err != nil {
-					return kernel.Findingf(kernel.Unknown, "%v", err)
+					return capability.Findingf(capability.Unknown, "%v", err)
 				}
 				if !ok {
-					return kernel.Findingf(kernel.Degraded, "SECCOMP_GET_NOTIF_SIZES works (notif %d, resp %d, data %d bytes) but NEW_LISTENER|TSYNC|TSYNC_ESRCH is refused (kernel before 5.7)", sizes[0], sizes[1], sizes[2])
+					return capability.Findingf(capability.Degraded, "SECCOMP_GET_NOTIF_SIZES works (notif %d, resp %d, data %d bytes) but NEW_LISTENER|TSYNC|TSYNC_ESRCH is refused (kernel before 5.7)", sizes[0], sizes[1], sizes[2])
 				}
-				return kernel.Findingf(kernel.Supported, "SECCOMP_GET_NOTIF_SIZES: notif %d, resp %d, data %d bytes; NEW_LISTENER|TSYNC|TSYNC_ESRCH accepted", sizes[0], sizes[1], sizes[2])
+				return capability.Findingf(capability.Supported, "SECCOMP_GET_NOTIF_SIZES: notif %d, resp %d, data %d bytes; NEW_LISTENER|TSYNC|TSYNC_ESRCH accepted", sizes[0], sizes[1], sizes[2])
 			},
 		},
-		flagRequirement("tsync", "SECCOMP_FILTER_FLAG_TSYNC", filterFlagTSync, kernel.V(3, 17, 0), "nodeshim: seccomp exec (filter on every thread)"),
-		flagRequirement("log", "SECCOMP_FILTER_FLAG_LOG", 1<<1, kernel.V(4, 14, 0), "OCI: flags SECCOMP_FILTER_FLAG_LOG"),
-		flagRequirement("spec_allow", "SECCOMP_FILTER_FLAG_SPEC_ALLOW", 1<<2, kernel.V(4, 17, 0), "OCI: flags SECCOMP_FILTER_FLAG_SPEC_ALLOW"),
-		flagRequirement("wait_killable_recv", "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV", filterFlagNewListener|filterFlagWaitKillable, kernel.V(5, 19, 0), "OCI: flags SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"),
-		kernel.Requirement{
+		flagRequirement("tsync", "SECCOMP_FILTER_FLAG_TSYNC", filterFlagTSync, capability.V(3, 17, 0), "nodeshim: seccomp exec (filter on every thread)"),
+		flagRequirement("log", "SECCOMP_FILTER_FLAG_LOG", 1<<1, capability.V(4, 14, 0), "OCI: flags SECCOMP_FILTER_FLAG_LOG"),
+		flagRequirement("spec_allow", "SECCOMP_FILTER_FLAG_SPEC_ALLOW", 1<<2, capability.V(4, 17, 0), "OCI: flags SECCOMP_FILTER_FLAG_SPEC_ALLOW"),
+		flagRequirement("wait_killable_recv", "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV", filterFlagNewListener|filterFlagWaitKillable, capability.V(5, 19, 0), "OCI: flags SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV"),
+		capability.Requirement{
 			ID:       "seccomp.libseccomp",
 			Group:    "seccomp",
 			NeededBy: []string{"nodeshim: compiling profiles (libseccomp API level 5 for NOTIFY, 2.5 for the binary tree)"},
-			Probe: func(context.Context, *kernel.Host) kernel.Finding {
+			Probe: func(context.Context, capability.Host) capability.Finding {
 				api, err := libseccomp.GetAPI()
 				if err != nil {
-					return kernel.Findingf(kernel.Unknown, "libseccomp %s: seccomp_api_get: %v", LibraryVersion(), err)
+					return capability.Findingf(capability.Unknown, "libseccomp %s: seccomp_api_get: %v", LibraryVersion(), err)
 				}
 				tree := "binary tree optimizer available"
 				if !treeSupported() {
@@ -155,32 +156,32 @@ func Requirements() []kernel.Requirement {
 				}
 				switch {
 				case api >= 5 && treeSupported():
-					return kernel.Findingf(kernel.Supported, "libseccomp %s, API level %d, %s", LibraryVersion(), api, tree)
+					return capability.Findingf(capability.Supported, "libseccomp %s, API level %d, %s", LibraryVersion(), api, tree)
 				case api >= 3:
-					return kernel.Findingf(kernel.Degraded, "libseccomp %s, API level %d (5 needed for NOTIFY), %s", LibraryVersion(), api, tree)
+					return capability.Findingf(capability.Degraded, "libseccomp %s, API level %d (5 needed for NOTIFY), %s", LibraryVersion(), api, tree)
 				}
-				return kernel.Findingf(kernel.Unsupported, "libseccomp %s, API level %d: no KILL_PROCESS or LOG (level 3)", LibraryVersion(), api)
+				return capability.Findingf(capability.Unsupported, "libseccomp %s, API level %d: no KILL_PROCESS or LOG (level 3)", LibraryVersion(), api)
 			},
 		},
 	)
 	return reqs
 }
 
-func flagRequirement(id, name string, bits uint, min kernel.Version, neededBy ...string) kernel.Requirement {
-	return kernel.Requirement{
+func flagRequirement(id, name string, bits uint, min capability.Version, neededBy ...string) capability.Requirement {
+	return capability.Requirement{
 		ID:        "seccomp.flag." + id,
 		Group:     "seccomp",
 		NeededBy:  neededBy,
 		MinKernel: min,
-		Probe: func(context.Context, *kernel.Host) kernel.Finding {
+		Probe: func(context.Context, capability.Host) capability.Finding {
 			ok, err := FilterFlagAccepted(bits)
 			switch {
 			case err != nil:
-				return kernel.Findingf(kernel.Unknown, "%v", err)
+				return capability.Findingf(capability.Unknown, "%v", err)
 			case !ok:
-				return kernel.Findingf(kernel.Unsupported, "seccomp(SECCOMP_SET_MODE_FILTER, %s, NULL) = EINVAL", name)
+				return capability.Findingf(capability.Unsupported, "seccomp(SECCOMP_SET_MODE_FILTER, %s, NULL) = EINVAL", name)
 			}
-			return kernel.Findingf(kernel.Supported, "seccomp(SECCOMP_SET_MODE_FILTER, %s, NULL) = EFAULT: flag known", name)
+			return capability.Findingf(capability.Supported, "seccomp(SECCOMP_SET_MODE_FILTER, %s, NULL) = EFAULT: flag known", name)
 		},
 	}
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // TestRequirements runs every seccomp probe on this kernel (6.18, with
@@ -37,7 +38,7 @@ func TestRequirements(t *testing.T) {
 		t.Run(r.ID, func(t *testing.T) {
 			f := r.Probe(context.Background(), host)
 			t.Logf("%s: %s", f.Verdict, f.Evidence)
-			if f.Verdict != kernel.Supported || f.Evidence == "" {
+			if f.Verdict != capability.Supported || f.Evidence == "" {
 				t.Errorf("%s: %+v", r.ID, f)
 			}
 			if !r.MinKernel.IsZero() && !runningKernel(t).AtLeast(r.MinKernel) {

@@ -58,7 +58,8 @@ type Report struct {
 	Mismatches   int      `json:"mismatches"`
 	Inconclusive int      `json:"inconclusive"`
 	NotProbed    int      `json:"notProbed"`
-	// Children is the number of probe processes run under the filter.
+	// Children is the number of probe processes run under the filter:
+	// one for each probe.
 	Children int `json:"children"`
 }
 
@@ -163,12 +164,16 @@ type probeCase struct {
 // values on both sides of each comparison; on x86_64 a filter with the x86
 // architecture is probed through the ia32 entry (int $0x80) too, where the
 // kernel allows it. Each call runs first without a filter (the baseline)
-// and then under f, and the kernel's answer is compared with what the
-// profile means (Profile.Evaluate): allowed syscalls must answer as they do
-// unfiltered; denied ones exactly errnoRet; kill actions must end the child
-// with SIGSYS; TRAP must raise SIGSYS with SYS_SECCOMP; TRACE and NOTIFY,
-// with no tracer or listener attached, answer ENOSYS; numbers above the
-// ENOSYS prefix's limit answer ENOSYS. A probe whose baseline gives the
+// and then under f, every time in a process of its own forked from the same
+// unfiltered parent: no probe sees what an earlier one changed (a call that
+// the filter denies but the baseline runs, such as personality(2) or
+// setuid(2), would otherwise change the baseline's answers after it, and
+// results would depend on probe order). The kernel's answer is compared
+// with what the profile means (Profile.Evaluate): allowed syscalls must
+// answer as they do unfiltered; denied ones exactly errnoRet; kill actions
+// must end the child with SIGSYS; TRAP must raise SIGSYS with SYS_SECCOMP;
+// TRACE and NOTIFY, with no tracer or listener attached, answer ENOSYS;
+// numbers above the ENOSYS prefix's limit answer ENOSYS. A probe whose baseline gives the
 // same answer, or kills the child, is inconclusive.
 func Verify(ctx context.Context, p *Profile, f *Filter, opts VerifyOptions) (*Report, error) {
 	native, err := nativeArch()

@@ -30,7 +30,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -42,7 +42,7 @@ const SocketName = "nodeshim.sock"
 // Source is what the API reads: the status model.
 type Source interface {
 	Snapshot() status.Document
-	Report() *kernel.Report
+	Report() *capability.Report
 }
 
 // Checkpointer takes container checkpoints for POST /checkpoint.

@@ -25,7 +25,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/nodeshim/nodeshim/bpf"
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/condition"
@@ -57,7 +57,7 @@ type Options struct {
 	// /report?refresh=true. The caller supplies it because the full
 	// requirement catalogue is assembled by the command; nil reports
 	// KernelReportSucceeded Unknown.
-	Report func(ctx context.Context) (*kernel.Report, error)
+	Report func(ctx context.Context) (*capability.Report, error)
 	// OOMHooks overrides the OOM watcher's hooks (bpf.DefaultOOMHooks when
 	// nil).
 	OOMHooks []bpf.OOMHook
@@ -142,7 +142,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	model := status.New(nil)
 
 	// The report comes first, so that the transitions follow it on Out.
-	var rep *kernel.Report
+	var rep *capability.Report
 	repErr := errors.New("no report collector configured")
 	if opts.Report != nil {
 		rep, repErr = opts.Report(ctx)

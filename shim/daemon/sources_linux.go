@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -179,9 +179,9 @@ func runOOM(ctx context.Context, model *status.Model, hooks []bpf.OOMHook, log *
 }
 
 // oomFailure is OOMWatcherReady when the watcher could not attach.
-func oomFailure(rep *kernel.Report, err error) condition.Condition {
+func oomFailure(rep *capability.Report, err error) condition.Condition {
 	if rep != nil {
-		if res, ok := rep.Result(oomRequirement); ok && res.Verdict == kernel.Unsupported {
+		if res, ok := rep.Result(oomRequirement); ok && res.Verdict == capability.Unsupported {
 			return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.False, Severity: condition.SeverityWarning,
 				Reason: ReasonNotSupportedByKernel, Message: fmt.Sprintf("OOM kills are not watched: %s", res.Evidence)}
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -99,12 +100,12 @@ func TestOOMWatcherSource(t *testing.T) {
 // TestOOMWatcherUnavailable: when the watcher cannot attach, the model says
 // that OOM kills are not watched, and why, instead of an empty history.
 func TestOOMWatcherUnavailable(t *testing.T) {
-	unsupported := &kernel.Report{Requirements: []kernel.Result{{ID: oomRequirement, Verdict: kernel.Unsupported,
+	unsupported := &capability.Report{Requirements: []capability.Result{{ID: oomRequirement, Verdict: capability.Unsupported,
 		Evidence: "OOM watcher: no hook available: BPF_PROG_TYPE_TRACING refused"}}}
-	degraded := &kernel.Report{Requirements: []kernel.Result{{ID: oomRequirement, Verdict: kernel.Degraded, Evidence: "tracepoint"}}}
+	degraded := &capability.Report{Requirements: []capability.Result{{ID: oomRequirement, Verdict: capability.Degraded, Evidence: "tracepoint"}}}
 	tests := []struct {
 		name       string
-		report     *kernel.Report
+		report     *capability.Report
 		wantStatus string
 		wantReason string
 		wantSev    condition.Severity
@@ -231,10 +232,10 @@ func TestPressureSourceFails(t *testing.T) {
 func TestReport(t *testing.T) {
 	testutil.RequireRoot(t)
 	calls := 0
-	collect := func(ctx context.Context) (*kernel.Report, error) {
+	collect := func(ctx context.Context) (*capability.Report, error) {
 		calls++
 		h := kernel.DefaultHost()
-		return kernel.Collector{}.Collect(ctx, h, kernel.Catalogue())
+		return capability.Collector{}.Collect(ctx, h, kernel.Catalogue())
 	}
 	t.Run("collected", func(t *testing.T) {
 		d := startDaemonWith(t, func(o *Options) { o.Report = collect })
@@ -247,16 +248,16 @@ func TestReport(t *testing.T) {
 		if !strings.HasPrefix(out, "KERNEL ") || strings.Index(out, "KernelReportSucceeded True") < strings.Index(out, "requirements:") {
 			t.Errorf("out does not start with the report followed by the transitions:\n%s", out)
 		}
-		get := func(path string) kernel.Report {
+		get := func(path string) capability.Report {
 			code, body := d.do(t, "GET", path)
-			var rep kernel.Report
+			var rep capability.Report
 			if code != 200 || json.Unmarshal([]byte(body), &rep) != nil {
 				t.Fatalf("%s = %d %s", path, code, body)
 			}
 			return rep
 		}
 		first := get("/report")
-		if !first.GeneratedAt.Equal(doc.Report.GeneratedAt) || first.Kind != kernel.ReportKind {
+		if !first.GeneratedAt.Equal(doc.Report.GeneratedAt) || first.Kind != capability.ReportKind {
 			t.Errorf("/report generated at %v, status says %v", first.GeneratedAt, doc.Report.GeneratedAt)
 		}
 		fresh := get("/report?refresh=true")
@@ -270,7 +271,7 @@ func TestReport(t *testing.T) {
 	})
 	t.Run("failing", func(t *testing.T) {
 		d := startDaemonWith(t, func(o *Options) {
-			o.Report = func(context.Context) (*kernel.Report, error) { return nil, errors.New("read /proc/version: boom") }
+			o.Report = func(context.Context) (*capability.Report, error) { return nil, errors.New("read /proc/version: boom") }
 		})
 		doc := d.status(t)
 		if c, _ := cond(doc, status.TypeKernelReport); c.Status != condition.False || c.Reason != "CollectFailed" || !strings.Contains(c.Message, "boom") {

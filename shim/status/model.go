@@ -12,7 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
@@ -59,7 +59,7 @@ type Model struct {
 	config *config.NodeConfigStatus
 	subs   map[chan Transition]struct{}
 
-	report      *kernel.Report
+	report      *capability.Report
 	pressure    *Pressure
 	oom         OOMKills
 	checkpoints []CheckpointRecord

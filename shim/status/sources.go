@@ -5,7 +5,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 )
 
@@ -37,7 +37,7 @@ type ReportSummary struct {
 	// KernelRelease is the running kernel's release string.
 	KernelRelease string `json:"kernelRelease,omitempty"`
 	// Summary counts the report's verdicts.
-	Summary kernel.Summary `json:"summary"`
+	Summary capability.Summary `json:"summary"`
 }
 
 // OOMKills are the OOM kills the eBPF watcher saw.
@@ -103,7 +103,7 @@ type CheckpointRecord struct {
 
 // SetReport records a capability report and its KernelReportSucceeded
 // condition; a collection error becomes the condition's reason instead.
-func (m *Model) SetReport(rep *kernel.Report, err error) {
+func (m *Model) SetReport(rep *capability.Report, err error) {
 	if err != nil {
 		m.Set(condition.Condition{Type: TypeKernelReport, Status: condition.False, Severity: condition.SeverityWarning,
 			Reason: "CollectFailed", Message: err.Error()})
@@ -120,7 +120,7 @@ func (m *Model) SetReport(rep *kernel.Report, err error) {
 }
 
 // Report returns the last capability report, nil before the first.
-func (m *Model) Report() *kernel.Report {
+func (m *Model) Report() *capability.Report {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return m.report

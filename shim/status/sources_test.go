@@ -8,7 +8,7 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 )
 
@@ -80,11 +80,11 @@ func TestPressureBumpsNoGeneration(t *testing.T) {
 }
 
 func TestSetReport(t *testing.T) {
-	rep := &kernel.Report{Kind: kernel.ReportKind, Kernel: kernel.KernelInfo{Identity: kernel.Identity{Release: kernel.Release{Raw: "6.18.44"}}},
-		Summary: kernel.Summary{Total: 3, Supported: 2, Unsupported: 1}}
+	rep := &capability.Report{Kind: capability.ReportKind, Kernel: capability.Kernel{Identity: capability.Identity{Release: capability.Release{Raw: "6.18.44"}}},
+		Summary: capability.Summary{Total: 3, Supported: 2, Unsupported: 1}}
 	tests := []struct {
 		name       string
-		rep        *kernel.Report
+		rep        *capability.Report
 		err        error
 		wantStatus string
 		wantReason string

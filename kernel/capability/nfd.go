@@ -1,4 +1,4 @@
-package kernel
+package capability
 
 import (
 	"errors"

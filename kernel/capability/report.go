@@ -1,4 +1,4 @@
-package kernel
+package capability
 
 import (
 	"fmt"
@@ -25,37 +25,13 @@ type Report struct {
 	// ElapsedMicroseconds is how long collection took, probes included.
 	ElapsedMicroseconds int64 `json:"elapsedMicroseconds"`
 	// Kernel is the kernel's identity, config source and cgroup layout.
-	Kernel KernelInfo `json:"kernel"`
+	Kernel Kernel `json:"kernel"`
 	// Sysctls are the Kubernetes safe sysctls as read through /proc/sys.
 	Sysctls []Sysctl `json:"sysctls"`
 	// Requirements are the verdicts, in catalogue order.
 	Requirements []Result `json:"requirements"`
 	// Summary counts the verdicts.
 	Summary Summary `json:"summary"`
-}
-
-// KernelInfo is the identity part of a report.
-type KernelInfo struct {
-	Identity
-	// Error is why the identity could not be read; the other fields are
-	// then partly empty and version verdicts are Unknown.
-	Error string `json:"error,omitempty"`
-	// Labels are the well-known node labels the identity determines.
-	Labels map[string]string `json:"labels"`
-	// Config says where the kernel config was read from.
-	Config ConfigInfo `json:"config"`
-	// Cgroup is the cgroup layout from the mount table.
-	Cgroup CgroupLayout `json:"cgroup"`
-}
-
-// ConfigInfo says where the kernel config came from, or why there is none.
-type ConfigInfo struct {
-	// Source is the file read, e.g. "/proc/config.gz".
-	Source string `json:"source,omitempty"`
-	// Options is the number of options set in it.
-	Options int `json:"options"`
-	// Error says why no config was read.
-	Error string `json:"error,omitempty"`
 }
 
 // Result is the verdict on one requirement.
@@ -90,14 +66,14 @@ type Summary struct {
 	Mismatches int `json:"mismatches"`
 }
 
-func newResult(r Requirement, h *Host, f Finding, elapsed time.Duration) Result {
+func newResult(r Requirement, k Kernel, f Finding, elapsed time.Duration) Result {
 	res := Result{
 		ID:                  r.ID,
 		Group:               r.Group,
 		NeededBy:            slices.Clone(r.NeededBy),
 		Verdict:             f.Verdict,
 		Evidence:            f.Evidence,
-		VersionVerdict:      VersionVerdict(r, h),
+		VersionVerdict:      VersionVerdict(r, k),
 		ElapsedMicroseconds: elapsed.Microseconds(),
 	}
 	if res.NeededBy == nil {
@@ -110,29 +86,18 @@ func newResult(r Requirement, h *Host, f Finding, elapsed time.Duration) Result 
 	return res
 }
 
-func newReport(h *Host, results []Result, start time.Time, elapsed time.Duration) *Report {
+func newReport(node Node, results []Result, start time.Time, elapsed time.Duration) *Report {
 	r := &Report{
 		APIVersion:          ReportAPIVersion,
 		Kind:                ReportKind,
 		GeneratedAt:         start.UTC(),
 		ElapsedMicroseconds: elapsed.Microseconds(),
+		Kernel:              node.Kernel,
+		Sysctls:             node.Sysctls,
 		Requirements:        results,
-		Sysctls:             []Sysctl{},
 	}
-	k := &r.Kernel
-	k.Identity = h.Identity
-	k.Labels = h.Identity.Labels()
-	if h.IdentityErr != nil {
-		k.Error = h.IdentityErr.Error()
-	}
-	if h.Config != nil {
-		k.Config = ConfigInfo{Source: h.Config.Source, Options: len(h.Config.Options)}
-	} else if h.ConfigErr != nil {
-		k.Config.Error = h.ConfigErr.Error()
-	}
-	k.Cgroup = CgroupLayoutOf(h.Mounts)
-	for _, s := range SafeSysctls() {
-		r.Sysctls = append(r.Sysctls, ReadSysctl(h.ProcRoot, s.Name))
+	if r.Sysctls == nil {
+		r.Sysctls = []Sysctl{}
 	}
 	for _, res := range results {
 		r.Summary.add(res)

@@ -1,4 +1,11 @@
-package kernel
+// Package capability is the vocabulary of nodeshim's capability report:
+// a requirement that something has of the node, the finding of its probe
+// and the verdict, the collector that runs the probes, and the report with
+// its renderings (table, JSON and YAML through the struct tags, and
+// node-feature-discovery features). The kernel package and the facility
+// packages (seccomp, bpf, criu) each contribute requirements with probes;
+// this package knows none of them.
+package capability
 
 import (
 	"context"
@@ -81,7 +88,7 @@ type Requirement struct {
 	MinKernel Version `json:"minKernel,omitzero"`
 	// Probe finds out whether the running kernel has the feature. It must
 	// not panic; a probe that cannot decide returns Unknown with the reason.
-	Probe func(ctx context.Context, h *Host) Finding `json:"-"`
+	Probe func(ctx context.Context, h Host) Finding `json:"-"`
 	// Slow marks a probe that runs a program, forks, or waits on the
 	// kernel (a kthread, a tool's self-check). The collector starts slow
 	// probes first, each on its own goroutine, so that they overlap with

@@ -1,4 +1,4 @@
-package kernel
+package capability
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 // a hung tool or netlink socket from holding up the boot-time report.
 const DefaultProbeTimeout = 2 * time.Second
 
-// ErrBadCatalogue is wrapped by Collect when the requirement list itself is
-// wrong: an empty or repeated ID, or a requirement without a probe.
+// ErrBadCatalogue is wrapped by Collect and Validate when the requirement
+// list itself is wrong: an empty or repeated ID, or a requirement without a
+// probe.
 var ErrBadCatalogue = errors.New("bad requirement catalogue")
 
 // Collector runs the probes of a requirement list against a host and
@@ -37,16 +38,17 @@ type Collector struct {
 const DefaultWorkers = 4
 
 // Collect runs reqs against h with the default Collector.
-func Collect(ctx context.Context, h *Host, reqs []Requirement) (*Report, error) {
+func Collect(ctx context.Context, h Host, reqs []Requirement) (*Report, error) {
 	return Collector{}.Collect(ctx, h, reqs)
 }
 
-// Collect loads the host's shared facts, runs every probe concurrently and
-// returns the report, with the requirements in the order given. A probe
+// Collect describes the host (which loads the facts its probes share),
+// runs every probe concurrently and returns the report, with the
+// requirements in the order given. A probe
 // that panics, returns no valid verdict or runs out of time yields Unknown
 // with the reason; only a malformed requirement list is an error.
-func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*Report, error) {
-	if err := checkCatalogue(reqs); err != nil {
+func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Report, error) {
+	if err := Validate(reqs); err != nil {
 		return nil, err
 	}
 	now := c.Now
@@ -58,7 +60,7 @@ func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*R
 		timeout = DefaultProbeTimeout
 	}
 	start := now()
-	h.Load(ctx)
+	node := h.Describe(ctx)
 
 	type outcome struct {
 		f       Finding
@@ -115,14 +117,14 @@ func (c Collector) Collect(ctx context.Context, h *Host, reqs []Requirement) (*R
 			}
 		}
 		cancels[i]()
-		results[i] = newResult(r, h, o.f, o.elapsed)
+		results[i] = newResult(r, node.Kernel, o.f, o.elapsed)
 	}
-	return newReport(h, results, start, now().Sub(start)), nil
+	return newReport(node, results, start, now().Sub(start)), nil
 }
 
 // runProbe calls the probe, turning a panic or a malformed finding into
 // Unknown with the reason.
-func runProbe(ctx context.Context, h *Host, r Requirement) (f Finding) {
+func runProbe(ctx context.Context, h Host, r Requirement) (f Finding) {
 	defer func() {
 		if p := recover(); p != nil {
 			f = Findingf(Unknown, "probe panicked: %v", p)
@@ -144,7 +146,10 @@ func runProbe(ctx context.Context, h *Host, r Requirement) (f Finding) {
 	return f
 }
 
-func checkCatalogue(reqs []Requirement) error {
+// Validate checks a requirement list as Collect does before running it:
+// every requirement has an ID, no ID is listed twice, and every one has a
+// probe. The error wraps ErrBadCatalogue.
+func Validate(reqs []Requirement) error {
 	seen := make(map[string]bool, len(reqs))
 	for i, r := range reqs {
 		switch {
@@ -160,17 +165,17 @@ func checkCatalogue(reqs []Requirement) error {
 	return nil
 }
 
-// VersionVerdict is what the kernel version alone says about r: Supported
-// when the running kernel is at least r.MinKernel, Unsupported when older,
-// Unknown when the version could not be read, and "" when r has no
+// VersionVerdict is what the version of the running kernel k alone says
+// about r: Supported when k is at least r.MinKernel, Unsupported when
+// older, Unknown when k's identity could not be read, and "" when r has no
 // version threshold.
-func VersionVerdict(r Requirement, h *Host) Verdict {
+func VersionVerdict(r Requirement, k Kernel) Verdict {
 	switch {
 	case r.MinKernel.IsZero():
 		return ""
-	case h.IdentityErr != nil:
+	case k.Error != "":
 		return Unknown
-	case h.Identity.Version.AtLeast(r.MinKernel):
+	case k.Version.AtLeast(r.MinKernel):
 		return Supported
 	default:
 		return Unsupported
