@@ -66,7 +66,7 @@ removed and the lock released.`,
 	f.StringVar(&opts.ConfigSource, "config-source", "", "directory holding config.yaml and *.conf drop-ins (a ConfigMap volume); empty for local defaults")
 	f.StringVar(&opts.HostRoot, "host-root", "/", "where the host's root filesystem is mounted")
 	f.StringVar(&opts.ProcRoot, "proc-root", "", "where the host's procfs is mounted (default <host-root>/proc)")
-	f.DurationVar(&opts.SoakPeriod, "config-soak-period", 10*time.Minute, "how long a new configuration must stay active before it becomes last-known-good")
+	f.DurationVar(&opts.SoakPeriod, "config-soak-period", 0, "how long every new configuration must stay active before it becomes last-known-good; 0 for each configuration's own configSoakPeriod")
 	f.DurationVar(&probeTimeout, "probe-timeout", capability.DefaultProbeTimeout, "longest time one capability probe may take before it counts as Unknown")
 	f.BoolVar(&noReport, "no-report", false, "do not collect the capability report (KernelReportSucceeded stays Unknown)")
 	return cmd

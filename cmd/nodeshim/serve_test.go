@@ -119,14 +119,14 @@ func TestServeEndToEnd(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\ncheckpoint: {defaultTimeout: 2m}\n")
 	d := wait(func(d status.Document) bool { return d.Config.Active != nil && d.Config.Error == "" })
 	good := d.Config.Active.UID
 	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nnope: 1\n")
 	wait(func(d status.Document) bool {
 		return d.Config.Error != "" && d.Config.Assigned != nil && d.Config.Assigned.UID != good
 	})
-	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	write("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\ncheckpoint: {defaultTimeout: 2m}\n")
 	wait(func(d status.Document) bool {
 		return d.Config.Error == "" && d.Config.Active != nil && d.Config.Active.UID == good
 	})

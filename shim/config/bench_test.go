@@ -12,7 +12,7 @@ import (
 // beside the baseline of strictly decoding the base document alone.
 func BenchmarkMerge(b *testing.B) {
 	base := []byte(goodConfig(1) + "rootDir: /var/lib/nodeshim\nplugins:\n  acceptedVersions:\n    CSIPlugin: [1.0.0]\n")
-	d1 := []byte("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {B: true}\n")
+	d1 := []byte("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nplugins: {expected: [b]}\n")
 	d2 := []byte("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nnetwork: {cniConfDir: /opt/cni}\n")
 	b.Run("merge-base+2-dropins", func(b *testing.B) {
 		b.ReportAllocs()

@@ -130,12 +130,12 @@ func lkgGen(t *testing.T, s *store, uid string) int {
 	if err != nil {
 		t.Fatalf("last-known-good %s does not load: %v", short(uid), err)
 	}
-	for k := range cfg.FeatureGates {
-		if n, err := strconv.Atoi(strings.TrimPrefix(k, "Gen")); err == nil {
+	for _, k := range cfg.Plugins.Expected {
+		if n, err := strconv.Atoi(strings.TrimPrefix(k, "driver-")); err == nil {
 			return n
 		}
 	}
-	t.Fatalf("last-known-good %s has no generation: %+v", short(uid), cfg.FeatureGates)
+	t.Fatalf("last-known-good %s has no generation: %+v", short(uid), cfg.Plugins.Expected)
 	return 0
 }
 

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ import (
 var t0 = time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 
 func goodConfig(gen int) string {
-	return fmt.Sprintf("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates:\n  Gen%d: true\n", gen)
+	return fmt.Sprintf("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nplugins:\n  expected: [driver-%d]\n", gen)
 }
 
 const badUnknownField = "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nrootDri: /x\n"
@@ -167,10 +168,15 @@ func TestLifecycle(t *testing.T) {
 	if !st.Assigned.AssignedAt.Time.Equal(t0) {
 		t.Errorf("assignedAt = %v, want %v", st.Assigned.AssignedAt, t0)
 	}
-	if c := st.Condition(); c.Status != condition.False || c.Severity != condition.SeverityInfo || !strings.HasSuffix(c.Message, "(2 of 3)") {
+	// On trial is normal operation: True, with the step and the deadline.
+	if c := st.Condition(); c.Status != condition.True || c.Severity != "" || c.Reason != ReasonConfigTrial ||
+		!strings.Contains(c.Message, "until 2026-03-01T12:10:00Z (step 2 of 3") {
 		t.Errorf("trial condition = %+v", c)
 	}
-	if got := f.c.Active(); !got.FeatureGates["Gen1"] || got.Network.CNIConfDir != "/opt/cni" || got.RootDir != Defaults().RootDir {
+	if st.SoakingUntil == nil || !st.SoakingUntil.Time.Equal(t0.Add(DefaultSoakPeriod)) {
+		t.Errorf("soakingUntil = %v, want %v", st.SoakingUntil, t0.Add(DefaultSoakPeriod))
+	}
+	if got := f.c.Active(); !slices.Equal(got.Plugins.Expected, []string{"driver-1"}) || got.Network.CNIConfDir != "/opt/cni" || got.RootDir != Defaults().RootDir {
 		t.Errorf("Active after A = %+v", got)
 	}
 	for _, p := range []string{filepath.Join(f.state, stateFile), filepath.Join(f.state, checkpointsDir, uidOf(t, a)+".json")} {
@@ -212,7 +218,7 @@ func TestLifecycle(t *testing.T) {
 	if c := st.Condition(); c.Status != condition.False || c.Severity != condition.SeverityError || c.Reason != ReasonConfigRolledBack {
 		t.Errorf("rollback condition = %+v", c)
 	}
-	if !f.c.Active().FeatureGates["Gen1"] {
+	if !slices.Equal(f.c.Active().Plugins.Expected, []string{"driver-1"}) {
 		t.Error("Active is not A after rollback")
 	}
 	f.clock.Step(2 * DefaultSoakPeriod)
@@ -307,7 +313,7 @@ func TestLifecycle(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.expect("reset", none, none, none, "")
-	if got := f.c.Active(); len(got.FeatureGates) != 0 {
+	if got := f.c.Active(); len(got.Plugins.Expected) != 0 {
 		t.Errorf("Active after reset = %+v, want defaults", got)
 	}
 	entries, _ := os.ReadDir(cp)
@@ -381,13 +387,16 @@ func TestPayloadLoad(t *testing.T) {
 	}{
 		{"base only", []File{{BaseFile, []byte(tm + "rootDir: /srv/shim\n")}}, func(c ShimConfiguration) bool { return c.RootDir == "/srv/shim" && c.LockFile == Defaults().LockFile }, ""},
 		{"drop-ins in order", []File{
-			{BaseFile, []byte(tm + "featureGates: {A: true, B: true}\n")},
-			{"10-a.conf", []byte(tm + "featureGates: {B: false}\nplugins: {acceptedVersions: {DevicePlugin: [v1beta1, v1]}}\n")},
+			{BaseFile, []byte(tm + "pressure: {evictionHard: {memory.available: 1Gi, pid.available: 10%}}\n")},
+			{"10-a.conf", []byte(tm + "pressure: {evictionHard: {pid.available: 5%}}\nplugins: {acceptedVersions: {DevicePlugin: [v1beta1, v1]}}\n")},
 			{"20-b.conf", []byte("")},
 		}, func(c ShimConfiguration) bool {
-			return c.FeatureGates["A"] && !c.FeatureGates["B"] && len(c.Plugins.AcceptedVersions["DevicePlugin"]) == 2 &&
-				len(c.Plugins.AcceptedVersions["CSIPlugin"]) == 1
+			return c.Pressure.EvictionHard["memory.available"] == "1Gi" && c.Pressure.EvictionHard["pid.available"] == "5%" &&
+				len(c.Plugins.AcceptedVersions["DevicePlugin"]) == 2 && len(c.Plugins.AcceptedVersions["CSIPlugin"]) == 1
 		}, ""},
+		{"unknown feature gate", []File{{BaseFile, []byte(tm + "featureGates: {A: true}\n")}}, nil, `featureGates: unrecognized feature gate "A"`},
+		{"bad eviction threshold", []File{{BaseFile, []byte(tm + "pressure: {evictionHard: {memory.free: 1Gi}}\n")}}, nil, `pressure.evictionHard: `},
+		{"relative kubelet config", []File{{BaseFile, []byte(tm + "kubelet: {configFile: config.yaml}\n")}}, nil, `kubelet.configFile "config.yaml" is not an absolute path`},
 		{"no base", []File{{"10-a.conf", []byte(tm)}}, nil, "no base configuration file"},
 		{"missing kind in drop-in", []File{{BaseFile, []byte(tm)}, {"10-a.conf", []byte("rootDir: /x\n")}}, nil, `10-a.conf: wrong apiVersion or kind`},
 		{"foreign kind", []File{{BaseFile, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")}}, nil, "wrong apiVersion or kind"},
@@ -428,7 +437,7 @@ func TestDefaultsValid(t *testing.T) {
 }
 
 func FuzzPayloadLoad(f *testing.F) {
-	f.Add(goodConfig(1), "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {X: false}\n")
+	f.Add(goodConfig(1), "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nplugins: {expected: [x]}\n")
 	f.Add(badUnknownField, "")
 	f.Add("apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nplugins: {acceptedVersions: {CSIPlugin: []}}\n", "- a")
 	f.Fuzz(func(t *testing.T, base, dropin string) {
@@ -441,4 +450,74 @@ func FuzzPayloadLoad(f *testing.F) {
 			t.Fatalf("Load returned an invalid configuration: %v", verr)
 		}
 	})
+}
+
+// TestOwnSoakPeriod: without an override, a payload soaks for its own
+// configSoakPeriod; with one (serve's --config-soak-period), for that.
+func TestOwnSoakPeriod(t *testing.T) {
+	for _, tt := range []struct {
+		name     string
+		override time.Duration
+		want     time.Duration
+	}{
+		{"the payload's own", 0, 30 * time.Second},
+		{"the override", 2 * time.Minute, 2 * time.Minute},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.c.opts.SoakPeriod = tt.override
+			a := map[string]string{BaseFile: goodConfig(1) + "configSoakPeriod: 30s\n"}
+			A := short(uidOf(t, a))
+			writeSource(t, f.source, a)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			if d, ok := f.c.NextSoakDeadline(); !ok || !d.Equal(t0.Add(tt.want)) {
+				t.Errorf("NextSoakDeadline = %v %v, want %v", d, ok, t0.Add(tt.want))
+			}
+			f.clock.Step(tt.want - time.Second)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.expect("soaking", A, A, "<none>", "")
+			f.clock.Step(time.Second)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.expect("soaked", A, A, A, "")
+		})
+	}
+}
+
+// TestCheckRefuses: a payload the daemon's check refuses is rolled back like
+// one that does not load, with the check's message.
+func TestCheckRefuses(t *testing.T) {
+	f := newFixture(t)
+	f.c.opts.Check = func(c ShimConfiguration) error {
+		if len(c.Plugins.Expected) > 0 && c.Plugins.Expected[0] == "driver-2" {
+			return errors.New("rootDir \"/x\" differs from serve's --root-dir")
+		}
+		return nil
+	}
+	a := map[string]string{BaseFile: goodConfig(1)}
+	A := short(uidOf(t, a))
+	writeSource(t, f.source, a)
+	if err := f.c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.clock.Step(DefaultSoakPeriod)
+	if err := f.c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	f.expect("A good", A, A, A, "")
+	b := map[string]string{BaseFile: goodConfig(2)}
+	B := short(uidOf(t, b))
+	writeSource(t, f.source, b)
+	if err := f.c.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	st := f.expect("B refused", B, A, A, "differs from serve's --root-dir")
+	if c := st.Condition(); c.Status != condition.False || c.Reason != ReasonConfigRolledBack {
+		t.Errorf("condition after a refused payload = %+v", c)
+	}
 }

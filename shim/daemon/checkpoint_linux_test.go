@@ -19,13 +19,13 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
-	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -53,6 +53,20 @@ type daemonRun struct {
 	logs   *testutil.Buffer
 	cancel context.CancelFunc
 	done   chan error
+
+	mu sync.Mutex
+	// tcpAddrs are the TCP listeners' addresses, one per start.
+	tcpAddrs []net.Addr
+}
+
+// lastTCP is the address of the TCP listener started last, nil if none.
+func (d *daemonRun) lastTCP() net.Addr {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(d.tcpAddrs) == 0 {
+		return nil
+	}
+	return d.tcpAddrs[len(d.tcpAddrs)-1]
 }
 
 // startDaemon runs the daemon with the configuration document cfg in its
@@ -84,7 +98,15 @@ func startDaemonWith(t testing.TB, mod func(*Options)) *daemonRun {
 	listening := make(chan string, 1)
 	tcp := make(chan net.Addr, 1)
 	d.opts.Listening = func(s string) { listening <- s }
-	d.opts.TCPListening = func(a net.Addr) { tcp <- a }
+	d.opts.TCPListening = func(a net.Addr) {
+		d.mu.Lock()
+		d.tcpAddrs = append(d.tcpAddrs, a)
+		d.mu.Unlock()
+		select {
+		case tcp <- a:
+		default:
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	d.cancel = cancel
 	go func() { d.done <- Run(ctx, d.opts) }()
@@ -491,32 +513,4 @@ func TestAPIAccess(t *testing.T) {
 	if err := d.stop(t); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// TestTCPMisconfigured: a TLS listener that cannot start stops the daemon
-// with an error naming the file, and leaves neither socket nor lock behind.
-func TestTCPMisconfigured(t *testing.T) {
-	testutil.RequireRoot(t)
-	dir := t.TempDir()
-	opts := Options{
-		RootDir:      filepath.Join(dir, "root"),
-		LockFile:     filepath.Join(dir, "nodeshim.lock"),
-		ConfigSource: filepath.Join(dir, "source"),
-		HostRoot:     filepath.Join(dir, "host"),
-		Logger:       slog.New(slog.DiscardHandler),
-	}
-	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\n"+
-		"api: {tcpAddress: '127.0.0.1:0', tlsCertFile: "+dir+"/missing.crt, tlsKeyFile: "+dir+"/missing.key, tokenFile: "+dir+"/token}\n")
-	err := Run(context.Background(), opts)
-	if err == nil || !strings.Contains(err.Error(), "missing.crt") {
-		t.Fatalf("Run = %v, want an error naming the certificate", err)
-	}
-	if _, err := os.Stat(filepath.Join(opts.RootDir, "nodeshim.sock")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("socket left: %v", err)
-	}
-	l, err := lock.Acquire(opts.LockFile, lock.Options{})
-	if err != nil {
-		t.Fatalf("lock not released: %v", err)
-	}
-	l.Release()
 }

@@ -1,23 +1,23 @@
-// Package daemon assembles nodeshim serve from the shim's parts: the
-// single-instance lock, the configuration lifecycle, the sources feeding
-// the status model (capability report, cgroup pressure and PSI, the eBPF
-// OOM watcher, network, plugin registry, checkpoint history), and the node
-// API on a unix socket and optionally on TCP with TLS.
-// It only wires; each part is its own package.
+// Package daemon assembles nodeshim serve: the single-instance lock, the
+// configuration lifecycle, the capability report, the sources feeding the
+// status model (each its own package, run by a source.Supervisor), and the
+// node API on a unix socket and optionally on TCP with TLS. When a new
+// configuration becomes active, the sources and listeners whose settings
+// changed are restarted with the new ones, so that what the status calls
+// active is what runs.
 package daemon
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"runtime/debug"
+	"reflect"
+	"strings"
 	"sync"
 	"time"
 
@@ -33,7 +33,10 @@ import (
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/network"
+	"github.com/nodeshim/nodeshim/shim/oom"
 	"github.com/nodeshim/nodeshim/shim/plugin"
+	"github.com/nodeshim/nodeshim/shim/pressure"
+	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -51,7 +54,8 @@ type Options struct {
 	// ProcRoot is the host's procfs, for the pressure monitor and the
 	// checkpoints' process lookup; HostRoot/proc when empty.
 	ProcRoot string
-	// SoakPeriod overrides the configuration soak period when not zero.
+	// SoakPeriod, when not zero, overrides every configuration's
+	// configSoakPeriod.
 	SoakPeriod time.Duration
 	// Report collects the capability report, at start and for GET
 	// /report?refresh=true. The caller supplies it because the full
@@ -66,26 +70,15 @@ type Options struct {
 	Out io.Writer
 	// Logger receives the parts' logs; slog.Default() when nil.
 	Logger *slog.Logger
-	// Listening, when set, is called once the API socket accepts requests.
+	// Listening, when set, is called once the API socket first accepts
+	// requests.
 	Listening func(socket string)
 	// TCPListening, when set, is called with the TCP listener's address
-	// once it accepts requests (api.tcpAddress configured).
+	// each time one starts accepting requests (api.tcpAddress configured).
 	TCPListening func(addr net.Addr)
 
 	// extraSources are run beside the built-in ones (tests).
-	extraSources map[string]func(context.Context) error
-}
-
-// runGuarded runs a source and turns a panic into an error, logging its
-// stack.
-func runGuarded(ctx context.Context, log *slog.Logger, f func(context.Context) error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			log.Error("source panicked", "panic", r, "stack", string(debug.Stack()))
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	return f(ctx)
+	extraSources []source.Source
 }
 
 // shutdownTimeout bounds the API's shutdown; it outlasts CRIU's kill grace
@@ -97,20 +90,8 @@ const shutdownTimeout = 30 * time.Second
 // sources (the eBPF OOM watcher is detached), remove the socket, release
 // the lock.
 func Run(ctx context.Context, opts Options) (err error) {
-	if opts.Logger == nil {
-		opts.Logger = slog.Default()
-	}
-	if opts.Out == nil {
-		opts.Out = io.Discard
-	}
-	if opts.LockFile == "" {
-		opts.LockFile = lock.DefaultPath
-	}
-	if opts.HostRoot == "" {
-		opts.HostRoot = "/"
-	}
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = filepath.Join(opts.HostRoot, "proc")
+	if err := opts.complete(); err != nil {
+		return err
 	}
 	log := opts.Logger
 	l, err := lock.Acquire(opts.LockFile, lock.Options{})
@@ -126,299 +107,362 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("create root dir %s: %w", opts.RootDir, err)
 	}
 
-	cfg, err := config.Open(config.Options{
-		StateDir: filepath.Join(opts.RootDir, "config"), SourceDir: opts.ConfigSource, SoakPeriod: opts.SoakPeriod, Logger: log,
-	})
-	if err != nil {
+	d := &daemon{opts: opts, log: log, model: status.New(nil), fatal: make(chan error, 4)}
+	if d.cfg, err = d.openConfig(); err != nil {
 		return err
 	}
-	// Read the source once now, so that a configuration present at start
-	// (the listeners, the kubelet root dir) is the one started with; a
-	// failure here is retried by cfg.Run.
-	if err := cfg.Sync(); err != nil {
-		log.Warn("initial config sync failed; retrying in the background", "err", err)
+	active := d.cfg.Active()
+	d.settings, err = active.NodeSettings(opts.HostRoot)
+	if err != nil {
+		// Only an unreadable kubelet configuration gets here (the
+		// configuration itself passed the same check when it loaded):
+		// serve on kubelet's defaults and say so.
+		log.Error("node settings", "err", err)
+		def := config.Defaults()
+		d.settings, _ = def.NodeSettings("/")
 	}
-	active := cfg.Active()
-	model := status.New(nil)
 
 	// The report comes first, so that the transitions follow it on Out.
-	var rep *capability.Report
-	repErr := errors.New("no report collector configured")
+	setReport := d.collectReport(ctx)
+	stopPrinting := printTransitions(d.model, opts.Out)
+	defer stopPrinting()
+	setReport()
+	// Sources that report later start Unknown, so that Ready is never True
+	// before they have spoken.
+	d.model.Set(pressure.NotStarted(), oom.NotStarted())
+	d.model.SetShim(time.Now(), os.Getpid())
+
+	d.sup = source.New(context.Background(), d.model, log)
+	var socket string
+	defer func() {
+		// After the API: stop the sources (the eBPF OOM watcher is
+		// detached), then remove the socket; the lock goes last.
+		d.sup.StopAll()
+		if socket != "" {
+			os.Remove(socket)
+		}
+	}()
+	d.sup.Start(source.Func{SourceName: "config", F: func(ctx context.Context, _ *status.Model) error { return d.cfg.Run(ctx) }})
+	for _, p := range d.parts(active) {
+		d.applied = append(d.applied, p)
+		d.sup.Start(p.src)
+	}
+	for _, s := range opts.extraSources {
+		d.sup.Start(s)
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(metrics.NewCollector(d.model, d.cfg.Status))
+	d.ckpts = checkpoint.New(checkpoint.Options{
+		Settings: d.checkpointSettings,
+		ProcRoot: opts.ProcRoot,
+		Model:    d.model,
+		Metrics:  metrics.NewCheckpoints(reg),
+		Logger:   log,
+	})
+	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts}
 	if opts.Report != nil {
-		rep, repErr = opts.Report(ctx)
-		if repErr == nil {
-			fmt.Fprintln(opts.Out, rep.Table())
-		} else {
-			log.Error("capability report failed", "err", repErr)
+		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(opts.Report(ctx)) }
+	}
+	g, err := d.startAPI(active.API)
+	if err != nil {
+		d.ckpts.Close()
+		return err
+	}
+	d.api, d.apiConfig = g, active.API
+	socket = g.socket()
+	log.Info("serving", "socket", socket, "configSource", opts.ConfigSource)
+	if opts.Listening != nil {
+		opts.Listening(socket)
+	}
+	// From here on, each configuration that becomes active is applied.
+	d.sup.Start(source.Func{SourceName: "config-status", F: d.followConfig})
+
+	var failed error
+	select {
+	case <-ctx.Done():
+	case failed = <-d.fatal:
+	}
+	log.Info("shutting down")
+	d.sup.Stop("config-status") // no restart from here on
+	// Abort in-flight checkpoints while the servers stop accepting: the
+	// handlers answer 500 once CRIU has backed out.
+	ckptErr := make(chan error, 1)
+	go func() { ckptErr <- d.ckpts.Close() }()
+	errs := []error{failed}
+	d.mu.Lock()
+	g = d.api
+	d.mu.Unlock()
+	if g != nil {
+		errs = append(errs, g.shutdown())
+	}
+	errs = append(errs, <-ckptErr)
+	return errors.Join(errs...)
+}
+
+// complete fills in the defaults of o.
+func (o *Options) complete() error {
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
+	if o.Out == nil {
+		o.Out = io.Discard
+	}
+	if o.LockFile == "" {
+		o.LockFile = lock.DefaultPath
+	}
+	if o.HostRoot == "" {
+		o.HostRoot = "/"
+	}
+	if o.ProcRoot == "" {
+		o.ProcRoot = filepath.Join(o.HostRoot, "proc")
+	}
+	for _, p := range []*string{&o.RootDir, &o.LockFile} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("resolve %s: %w", *p, err)
+		}
+		*p = abs
+	}
+	return nil
+}
+
+// daemon is one run of serve.
+type daemon struct {
+	opts    Options
+	log     *slog.Logger
+	model   *status.Model
+	cfg     *config.Controller
+	sup     *source.Supervisor
+	ckpts   *checkpoint.Service
+	apiOpts api.Options
+	// fatal receives an API listener's failure, which ends Run.
+	fatal chan error
+
+	// applied are the parts started with the active configuration; only
+	// followConfig changes them after start.
+	applied []part
+
+	mu        sync.Mutex
+	settings  config.NodeSettings
+	api       *apiGroup
+	apiConfig config.APIConfig
+}
+
+// openConfig opens the configuration lifecycle. Its defaults carry the
+// running root dir and lock file, and every configuration is checked
+// against what this process can put in force before it becomes active.
+func (d *daemon) openConfig() (*config.Controller, error) {
+	def := config.Defaults()
+	def.RootDir, def.LockFile = d.opts.RootDir, d.opts.LockFile
+	cfg, err := config.Open(config.Options{
+		StateDir:   filepath.Join(d.opts.RootDir, "config"),
+		SourceDir:  d.opts.ConfigSource,
+		Defaults:   &def,
+		SoakPeriod: d.opts.SoakPeriod,
+		Check:      d.check,
+		Logger:     d.log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Read the source once now, so that a configuration present at start
+	// is the one started with; a failure here is retried by cfg.Run.
+	if err := cfg.Sync(); err != nil {
+		d.log.Warn("initial config sync failed; retrying in the background", "err", err)
+	}
+	return cfg, nil
+}
+
+// check refuses a configuration that this daemon could not put in force:
+// another root dir or lock file (start-up settings: the configuration's
+// own state lives in the root dir), a kubelet configuration that cannot be
+// read, TLS files or a token that cannot be loaded.
+func (d *daemon) check(c config.ShimConfiguration) error {
+	var p []string
+	if filepath.Clean(c.RootDir) != d.opts.RootDir {
+		p = append(p, fmt.Sprintf("rootDir %q differs from serve's --root-dir %q: it is a start-up setting, change it by restarting serve", c.RootDir, d.opts.RootDir))
+	}
+	if filepath.Clean(c.LockFile) != d.opts.LockFile {
+		p = append(p, fmt.Sprintf("lockFile %q differs from serve's --lock-file %q: it is a start-up setting, change it by restarting serve", c.LockFile, d.opts.LockFile))
+	}
+	if _, err := c.NodeSettings(d.opts.HostRoot); err != nil {
+		p = append(p, err.Error())
+	}
+	if a := c.API; a.TCPAddress != "" {
+		if _, err := api.TLSConfig(a.TLSCertFile, a.TLSKeyFile, a.ClientCAFile); err != nil {
+			p = append(p, fmt.Sprintf("api: %v", err))
+		}
+		if a.TokenFile != "" {
+			if _, err := api.ReadToken(a.TokenFile); err != nil {
+				p = append(p, fmt.Sprintf("api.tokenFile: %v", err))
+			}
 		}
 	}
+	if len(p) > 0 {
+		return &config.ValidationError{Problems: p}
+	}
+	return nil
+}
+
+// collectReport collects the capability report and prints it on Out; the
+// function it returns records it in the model (KernelReportSucceeded), once
+// the transitions are printed after it.
+func (d *daemon) collectReport(ctx context.Context) (record func()) {
+	if d.opts.Report == nil {
+		return func() {
+			d.model.Set(condition.Condition{Type: status.TypeKernelReport, Status: condition.Unknown, Reason: "NotConfigured",
+				Message: "no report collector configured"})
+		}
+	}
+	rep, err := d.opts.Report(ctx)
+	if err == nil {
+		fmt.Fprintln(d.opts.Out, rep.Table())
+	} else {
+		d.log.Error("capability report failed", "err", err)
+	}
+	return func() { d.model.SetReport(rep, err) }
+}
+
+// printTransitions prints one line per condition transition (a change of
+// status or reason) on out until the returned function is called.
+func printTransitions(model *status.Model, out io.Writer) (stop func()) {
 	trans, unsubscribe := model.Subscribe(256)
-	var printer sync.WaitGroup
-	printer.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer printer.Done()
+		defer close(done)
 		for t := range trans {
 			c := t.Condition
 			if t.Previous == c.Status && t.PreviousReason == c.Reason {
 				continue // a new message only: not a transition
 			}
-			fmt.Fprintf(opts.Out, "%s %s %s %s %s\n", c.LastTransitionTime.UTC().Format(time.RFC3339), c.Type, c.Status, c.Reason, c.Message)
+			fmt.Fprintf(out, "%s %s %s %s %s\n", c.LastTransitionTime.UTC().Format(time.RFC3339), c.Type, c.Status, c.Reason, c.Message)
 		}
 	}()
-	defer func() { unsubscribe(); printer.Wait() }()
-	// Sources that report later start Unknown, so that Ready is never True
-	// before they have spoken.
-	model.Set(
-		condition.Condition{Type: status.TypePressureMonitor, Status: condition.Unknown, Reason: "NotStarted", Message: "the pressure monitor has not started"},
-		condition.Condition{Type: status.TypeOOMWatcher, Status: condition.Unknown, Reason: "NotStarted", Message: "the OOM watcher has not started"},
-	)
-	if opts.Report != nil {
-		model.SetReport(rep, repErr)
-	} else {
-		model.Set(condition.Condition{Type: status.TypeKernelReport, Status: condition.Unknown, Reason: "NotConfigured", Message: repErr.Error()})
-	}
+	return func() { unsubscribe(); <-done }
+}
 
+// part is a source with the settings it was built from: it is restarted
+// when a new active configuration gives it other settings.
+type part struct {
+	src      source.Source
+	settings any
+}
+
+// parts are the daemon's sources for the configuration c.
+func (d *daemon) parts(c config.ShimConfiguration) []part {
+	d.mu.Lock()
+	ns := d.settings
+	d.mu.Unlock()
+	kubeletRoot := filepath.Join(d.opts.HostRoot, c.KubeletRootDir)
 	plugins := plugin.New(plugin.Options{
-		KubeletRootDir:   filepath.Join(opts.HostRoot, active.KubeletRootDir),
-		AcceptedVersions: active.Plugins.AcceptedVersions,
-		Expected:         active.Plugins.Expected,
-		Logger:           log,
+		KubeletRootDir:   kubeletRoot,
+		AcceptedVersions: c.Plugins.AcceptedVersions,
+		Expected:         c.Plugins.Expected,
+		Logger:           d.log,
 	})
-	netmon := network.New(network.Options{Root: opts.HostRoot, CNIConfDir: active.Network.CNIConfDir, Logger: log})
-
-	srcCtx, stopSources := context.WithCancel(context.Background())
-	var sources sync.WaitGroup
-	model.SetShim(time.Now(), os.Getpid())
-	// run starts a source. One that fails or panics while the daemon runs
-	// turns ShimHealthy False; the daemon and the other sources go on.
-	run := func(name string, f func(context.Context) error) {
-		sources.Add(1)
-		model.SetSource(name, status.SourceRunning, "")
-		go func() {
-			defer sources.Done()
-			err := runGuarded(srcCtx, log, f)
-			switch {
-			case srcCtx.Err() != nil:
-				// shutting down
-			case err != nil:
-				log.Error("source failed", "source", name, "err", err)
-				model.SetSource(name, status.SourceFailed, err.Error())
-			default:
-				model.SetSource(name, status.SourceDone, "")
-			}
-		}()
+	netmon := network.New(network.Options{Root: d.opts.HostRoot, CNIConfDir: c.Network.CNIConfDir, Logger: d.log})
+	type pressureSettings struct {
+		KubeletRoot, Thresholds, From string
 	}
-	run("config", cfg.Run)
-	run("plugins", plugins.Run)
-	run("network", netmon.Run)
-	run("config-status", func(ctx context.Context) error {
-		for {
-			ch := cfg.Changed()
-			model.SetConfig(cfg.Status())
-			select {
-			case <-ctx.Done():
-				return nil
-			case <-ch:
-			}
-		}
-	})
-	run("plugin-status", func(ctx context.Context) error {
-		model.Follow(ctx, plugins.Changed, func() []condition.Condition { return []condition.Condition{plugins.Condition("PluginsReady")} })
-		return nil
-	})
-	run("network-status", func(ctx context.Context) error {
-		model.Follow(ctx, netmon.Changed, func() []condition.Condition { return []condition.Condition{netmon.Condition()} })
-		return nil
-	})
-	run("pressure", func(ctx context.Context) error {
-		runPressure(ctx, model, pressureOptions{
-			ProcRoot: opts.ProcRoot, KubeletRoot: filepath.Join(opts.HostRoot, active.KubeletRootDir), Logger: log,
-		})
-		return nil
-	})
-	run("oom", func(ctx context.Context) error { return runOOM(ctx, model, opts.OOMHooks, log) })
-	for name, f := range opts.extraSources {
-		run(name, f)
+	ps := &pressure.Source{ProcRoot: d.opts.ProcRoot, KubeletRoot: kubeletRoot, Thresholds: ns.Thresholds,
+		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log}
+	return []part{
+		{source.Follow("plugins", plugins, func() []condition.Condition { return []condition.Condition{plugins.Condition("PluginsReady")} }),
+			[]any{kubeletRoot, c.Plugins}},
+		{source.Follow("network", netmon, func() []condition.Condition { return []condition.Condition{netmon.Condition()} }),
+			c.Network},
+		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom}},
+		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log}, nil},
 	}
-	// Shutdown order after the API: stop the sources (the eBPF OOM watcher
-	// is detached), then remove the socket; the lock goes last.
-	var socket string
-	defer func() {
-		stopSources()
-		sources.Wait()
-		if socket != "" {
-			os.Remove(socket)
-		}
-	}()
+}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(metrics.NewCollector(model, cfg.Status))
-	ckpts := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			a := cfg.Active()
-			return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
-				DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: a.ContainerRuntimeEndpoint}
-		},
-		ProcRoot: opts.ProcRoot,
-		Model:    model,
-		Metrics:  metrics.NewCheckpoints(reg),
-		Logger:   log,
-	})
-	ckptsClosed := false
-	closeCkpts := func() error {
-		if ckptsClosed {
+func thresholdString(ns config.NodeSettings) string {
+	s := make([]string, 0, len(ns.Thresholds))
+	for _, t := range ns.Thresholds {
+		s = append(s, t.String())
+	}
+	return strings.Join(s, ",")
+}
+
+// followConfig records the configuration lifecycle in the model and puts
+// each newly active configuration in force: the sources and listeners
+// whose settings changed are restarted with the new ones. Checkpoint
+// settings are read at every request and need no restart.
+func (d *daemon) followConfig(ctx context.Context, m *status.Model) error {
+	for {
+		ch := d.cfg.Changed() // before reading, so that no change is missed
+		m.SetConfig(d.cfg.Status())
+		d.apply(d.cfg.Active())
+		select {
+		case <-ctx.Done():
 			return nil
-		}
-		ckptsClosed = true
-		return ckpts.Close()
-	}
-	defer closeCkpts()
-	apiOpts := api.Options{
-		Logger:     log,
-		Metrics:    promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		Checkpoint: ckpts,
-	}
-	if opts.Report != nil {
-		apiOpts.RefreshReport = func(ctx context.Context) { model.SetReport(opts.Report(ctx)) }
-	}
-
-	servers, err := listen(opts, active.API, model, apiOpts)
-	if err != nil {
-		return err
-	}
-	socket = servers[0].addr
-	serveErr := make(chan error, len(servers))
-	for _, s := range servers {
-		go func() {
-			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				serveErr <- fmt.Errorf("serve %s: %w", s.addr, err)
-				return
-			}
-			serveErr <- nil
-		}()
-	}
-	log.Info("serving", "socket", socket, "configSource", opts.ConfigSource)
-	if opts.Listening != nil {
-		opts.Listening(socket)
-	}
-	if len(servers) > 1 && opts.TCPListening != nil {
-		opts.TCPListening(servers[1].ln.Addr())
-	}
-
-	var failed error
-	select {
-	case <-ctx.Done():
-	case failed = <-serveErr:
-	}
-	log.Info("shutting down")
-	// Abort in-flight checkpoints while the servers stop accepting: the
-	// handlers answer 500 once CRIU has backed out.
-	ckptErr := make(chan error, 1)
-	go func() { ckptErr <- closeCkpts() }()
-	shutCtx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
-	defer cancel()
-	var errs []error
-	if failed != nil {
-		errs = append(errs, failed)
-	}
-	for _, s := range servers {
-		if err := s.srv.Shutdown(shutCtx); err != nil {
-			errs = append(errs, fmt.Errorf("shut down API on %s: %w", s.addr, err))
+		case <-ch:
 		}
 	}
-	for range len(servers) - btoi(failed != nil) {
-		if err := <-serveErr; err != nil {
-			errs = append(errs, err)
-		}
-	}
-	if err := <-ckptErr; err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
 }
 
-func btoi(b bool) int {
-	if b {
-		return 1
+// apply puts c in force. It is called only from followConfig.
+func (d *daemon) apply(c config.ShimConfiguration) {
+	ns, err := c.NodeSettings(d.opts.HostRoot)
+	if err != nil {
+		// The configuration passed this check when it loaded; the kubelet's
+		// file changed since. Keep the settings in force.
+		d.log.Error("node settings of the active configuration", "err", err)
+	} else {
+		d.mu.Lock()
+		d.settings = ns
+		d.mu.Unlock()
 	}
-	return 0
+	next := d.parts(c)
+	for i, p := range next {
+		if reflect.DeepEqual(p.settings, d.applied[i].settings) {
+			continue
+		}
+		d.log.Info("settings changed, restarting source", "source", p.src.Name())
+		d.sup.Start(p.src)
+		d.applied[i] = p
+	}
+	d.mu.Lock()
+	same := reflect.DeepEqual(c.API, d.apiConfig)
+	old := d.api
+	d.mu.Unlock()
+	if same {
+		return
+	}
+	d.log.Info("api settings changed, restarting the listeners")
+	if err := old.shutdown(); err != nil {
+		d.log.Warn("shut down the previous listeners", "err", err)
+	}
+	g, err := d.startAPI(c.API)
+	if err != nil {
+		// The configuration's files were loadable when it was checked; a
+		// listener that fails now (an address in use) leaves the previous
+		// settings in force, and ShimHealthy says why.
+		d.log.Error("start the API with the new settings; keeping the previous ones", "err", err)
+		d.model.SetSource("api", status.SourceFailed, err.Error())
+		d.mu.Lock()
+		prev := d.apiConfig
+		d.mu.Unlock()
+		if g, err = d.startAPI(prev); err != nil {
+			d.fatal <- fmt.Errorf("restart the API: %w", err)
+			return
+		}
+		c.API = prev
+	} else {
+		d.model.SetSource("api", status.SourceRunning, "")
+	}
+	d.mu.Lock()
+	d.api, d.apiConfig = g, c.API
+	d.mu.Unlock()
 }
 
-// server is one API listener and its HTTP server.
-type server struct {
-	addr string
-	ln   net.Listener
-	srv  *http.Server
-}
-
-// listen opens the unix socket (first) and, when configured, the TLS
-// listener. The socket is 0600 root; with reporter gids it is 0660 with
-// the first gid as group; with reporter uids only it is 0666, and
-// SO_PEERCRED is what keeps everyone else out (401). With reporters the
-// root dir becomes 0711 so that they can reach the socket by its name.
-func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.Options) (out []server, err error) {
-	defer func() {
-		if err != nil {
-			for _, s := range out {
-				s.ln.Close()
-			}
-			if len(out) > 0 {
-				os.Remove(out[0].addr)
-			}
-		}
-	}()
-	socket := filepath.Join(opts.RootDir, api.SocketName)
-	// The root dir is 0700; a reporter needs to search it (not list it) to
-	// reach the socket. Everything else in it is 0600 root.
-	dirPerm := os.FileMode(0o700)
-	if len(c.ReadOnlyUIDs) > 0 || len(c.ReadOnlyGIDs) > 0 {
-		dirPerm = 0o711
-	}
-	if err := os.Chmod(opts.RootDir, dirPerm); err != nil {
-		return nil, fmt.Errorf("set the mode of root dir %s: %w", opts.RootDir, err)
-	}
-	perm, gid := os.FileMode(0o600), -1
-	switch {
-	case len(c.ReadOnlyGIDs) > 0:
-		perm, gid = 0o660, int(c.ReadOnlyGIDs[0])
-	case len(c.ReadOnlyUIDs) > 0:
-		perm = 0o666
-	}
-	uln, err := api.ListenGroup(socket, perm, gid)
-	if err != nil {
-		return nil, err
-	}
-	unixOpts := apiOpts
-	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
-	out = append(out, server{addr: socket, ln: uln, srv: &http.Server{
-		Handler:           api.NewHandler(model, unixOpts),
-		ConnContext:       api.ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-	}})
-	if c.TCPAddress == "" {
-		return out, nil
-	}
-	tlsCfg, err := api.TLSConfig(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile)
-	if err != nil {
-		return out, err
-	}
-	var token []byte
-	if c.TokenFile != "" {
-		if token, err = api.ReadToken(c.TokenFile); err != nil {
-			return out, err
-		}
-	}
-	tln, err := net.Listen("tcp", c.TCPAddress)
-	if err != nil {
-		return out, fmt.Errorf("listen on %s: %w", c.TCPAddress, err)
-	}
-	tcpOpts := apiOpts
-	tcpOpts.Auth = api.Bearer(token)
-	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: &http.Server{
-		Handler:           api.NewHandler(model, tcpOpts),
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
-	}})
-	return out, nil
+// checkpointSettings are read at every checkpoint request.
+func (d *daemon) checkpointSettings() checkpoint.Settings {
+	a := d.cfg.Active()
+	d.mu.Lock()
+	endpoint := d.settings.ContainerRuntimeEndpoint
+	d.mu.Unlock()
+	return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
+		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint}
 }

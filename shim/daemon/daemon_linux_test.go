@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 		testworkload.RunCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
 		return
 	case "hog":
-		runHog(os.Getenv(envWorkloadDir))
+		testworkload.RunHog(os.Getenv(envWorkloadDir))
 		return
 	case "client":
 		runClient()
@@ -142,7 +142,7 @@ func TestServe(t *testing.T) {
 	}
 
 	// Good, bad, good again: NodeConfigStatus follows.
-	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\ncheckpoint: {defaultTimeout: 2m}\n")
 	d = waitStatus(t, c, func(d status.Document) bool { return d.Config.Active != nil && d.Config.Error == "" })
 	good := d.Config.Active.UID
 	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGatez: {A: true}\n")
@@ -151,7 +151,7 @@ func TestServe(t *testing.T) {
 		// Not soaked yet: the rollback goes to the local defaults.
 		t.Errorf("bad config: %+v", d.Config)
 	}
-	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\nfeatureGates: {A: true}\n")
+	writeSource(t, opts.ConfigSource, "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\ncheckpoint: {defaultTimeout: 2m}\n")
 	d = waitStatus(t, c, func(d status.Document) bool { return d.Config.Error == "" && d.Config.Active != nil })
 	if d.Config.Active.UID != good {
 		t.Errorf("good again: active %s, want %s", d.Config.Active.UID, good)

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,27 +33,6 @@ const (
 	envClientUID   = "NODESHIM_DAEMON_TEST_UID"
 	envClientReqs  = "NODESHIM_DAEMON_TEST_REQUESTS"
 )
-
-// runHog joins the memory cgroup named in dir/cgroup, writes dir/ready,
-// and allocates until the kernel kills it.
-func runHog(dir string) {
-	cg, err := os.ReadFile(filepath.Join(dir, "cgroup"))
-	if err != nil {
-		os.Exit(3)
-	}
-	if err := os.WriteFile(filepath.Join(string(cg), "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
-		os.Exit(4)
-	}
-	var chunks [][]byte
-	for {
-		b := make([]byte, 4<<20)
-		for i := 0; i < len(b); i += 4096 {
-			b[i] = 1
-		}
-		chunks = append(chunks, b)
-		runtime.KeepAlive(chunks) // every chunk stays live until the kill
-	}
-}
 
 // runClient switches to the uid and gid in envClientUID, sends each
 // request of envClientReqs ("METHOD PATH" separated by ";") to the socket

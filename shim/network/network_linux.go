@@ -253,15 +253,24 @@ func (m *Monitor) evaluate(h *netlink.Handle) condition.Condition {
 		add(ReasonNoDefaultRoute, "no default route")
 	}
 
+	// A missing CNI configuration alone is a node waiting for its network
+	// plugin (the cluster's CNI DaemonSet installs it; until then kubelet
+	// reports NetworkPluginNotReady): Info, not a failure of the host. No
+	// link or no default route is a real failure: Error.
+	sev := condition.SeverityError
+	if len(problems) == 0 {
+		sev = condition.SeverityInfo
+	}
 	confs, err := CNIConfigs(m.cniDir)
 	if err != nil {
 		add(ReasonNoCNIConfig, err.Error())
+		sev = condition.SeverityError
 	} else if len(confs) == 0 {
-		add(ReasonNoCNIConfig, fmt.Sprintf("no CNI network configuration in %s", m.cniDir))
+		add(ReasonNoCNIConfig, fmt.Sprintf("no CNI network configuration in %s yet: waiting for a network plugin to install one", m.cniDir))
 	}
 
 	if len(problems) > 0 {
-		return condition.Condition{Type: ConditionNetworkReady, Status: condition.False, Severity: condition.SeverityError,
+		return condition.Condition{Type: ConditionNetworkReady, Status: condition.False, Severity: sev,
 			Reason: reason, Message: strings.Join(problems, "; ")}
 	}
 	return condition.Condition{Type: ConditionNetworkReady, Status: condition.True, Reason: ReasonReady,

@@ -124,7 +124,11 @@ func TestNetworkReadyInNamespace(t *testing.T) {
 	if err := h.RouteAdd(def); err != nil {
 		t.Fatalf("add default route: %v", err)
 	}
-	waitCond(m, reason(ReasonNoCNIConfig))
+	// Only the CNI configuration missing: a node waiting for its network
+	// plugin, Info rather than a failure (with a link down it was Error).
+	if c := waitCond(m, reason(ReasonNoCNIConfig)); c.Status != condition.False || c.Severity != condition.SeverityInfo {
+		t.Errorf("only the CNI configuration missing: %+v, want False with severity Info", c)
+	}
 
 	cni := filepath.Join(root, "etc", "cni", "net.d")
 	if err := os.MkdirAll(cni, 0o755); err != nil {

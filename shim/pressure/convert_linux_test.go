@@ -1,4 +1,4 @@
-package status
+package pressure
 
 import (
 	"errors"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
 )
 
 func TestPressureFrom(t *testing.T) {
@@ -20,11 +21,11 @@ func TestPressureFrom(t *testing.T) {
 	s.Pressure[1] = cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: 1250, Avg60: 200, Avg300: 25, Total: 42}, HasFull: true,
 		Full: cgroup.PSILine{Avg10: 100, Total: 7}}}
 	s.Pressure[2] = cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: 1}}}
-	p := PressureFrom(s, []cgroup.WatcherStatus{{Path: "/x/memory.pressure", Mode: cgroup.ModePoll, FallbackReason: "EINVAL"}})
+	p := FromSnapshot(s, []cgroup.WatcherStatus{{Path: "/x/memory.pressure", Mode: cgroup.ModePoll, FallbackReason: "EINVAL"}})
 	if len(p.Signals) != len(cgroup.Signals) || !p.ObservedAt.Equal(s.Time) {
 		t.Fatalf("%d signals, want one per signal: %+v", len(p.Signals), p)
 	}
-	want := map[string]Signal{
+	want := map[string]status.Signal{
 		"memory.available":            {Name: "memory.available", Available: 1 << 30, Capacity: 4 << 30, Source: "meminfo"},
 		"nodefs.available":            {Name: "nodefs.available", Unknown: "statfs /var/lib/kubelet: no such file or directory"},
 		"allocatableMemory.available": {Name: "allocatableMemory.available", Unknown: "not observed"},
@@ -36,13 +37,13 @@ func TestPressureFrom(t *testing.T) {
 	}
 	tests := []struct {
 		name string
-		got  PSI
-		want PSI
+		got  status.PSI
+		want status.PSI
 	}{
-		{"unknown", p.PSI[0], PSI{Resource: "cpu", Unknown: "open cpu.pressure: missing"}},
-		{"some and full", p.PSI[1], PSI{Resource: "memory", Some: PSILine{Avg10: 12.5, Avg60: 2, Avg300: 0.25, TotalMicroseconds: 42},
-			Full: &PSILine{Avg10: 1, TotalMicroseconds: 7}}},
-		{"some only", p.PSI[2], PSI{Resource: "io", Some: PSILine{Avg10: 0.01}}},
+		{"unknown", p.PSI[0], status.PSI{Resource: "cpu", Unknown: "open cpu.pressure: missing"}},
+		{"some and full", p.PSI[1], status.PSI{Resource: "memory", Some: status.PSILine{Avg10: 12.5, Avg60: 2, Avg300: 0.25, TotalMicroseconds: 42},
+			Full: &status.PSILine{Avg10: 1, TotalMicroseconds: 7}}},
+		{"some only", p.PSI[2], status.PSI{Resource: "io", Some: status.PSILine{Avg10: 0.01}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -66,17 +67,17 @@ func TestPressureConditions(t *testing.T) {
 		got  condition.Condition
 		want condition.Condition
 	}{
-		{"pressure is a warning", PressureCondition(nc("MemoryPressure", corev1.ConditionTrue)),
+		{"pressure is a warning", KubeletCondition(nc("MemoryPressure", corev1.ConditionTrue)),
 			condition.Condition{Type: "MemoryPressure", Status: condition.True, Severity: condition.SeverityWarning, Reason: "R", Message: "m"}},
-		{"no pressure", PressureCondition(nc("DiskPressure", corev1.ConditionFalse)),
+		{"no pressure", KubeletCondition(nc("DiskPressure", corev1.ConditionFalse)),
 			condition.Condition{Type: "DiskPressure", Status: condition.False, Reason: "R", Message: "m"}},
-		{"unknown stays unknown", PressureCondition(nc("PIDPressure", corev1.ConditionUnknown)),
+		{"unknown stays unknown", KubeletCondition(nc("PIDPressure", corev1.ConditionUnknown)),
 			condition.Condition{Type: "PIDPressure", Status: condition.Unknown, Reason: "R", Message: "m"}},
-		{"contention with its severity", PSIViewCondition(cgroup.PSIView{Severity: cgroup.SeverityError, Condition: nc("MemoryContentionFree", corev1.ConditionFalse)}),
+		{"contention with its severity", ViewCondition(cgroup.PSIView{Severity: cgroup.SeverityError, Condition: nc("MemoryContentionFree", corev1.ConditionFalse)}),
 			condition.Condition{Type: "MemoryContentionFree", Status: condition.False, Severity: condition.SeverityError, Reason: "R", Message: "m"}},
-		{"mild contention is info", PSIViewCondition(cgroup.PSIView{Severity: cgroup.SeverityInfo, Condition: nc("IOContentionFree", corev1.ConditionFalse)}),
+		{"mild contention is info", ViewCondition(cgroup.PSIView{Severity: cgroup.SeverityInfo, Condition: nc("IOContentionFree", corev1.ConditionFalse)}),
 			condition.Condition{Type: "IOContentionFree", Status: condition.False, Severity: condition.SeverityInfo, Reason: "R", Message: "m"}},
-		{"contention-free has no severity", PSIViewCondition(cgroup.PSIView{Condition: nc("IOContentionFree", corev1.ConditionTrue)}),
+		{"contention-free has no severity", ViewCondition(cgroup.PSIView{Condition: nc("IOContentionFree", corev1.ConditionTrue)}),
 			condition.Condition{Type: "IOContentionFree", Status: condition.True, Reason: "R", Message: "m"}},
 	}
 	for _, tt := range tests {

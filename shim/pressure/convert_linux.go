@@ -1,19 +1,20 @@
-package status
+package pressure
 
 import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// PressureFrom converts a pressure monitor snapshot and its watchers into
+// FromSnapshot converts a pressure monitor snapshot and its watchers into
 // the document's Pressure.
-func PressureFrom(s cgroup.Snapshot, watchers []cgroup.WatcherStatus) Pressure {
-	p := Pressure{ObservedAt: s.Time}
+func FromSnapshot(s cgroup.Snapshot, watchers []cgroup.WatcherStatus) status.Pressure {
+	p := status.Pressure{ObservedAt: s.Time}
 	for _, name := range cgroup.Signals {
 		o, ok := s.Observations[name]
-		sig := Signal{Name: string(name)}
+		sig := status.Signal{Name: string(name)}
 		switch {
 		case !ok:
 			sig.Unknown = "not observed"
@@ -26,7 +27,7 @@ func PressureFrom(s cgroup.Snapshot, watchers []cgroup.WatcherStatus) Pressure {
 	}
 	for i, r := range cgroup.Resources {
 		pr := s.Pressure[i]
-		v := PSI{Resource: string(r)}
+		v := status.PSI{Resource: string(r)}
 		if pr.Err != nil {
 			v.Unknown = pr.Err.Error()
 		} else {
@@ -39,19 +40,19 @@ func PressureFrom(s cgroup.Snapshot, watchers []cgroup.WatcherStatus) Pressure {
 		p.PSI = append(p.PSI, v)
 	}
 	for _, w := range watchers {
-		p.Watchers = append(p.Watchers, PressureWatcher{Path: w.Path, Mode: string(w.Mode), Trigger: w.Trigger, FallbackReason: w.FallbackReason})
+		p.Watchers = append(p.Watchers, status.PressureWatcher{Path: w.Path, Mode: string(w.Mode), Trigger: w.Trigger, FallbackReason: w.FallbackReason})
 	}
 	return p
 }
 
-func psiLine(l cgroup.PSILine) PSILine {
-	return PSILine{Avg10: l.Avg10.Percent(), Avg60: l.Avg60.Percent(), Avg300: l.Avg300.Percent(), TotalMicroseconds: l.Total}
+func psiLine(l cgroup.PSILine) status.PSILine {
+	return status.PSILine{Avg10: l.Avg10.Percent(), Avg60: l.Avg60.Percent(), Avg300: l.Avg300.Percent(), TotalMicroseconds: l.Total}
 }
 
-// PressureCondition converts one of kubelet's pressure conditions as the
+// KubeletCondition converts one of kubelet's pressure conditions as the
 // cgroup Evaluator computes it (True means pressure): a condition under
 // pressure gets Severity Warning, kubelet's signal that it starts evicting.
-func PressureCondition(nc corev1.NodeCondition) condition.Condition {
+func KubeletCondition(nc corev1.NodeCondition) condition.Condition {
 	c := condition.Condition{
 		Type:    string(nc.Type),
 		Status:  condition.Unknown,
@@ -67,10 +68,10 @@ func PressureCondition(nc corev1.NodeCondition) condition.Condition {
 	return c
 }
 
-// PSIViewCondition converts a positive-polarity PSI view
+// ViewCondition converts a positive-polarity PSI view
 // (MemoryContentionFree, IOContentionFree) with its severity.
-func PSIViewCondition(v cgroup.PSIView) condition.Condition {
-	c := PressureCondition(v.Condition)
+func ViewCondition(v cgroup.PSIView) condition.Condition {
+	c := KubeletCondition(v.Condition)
 	c.Severity = ""
 	if c.Status == condition.False {
 		switch v.Severity {

@@ -1,0 +1,149 @@
+package daemon
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// apiGroup is the API's listeners for one APIConfig: the unix socket
+// first, then TLS on TCP when configured.
+type apiGroup struct {
+	servers []server
+	wg      sync.WaitGroup
+}
+
+// server is one API listener and its HTTP server.
+type server struct {
+	addr string
+	ln   net.Listener
+	srv  *http.Server
+}
+
+// startAPI opens the listeners of c and serves on them. A listener that
+// fails while serving sends its error to d.fatal.
+func (d *daemon) startAPI(c config.APIConfig) (*apiGroup, error) {
+	servers, err := listen(d.opts, c, d.model, d.apiOpts)
+	if err != nil {
+		return nil, err
+	}
+	g := &apiGroup{servers: servers}
+	for _, s := range servers {
+		g.wg.Add(1)
+		go func() {
+			defer g.wg.Done()
+			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				select {
+				case d.fatal <- fmt.Errorf("serve %s: %w", s.addr, err):
+				default:
+				}
+			}
+		}()
+	}
+	if len(servers) > 1 && d.opts.TCPListening != nil {
+		d.opts.TCPListening(servers[1].ln.Addr())
+	}
+	return g, nil
+}
+
+// socket is the unix socket's path.
+func (g *apiGroup) socket() string { return g.servers[0].addr }
+
+// shutdown stops accepting, waits for the requests in flight (up to
+// shutdownTimeout) and for the servers to return.
+func (g *apiGroup) shutdown() error {
+	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	var errs []error
+	for _, s := range g.servers {
+		if err := s.srv.Shutdown(ctx); err != nil {
+			errs = append(errs, fmt.Errorf("shut down API on %s: %w", s.addr, err))
+		}
+	}
+	g.wg.Wait()
+	return errors.Join(errs...)
+}
+
+// listen opens the unix socket (first) and, when configured, the TLS
+// listener. The socket is 0600 root; with reporter gids it is 0660 with
+// the first gid as group; with reporter uids only it is 0666, and
+// SO_PEERCRED is what keeps everyone else out (401). With reporters the
+// root dir becomes 0711 so that they can reach the socket by its name.
+func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.Options) (out []server, err error) {
+	defer func() {
+		if err != nil {
+			for _, s := range out {
+				s.ln.Close()
+			}
+			if len(out) > 0 {
+				os.Remove(out[0].addr)
+			}
+		}
+	}()
+	socket := filepath.Join(opts.RootDir, api.SocketName)
+	// The root dir is 0700; a reporter needs to search it (not list it) to
+	// reach the socket. Everything else in it is 0600 root.
+	dirPerm := os.FileMode(0o700)
+	if len(c.ReadOnlyUIDs) > 0 || len(c.ReadOnlyGIDs) > 0 {
+		dirPerm = 0o711
+	}
+	if err := os.Chmod(opts.RootDir, dirPerm); err != nil {
+		return nil, fmt.Errorf("set the mode of root dir %s: %w", opts.RootDir, err)
+	}
+	perm, gid := os.FileMode(0o600), -1
+	switch {
+	case len(c.ReadOnlyGIDs) > 0:
+		perm, gid = 0o660, int(c.ReadOnlyGIDs[0])
+	case len(c.ReadOnlyUIDs) > 0:
+		perm = 0o666
+	}
+	uln, err := api.ListenGroup(socket, perm, gid)
+	if err != nil {
+		return nil, err
+	}
+	unixOpts := apiOpts
+	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
+	out = append(out, server{addr: socket, ln: uln, srv: &http.Server{
+		Handler:           api.NewHandler(model, unixOpts),
+		ConnContext:       api.ConnContext,
+		ReadHeaderTimeout: 10 * time.Second,
+	}})
+	if c.TCPAddress == "" {
+		return out, nil
+	}
+	tlsCfg, err := api.TLSConfig(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile)
+	if err != nil {
+		return out, err
+	}
+	var token []byte
+	if c.TokenFile != "" {
+		if token, err = api.ReadToken(c.TokenFile); err != nil {
+			return out, err
+		}
+	}
+	tln, err := net.Listen("tcp", c.TCPAddress)
+	if err != nil {
+		return out, fmt.Errorf("listen on %s: %w", c.TCPAddress, err)
+	}
+	tcpOpts := apiOpts
+	tcpOpts.Auth = api.Bearer(token)
+	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: &http.Server{
+		Handler:           api.NewHandler(model, tcpOpts),
+		TLSConfig:         tlsCfg,
+		ReadHeaderTimeout: 10 * time.Second,
+		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
+	}})
+	return out, nil
+}

@@ -1,0 +1,184 @@
+package oom
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// waitModel polls the model until ok holds; go test's -timeout bounds it.
+func waitModel(t *testing.T, m *status.Model, ok func(status.Document) bool) status.Document {
+	t.Helper()
+	for {
+		if d := m.Snapshot(); ok(d) {
+			return d
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cond returns the condition of type typ in d.
+func cond(d status.Document, typ string) (condition.Condition, bool) {
+	for _, c := range d.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return condition.Condition{}, false
+}
+
+// runSource runs src on its own goroutine until the test's cleanup, which
+// cancels it and waits for it to return.
+func runSource(t *testing.T, m *status.Model, src interface {
+	Run(context.Context, *status.Model) error
+}) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, m) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source returned %v", err)
+		}
+	})
+}
+
+const envHog = "NODESHIM_OOM_TEST_HOG"
+
+func TestMain(m *testing.M) {
+	// The test binary doubles as the OOM victim.
+	if dir := os.Getenv(envHog); dir != "" {
+		testworkload.RunHog(dir)
+		fmt.Fprintln(os.Stderr, "the hog was not killed")
+		os.Exit(2)
+	}
+	goleak.VerifyTestMain(m)
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// startHog starts the hog, which joins the memory cgroup named in
+// dir/cgroup and allocates until it is killed, and returns its pid.
+func startHog(t testing.TB, dir string) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), envHog+"="+dir)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start hog: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	return cmd.Process.Pid
+}
+
+// TestOOMWatcherSource makes a real OOM kill and finds it in the model. On
+// this host the cgroup v1 memory controller limits the hog (hybrid
+// cgroups); the watcher attaches to the best hook the kernel accepts.
+func TestOOMWatcherSource(t *testing.T) {
+	testutil.RequireRoot(t)
+	const memcgV1 = "/sys/fs/cgroup/memory"
+	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
+	m := status.New(nil)
+	runSource(t, m, &Source{Logger: discard})
+	d := waitModel(t, m, func(d status.Document) bool { _, ok := cond(d, status.TypeOOMWatcher); return ok })
+	if c, _ := cond(d, status.TypeOOMWatcher); c.Status != condition.True || c.Reason != ReasonAttached || !d.OOMKills.Watching || d.OOMKills.Hook == "" {
+		t.Fatalf("OOM watcher: %+v, %+v", c, d.OOMKills)
+	}
+
+	memcg, err := os.MkdirTemp(memcgV1, "nodeshim-daemon-oom-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(memcg); err != nil && !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("remove %s: %v", memcg, err)
+		}
+	})
+	if err := os.WriteFile(filepath.Join(memcg, "memory.limit_in_bytes"), []byte(strconv.Itoa(48<<20)), 0); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(memcg), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hog := startHog(t, dir)
+	d = waitModel(t, m, func(d status.Document) bool {
+		for _, k := range d.OOMKills.Recent {
+			if k.TGID == uint32(hog) || (k.TGID == 0 && k.PID == uint32(hog)) {
+				return true
+			}
+		}
+		return false
+	})
+	if d.OOMKills.Total < 1 || len(d.OOMKills.Recent) > status.MaxOOMKills {
+		t.Errorf("OOM kills: %+v", d.OOMKills)
+	}
+	for _, k := range d.OOMKills.Recent {
+		if k.TGID == uint32(hog) && (k.Time.IsZero() || time.Since(k.Time) > time.Minute) {
+			t.Errorf("kill of the hog dated %v", k.Time)
+		}
+	}
+}
+
+// TestOOMWatcherUnavailable: when the watcher cannot attach, the model says
+// that OOM kills are not watched, and why, instead of an empty history.
+func TestOOMWatcherUnavailable(t *testing.T) {
+	unsupported := &capability.Report{Requirements: []capability.Result{{ID: Requirement, Verdict: capability.Unsupported,
+		Evidence: "OOM watcher: no hook available: BPF_PROG_TYPE_TRACING refused"}}}
+	degraded := &capability.Report{Requirements: []capability.Result{{ID: Requirement, Verdict: capability.Degraded, Evidence: "tracepoint"}}}
+	tests := []struct {
+		name       string
+		report     *capability.Report
+		wantStatus string
+		wantReason string
+		wantSev    condition.Severity
+		wantMsg    string
+	}{
+		{"the report says the kernel cannot", unsupported, "False", ReasonNotSupportedByKernel, condition.SeverityWarning, "BPF_PROG_TYPE_TRACING refused"},
+		{"no report", nil, "Unknown", ReasonAttachFailed, "", "nowhere"},
+		{"the report says it should work", degraded, "Unknown", ReasonAttachFailed, "", "nowhere"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := status.New(nil)
+			if tt.report != nil {
+				m.SetReport(tt.report, nil)
+			}
+			if err := (&Source{Hooks: []bpf.OOMHook{"nowhere"}, Logger: discard}).Run(context.Background(), m); err != nil {
+				t.Fatal(err)
+			}
+			d := m.Snapshot()
+			c, _ := cond(d, status.TypeOOMWatcher)
+			if string(c.Status) != tt.wantStatus || c.Reason != tt.wantReason || c.Severity != tt.wantSev || !strings.Contains(c.Message, tt.wantMsg) {
+				t.Errorf("%s = %+v, want %s %s %q", status.TypeOOMWatcher, c, tt.wantStatus, tt.wantReason, tt.wantMsg)
+			}
+			if d.OOMKills.Watching || d.OOMKills.Reason == "" || d.OOMKills.Recent == nil {
+				t.Errorf("oomKills = %+v, want not watching, with a reason and an empty list", d.OOMKills)
+			}
+			// Ready is never True with the watcher missing.
+			if r, _ := cond(d, condition.TypeReady); r.Status == condition.True {
+				t.Errorf("Ready = %+v", r)
+			}
+		})
+	}
+}

@@ -1,0 +1,170 @@
+// Package pressure is the status model's source for node pressure: it runs
+// the cgroup pressure monitor (package cgroup) and records kubelet's
+// MemoryPressure, DiskPressure and PIDPressure (kubelet's polarity), the
+// MemoryContentionFree and IOContentionFree PSI views, PressureMonitorReady
+// and the live readings of the status document.
+package pressure
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// Reasons of PressureMonitorReady and of the conditions it stands for.
+const (
+	ReasonWatching            = "Watching"
+	ReasonMonitorFailed       = "MonitorFailed"
+	ReasonPressureMonitorDown = "PressureMonitorDown"
+)
+
+// Name is the source's name in the status document.
+const Name = "pressure"
+
+// Source runs the cgroup pressure monitor. When the monitor cannot start or
+// stops, PressureMonitorReady turns False with the cause, the pressure
+// conditions turn Unknown, and it is retried with backoff.
+type Source struct {
+	// ProcRoot is the host's procfs; KubeletRoot kubelet's root dir (the
+	// nodefs signals).
+	ProcRoot, KubeletRoot string
+	// Thresholds are the eviction thresholds (cgroup's defaults, kubelet's,
+	// when nil); ThresholdsFrom says where they came from, for the status.
+	Thresholds     []cgroup.Threshold
+	ThresholdsFrom string
+	// Interval and PollInterval override the monitor's defaults.
+	Interval, PollInterval time.Duration
+	// Retry is the first wait after a failure (doubling up to 5 minutes);
+	// 10 s when zero.
+	Retry time.Duration
+	// Logger receives the failures; slog.Default() when nil.
+	Logger *slog.Logger
+}
+
+// Name returns "pressure".
+func (s *Source) Name() string { return Name }
+
+// Run runs the monitor until ctx is done, retrying after failures.
+func (s *Source) Run(ctx context.Context, model *status.Model) error {
+	log := s.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	retry := s.Retry
+	if retry <= 0 {
+		retry = 10 * time.Second
+	}
+	for {
+		err := s.once(ctx, model)
+		if ctx.Err() != nil {
+			return nil
+		}
+		log.Error("pressure monitor failed", "err", err, "retryIn", retry)
+		model.Set(Down(err)...)
+		t := time.NewTimer(retry)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+		retry = min(2*retry, 5*time.Minute)
+	}
+}
+
+// NotStarted is what the model shows before the source first reports, so
+// that Ready is never True before it has spoken.
+func NotStarted() condition.Condition {
+	return condition.Condition{Type: status.TypePressureMonitor, Status: condition.Unknown, Reason: "NotStarted",
+		Message: "the pressure monitor has not started"}
+}
+
+// Down is what the model shows while the monitor is not running.
+func Down(err error) []condition.Condition {
+	out := []condition.Condition{{Type: status.TypePressureMonitor, Status: condition.False, Severity: condition.SeverityWarning,
+		Reason: ReasonMonitorFailed, Message: err.Error()}}
+	for _, t := range cgroup.PressureConditions {
+		out = append(out, condition.Condition{Type: string(t), Status: condition.Unknown, Reason: ReasonPressureMonitorDown,
+			Message: "the pressure monitor is not running: " + err.Error()})
+	}
+	for _, r := range cgroup.PSIViewResources {
+		out = append(out, condition.Condition{Type: string(cgroup.PSIConditionType(r)), Status: condition.Unknown,
+			Reason: ReasonPressureMonitorDown, Message: "the pressure monitor is not running: " + err.Error()})
+	}
+	return out
+}
+
+func (s *Source) once(ctx context.Context, model *status.Model) error {
+	m, err := cgroup.FindMount(s.ProcRoot)
+	if err != nil {
+		return fmt.Errorf("find the cgroup2 mount: %w", err)
+	}
+	src := cgroup.NodeSources{ProcRoot: s.ProcRoot, CgroupRoot: m.Path, KubeletRoot: s.KubeletRoot}
+	if tree, err := cgroup.DiscoverPods(m.Path); err == nil {
+		src.Kubepods = tree.Kubepods
+	} else if !errors.Is(err, cgroup.ErrNoKubepods) {
+		return fmt.Errorf("find the kubepods cgroup: %w", err)
+	}
+	var mon *cgroup.Monitor
+	mon, err = cgroup.NewMonitor(cgroup.MonitorConfig{
+		Sources:    src,
+		Thresholds: s.Thresholds,
+		Interval:   s.Interval,
+		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
+		OnEvaluate: func(snap cgroup.Snapshot) { model.SetPressure(FromSnapshot(snap, mon.Watchers())) },
+	})
+	if err != nil {
+		return fmt.Errorf("start the pressure monitor: %w", err)
+	}
+	defer mon.Close()
+	var how []string
+	for _, w := range mon.Watchers() {
+		d := fmt.Sprintf("%s by %s", w.Path, w.Mode)
+		if w.Trigger != "" {
+			d += " " + strconv.Quote(w.Trigger)
+		}
+		if w.FallbackReason != "" {
+			d += " (" + w.FallbackReason + ")"
+		}
+		how = append(how, d)
+	}
+	msg := fmt.Sprintf("cgroup2 at %s; %s", m.Path, strings.Join(how, "; "))
+	if s.ThresholdsFrom != "" {
+		msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)
+	}
+	model.Set(condition.Condition{Type: status.TypePressureMonitor, Status: condition.True, Reason: ReasonWatching, Message: msg})
+	err = mon.Run(ctx, func(e cgroup.Event) {
+		switch e.Kind {
+		case cgroup.EventCondition:
+			model.Set(KubeletCondition(e.Condition.Condition))
+		case cgroup.EventPSIView:
+			model.Set(ViewCondition(e.PSIView.View))
+		}
+	})
+	if ctx.Err() != nil {
+		return nil
+	}
+	if err == nil {
+		err = errors.New("the pressure monitor stopped")
+	}
+	return err
+}
+
+func thresholdString(ths []cgroup.Threshold) string {
+	parts := make([]string, 0, len(ths))
+	for _, t := range ths {
+		parts = append(parts, t.String())
+	}
+	if len(parts) == 0 {
+		return "(none)"
+	}
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,132 @@
+package pressure
+
+import (
+	"context"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// waitModel polls the model until ok holds; go test's -timeout bounds it.
+func waitModel(t *testing.T, m *status.Model, ok func(status.Document) bool) status.Document {
+	t.Helper()
+	for {
+		if d := m.Snapshot(); ok(d) {
+			return d
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// cond returns the condition of type typ in d.
+func cond(d status.Document, typ string) (condition.Condition, bool) {
+	for _, c := range d.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return condition.Condition{}, false
+}
+
+// runSource runs src on its own goroutine until the test's cleanup, which
+// cancels it and waits for it to return.
+func runSource(t *testing.T, m *status.Model, src interface {
+	Run(context.Context, *status.Model) error
+}) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- src.Run(ctx, m) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("source returned %v", err)
+		}
+	})
+}
+
+var discard = slog.New(slog.DiscardHandler)
+
+// TestPressureSource runs the pressure monitor on this host: kubelet's
+// pressure conditions (labelled with kubelet's polarity), the PSI views,
+// and the live readings arrive in the model.
+func TestPressureSource(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/proc/pressure/memory")
+	m := status.New(nil)
+	kubelet := t.TempDir() // nodefs: an existing directory
+	runSource(t, m, &Source{ProcRoot: "/proc", KubeletRoot: kubelet, Interval: 50 * time.Millisecond, Logger: discard})
+	d := waitModel(t, m, func(d status.Document) bool {
+		_, mem := cond(d, "MemoryPressure")
+		_, psi := cond(d, "MemoryContentionFree")
+		return mem && psi && d.Pressure != nil
+	})
+	c, _ := cond(d, status.TypePressureMonitor)
+	if c.Status != condition.True || c.Reason != ReasonWatching || !strings.Contains(c.Message, "memory.pressure") {
+		t.Errorf("%s = %+v", status.TypePressureMonitor, c)
+	}
+	for _, typ := range []string{"MemoryPressure", "DiskPressure", "PIDPressure"} {
+		c, ok := cond(d, typ)
+		if !ok || c.Polarity != condition.PolarityKubelet || c.Status == condition.Unknown {
+			t.Errorf("%s = %+v, want a known status with kubelet's polarity", typ, c)
+		}
+	}
+	for _, typ := range []string{"MemoryContentionFree", "IOContentionFree"} {
+		if c, ok := cond(d, typ); !ok || c.Polarity != "" || c.Status == condition.Unknown {
+			t.Errorf("%s = %+v, want a known positive-polarity view", typ, c)
+		}
+	}
+	sig := map[string]status.Signal{}
+	for _, s := range d.Pressure.Signals {
+		sig[s.Name] = s
+	}
+	if s := sig["memory.available"]; s.Unknown != "" || s.Capacity == 0 || s.Available > s.Capacity {
+		t.Errorf("memory.available = %+v", s)
+	}
+	if s := sig["allocatableMemory.available"]; s.Unknown == "" {
+		t.Errorf("allocatableMemory.available without kubepods = %+v, want unknown", s)
+	}
+	var memPSI *status.PSI
+	for i := range d.Pressure.PSI {
+		if d.Pressure.PSI[i].Resource == "memory" {
+			memPSI = &d.Pressure.PSI[i]
+		}
+	}
+	if memPSI == nil || memPSI.Unknown != "" || memPSI.Full == nil {
+		t.Errorf("memory PSI = %+v", memPSI)
+	}
+	if len(d.Pressure.Watchers) == 0 {
+		t.Error("no pressure watchers in the document")
+	}
+	// Readings are live: a later evaluation replaces them.
+	at := d.Pressure.ObservedAt
+	waitModel(t, m, func(d status.Document) bool { return d.Pressure.ObservedAt.After(at) })
+}
+
+// TestPressureSourceFails: without a readable mount table the monitor
+// cannot start; the model says so and the pressure conditions are Unknown,
+// and it is retried.
+func TestPressureSourceFails(t *testing.T) {
+	m := status.New(nil)
+	logs := &testutil.Buffer{}
+	runSource(t, m, &Source{ProcRoot: t.TempDir(), KubeletRoot: t.TempDir(), Retry: time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(logs, nil))})
+	d := waitModel(t, m, func(d status.Document) bool { _, ok := cond(d, status.TypePressureMonitor); return ok })
+	c, _ := cond(d, status.TypePressureMonitor)
+	if c.Status != condition.False || c.Reason != ReasonMonitorFailed || !strings.Contains(c.Message, "mountinfo") {
+		t.Errorf("%s = %+v", status.TypePressureMonitor, c)
+	}
+	for _, typ := range []string{"MemoryPressure", "DiskPressure", "PIDPressure", "MemoryContentionFree", "IOContentionFree"} {
+		if c, _ := cond(d, typ); c.Status != condition.Unknown || c.Reason != ReasonPressureMonitorDown {
+			t.Errorf("%s = %+v, want Unknown %s", typ, c, ReasonPressureMonitorDown)
+		}
+	}
+	for strings.Count(logs.String(), "pressure monitor failed") < 2 {
+		time.Sleep(time.Millisecond) // retried; go test's -timeout bounds it
+	}
+}
