@@ -128,6 +128,13 @@ type OOMWatcher struct {
 // WatchOOM loads the OOM watcher, attaches it to the first hook in
 // opts.Hooks that this kernel accepts and starts delivering events on
 // Events. The error, when every hook fails, names each hook's failure.
+//
+// Before trying a hook that attaches through tracefs (the tracepoint, and
+// the kprobe on a kernel without the kprobe PMU) it mounts tracefs at
+// TracefsMountPoint if no tracefs is mounted in its mount namespace, which
+// needs CAP_SYS_ADMIN; the mount stays (see ensureTracefs). Nothing else it
+// attaches needs tracefs or bpffs: fentry attaches by BTF id, and nothing
+// is pinned.
 func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 	hooks := opts.Hooks
 	if hooks == nil {
@@ -163,7 +170,23 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 		return nil, fmt.Errorf("parse the OOM watcher object: %w", err)
 	}
 	var errs []error
+	// The tracepoint, and a kprobe without the kprobe PMU, attach through
+	// tracefs, which is not mounted on every machine: it is mounted before
+	// the first such hook is tried (see ensureTracefs), and not at all when
+	// an earlier hook attaches.
+	var tracefsErr error
+	tracefsTried := false
 	for _, h := range hooks {
+		if h == OOMHookTracepoint || h == OOMHookKprobe && !kprobePMU("/sys") {
+			if !tracefsTried {
+				_, _, tracefsErr = ensureTracefs()
+				tracefsTried = true
+			}
+			if tracefsErr != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", h, tracefsErr))
+				continue
+			}
+		}
 		err := w.attach(spec.Copy(), h, opts.BTFCache)
 		if err == nil {
 			break
