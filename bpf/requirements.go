@@ -216,16 +216,10 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Contex
 	}
 }
 
-// hookAvailable reports whether this kernel should accept hook, from cheap
-// feature probes: BPF_PROG_TYPE_TRACING through cilium/ebpf's features
-// package, the kprobe PMU or kprobe_events, the oom/mark_victim tracepoint
-// in tracefs.
-func hookAvailable(h *kernel.Host, hook OOMHook) (bool, string) {
-	return hookAvailableWith(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) })
-}
-
-// hookAvailableWith is hookAvailable with the BPF_PROG_TYPE_TRACING check
-// supplied by the caller (the report shares one with ebpf.prog-tracing).
+// hookAvailableWith reports whether this kernel should accept hook, from
+// cheap feature probes: BPF_PROG_TYPE_TRACING through tracing (the report
+// shares one check with ebpf.prog-tracing), the kprobe PMU or kprobe_events,
+// the oom/mark_victim tracepoint in tracefs.
 func hookAvailableWith(h *kernel.Host, hook OOMHook, tracing func() error) (bool, string) {
 	switch hook {
 	case OOMHookFentry:

@@ -4,6 +4,8 @@ import (
 	"context"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/nodeshim/nodeshim/kernel"
 )
 
@@ -60,4 +62,10 @@ func TestRequirementProbesOnEmptyHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hookAvailable is hookAvailableWith with cilium/ebpf's own
+// BPF_PROG_TYPE_TRACING probe.
+func hookAvailable(h *kernel.Host, hook OOMHook) (bool, string) {
+	return hookAvailableWith(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) })
 }

@@ -100,15 +100,3 @@ func ParseMountinfo(data []byte) (Mount, error) {
 	}
 	return m, nil
 }
-
-// Controllers returns the controllers available in the cgroup at dir (its
-// cgroup.controllers). On a hybrid node the cgroup2 root lists only those not
-// bound to v1 hierarchies.
-func Controllers(dir string) ([]string, error) {
-	path := filepath.Join(dir, "cgroup.controllers")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return strings.Fields(string(data)), nil
-}

@@ -326,20 +326,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // ErrNotSocket is returned, wrapped, when the socket path holds something
-// other than a socket, which Listen refuses to remove.
+// other than a socket, which ListenGroup refuses to remove.
 var ErrNotSocket = errors.New("path exists and is not a socket")
 
-// Listen creates the API socket at path with mode perm from the start: it
-// binds in a private (0700) directory beside path, sets the mode, and
-// renames the socket into place, so that it is never reachable with a
-// wider mode. A stale socket at path is replaced; anything else is an error.
-func Listen(path string, perm os.FileMode) (*net.UnixListener, error) {
-	return ListenGroup(path, perm, -1)
-}
-
-// ListenGroup is Listen with the socket's group set to gid (when not
-// negative) before it is moved into place, so that a reporter group can
-// connect through a 0660 socket.
+// ListenGroup creates the API socket at path with mode perm from the
+// start: it binds in a private (0700) directory beside path, sets the mode
+// and the group gid (when not negative, so that a reporter group can connect
+// through a 0660 socket), and renames the socket into place, so that it is
+// never reachable with a wider mode or another group. A stale socket at path
+// is replaced; anything else is an error.
 func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("listen on %s: %w", path, ErrNotSocket)
