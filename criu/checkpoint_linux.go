@@ -30,8 +30,6 @@ const DefaultKillGrace = 10 * time.Second
 
 // Errors callers branch on.
 var (
-	// ErrBusy: a checkpoint of the same container is already running.
-	ErrBusy = errors.New("a checkpoint of this container is already in progress")
 	// ErrTargetTraced: the target is already ptraced, so CRIU cannot seize it.
 	ErrTargetTraced = errors.New("target is traced by another process")
 	// ErrTargetLost: the target did not survive a failed checkpoint.

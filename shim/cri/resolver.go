@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -26,7 +28,7 @@ const (
 
 // ErrNotFound says that no running container matches: an unknown
 // namespace, pod or container (kubelet answers 404 for it).
-var ErrNotFound = errors.New("container not found")
+var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "container not found")
 
 // Target names a container the way kubelet's API does.
 type Target struct {
