@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -116,7 +115,6 @@ type OOMWatcher struct {
 	read      func() ([]byte, error)
 	closeRd   func() error
 	now       func() time.Time
-	dropped   atomic.Uint64
 	readErr   error // why the stream ended early; written by loop before close(loopDone)
 	loopDone  chan struct{}
 	done      chan struct{}
@@ -282,8 +280,7 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 					return nil, err
 				}
 				if rec.LostSamples > 0 {
-					w.dropped.Add(rec.LostSamples)
-					continue
+					continue // overwritten in a full buffer
 				}
 				return rec.RawSample, nil
 			}
@@ -314,8 +311,7 @@ func (w *OOMWatcher) loop() {
 		}
 		ev, err := decodeOOMEvent(raw)
 		if err != nil {
-			w.dropped.Add(1)
-			continue
+			continue // undecodable
 		}
 		var mono unix.Timespec
 		now := w.now()
@@ -349,10 +345,6 @@ func (w *OOMWatcher) Hook() OOMHook { return w.hook }
 
 // Transport returns how events reach nodeshim.
 func (w *OOMWatcher) Transport() OOMTransport { return w.transport }
-
-// Dropped returns how many events were lost: overwritten in a full perf
-// buffer or undecodable.
-func (w *OOMWatcher) Dropped() uint64 { return w.dropped.Load() }
 
 // Close detaches the watcher, releases its programs and maps and closes
 // the Events channel. It is safe to call more than once.

@@ -312,17 +312,9 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error, ensure ensureFunc) 
 	}
 }
 
-// hookAvailable reports whether this kernel should accept hook, from cheap
-// feature probes: BPF_PROG_TYPE_TRACING through cilium/ebpf's features
-// package, the kprobe PMU or kprobe_events, the oom/mark_victim tracepoint
-// in tracefs. On the live host it mounts tracefs when none is mounted, as
-// WatchOOM does before trying the hooks that need it.
-func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
-	f := hookFinding(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
-	return f.Verdict == capability.Supported, f.Evidence
-}
-
-// hookFinding is hookAvailable as a finding (Supported when available,
+// hookFinding says whether this kernel should accept hook, from cheap
+// feature probes (BPF_PROG_TYPE_TRACING, the kprobe PMU or kprobe_events,
+// the oom/mark_victim tracepoint in tracefs), as a finding (Supported when available,
 // Unknown when it cannot tell), with the BPF_PROG_TYPE_TRACING check and
 // the tracefs mount supplied by the caller (the report shares them
 // between probes).

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
@@ -65,4 +67,12 @@ func TestRequirementProbesOnEmptyHost(t *testing.T) {
 			}
 		}
 	}
+}
+
+// hookAvailable reports whether this kernel should accept hook, with
+// cilium/ebpf's own BPF_PROG_TYPE_TRACING probe; on the live host it mounts
+// tracefs when none is mounted, as WatchOOM does.
+func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
+	f := hookFinding(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
+	return f.Verdict == capability.Supported, f.Evidence
 }
