@@ -1,37 +1,16 @@
 package bpf
 
 import (
-	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/procfs"
 
 	"golang.org/x/sys/unix"
 )
-
-// ErrNoCgroup2 is returned when no cgroup v2 hierarchy is mounted where
-// nodeshim looks for one.
-var ErrNoCgroup2 = errors.New("no cgroup v2 hierarchy mounted")
-
-// FindCgroup2 returns where the cgroup v2 hierarchy is mounted under
-// sysRoot: sysRoot/fs/cgroup on a pure cgroup v2 host, sysRoot/fs/cgroup/unified
-// on a hybrid one (systemd's layout).
-func FindCgroup2(sysRoot string) (string, error) {
-	candidates := []string{
-		filepath.Join(sysRoot, "fs", "cgroup"),
-		filepath.Join(sysRoot, "fs", "cgroup", "unified"),
-	}
-	for _, p := range candidates {
-		var st unix.Statfs_t
-		if err := unix.Statfs(p, &st); err != nil {
-			continue
-		}
-		if st.Type == unix.CGROUP2_SUPER_MAGIC {
-			return p, nil
-		}
-	}
-	return "", fmt.Errorf("%w at %s", ErrNoCgroup2, strings.Join(candidates, " or "))
-}
 
 // CgroupTargetFromPath returns the Target that records the cgroup v2
 // subtree at path, which must lie under the hierarchy mounted at root. The
@@ -60,13 +39,75 @@ func CgroupTargetFromPath(root, path string) (Target, error) {
 	return CgroupTarget(fst.Ino, level), nil
 }
 
-// MountNSOf returns the inode number of the mount namespace of process pid,
-// read from procRoot/PID/ns/mnt.
-func MountNSOf(procRoot string, pid int) (uint64, error) {
-	p := filepath.Join(procRoot, fmt.Sprint(pid), "ns", "mnt")
-	var st unix.Stat_t
-	if err := unix.Stat(p, &st); err != nil {
-		return 0, fmt.Errorf("stat %s: %w", p, err)
+// PIDTarget returns the Target that records process pid: its whole mount
+// namespace when it runs in one other than nodeshim's own (a container), else
+// its process tree as procRoot shows it now (see Recorder.AddDescendants).
+func PIDTarget(procRoot string, pid int) (Target, error) {
+	ns, err := procfs.MountNS(procRoot, pid)
+	if err != nil {
+		return Target{}, fmt.Errorf("process %d: %w", pid, err)
 	}
-	return st.Ino, nil
+	self, err := procfs.MountNS(procRoot, os.Getpid())
+	if err != nil {
+		return Target{}, err
+	}
+	if ns != self {
+		return MountNSTarget(ns), nil
+	}
+	pids, err := procfs.Descendants(procRoot, pid)
+	if err != nil {
+		return Target{}, err
+	}
+	return ProcessTreeTarget(pids...), nil
+}
+
+// CgroupPathTarget returns the Target that records the cgroup at path, taken
+// relative to the cgroup v2 mount cg2 unless absolute: its cgroup v2 subtree
+// or, for a cgroup v1 path on a hybrid host, the process tree of its current
+// processes and whatever they fork.
+func CgroupPathTarget(cg2, path string) (Target, error) {
+	abs := path
+	if !filepath.IsAbs(abs) {
+		abs = filepath.Join(cg2, abs)
+	}
+	if t, err := CgroupTargetFromPath(cg2, abs); err == nil {
+		return t, nil
+	}
+	procs := filepath.Join(abs, "cgroup.procs")
+	data, err := os.ReadFile(procs)
+	if err != nil {
+		return Target{}, fmt.Errorf("cgroup %s: %w", path, err)
+	}
+	var pids []uint32
+	for _, field := range strings.Fields(string(data)) {
+		p, err := strconv.ParseUint(field, 10, 32)
+		if err != nil {
+			return Target{}, fmt.Errorf("parse %s: %q: %w", procs, field, err)
+		}
+		pids = append(pids, uint32(p))
+	}
+	if len(pids) == 0 {
+		return Target{}, fmt.Errorf("cgroup v1 %s has no processes to follow", abs)
+	}
+	return ProcessTreeTarget(pids...), nil
+}
+
+// AddDescendants adds to a process-tree recording the processes below its
+// target's that were forked between the procRoot scan that made the target
+// and the attachment of the fork tracking.
+func (r *Recorder) AddDescendants(procRoot string) error {
+	var roots []int
+	for _, k := range r.Target().Keys {
+		roots = append(roots, int(k))
+	}
+	pids, err := procfs.Descendants(procRoot, roots...)
+	if err != nil {
+		return err
+	}
+	for _, p := range pids {
+		if err := r.AddProcess(p); err != nil {
+			return err
+		}
+	}
+	return nil
 }

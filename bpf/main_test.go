@@ -15,7 +15,8 @@ import (
 // workloadEnv makes the test binary act as a workload instead of running the
 // tests: "sysinfo N" waits for a line on stdin, then calls sysinfo(2) N
 // times; "tree N M" waits, starts a child that calls sysinfo M times, waits
-// for it, then calls sysinfo N times itself.
+// for it, then calls sysinfo N times itself; the tracefs modes are
+// runTracefsChildMode's.
 const workloadEnv = "NODESHIM_BPF_TEST_WORKLOAD"
 
 func TestMain(m *testing.M) {
@@ -64,6 +65,8 @@ func runWorkload(mode string, args []string) int {
 		sysinfo(n(0))
 	case "hog":
 		hog(n(0))
+	case childWatchWithoutTracefs, childReportWithoutTracefs, childMountUnprivileged:
+		return runTracefsChildMode(mode)
 	default:
 		fmt.Fprintln(os.Stderr, "workload: unknown mode", mode)
 		return 2

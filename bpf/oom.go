@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/cilium/ebpf"
@@ -116,7 +115,6 @@ type OOMWatcher struct {
 	read      func() ([]byte, error)
 	closeRd   func() error
 	now       func() time.Time
-	dropped   atomic.Uint64
 	readErr   error // why the stream ended early; written by loop before close(loopDone)
 	loopDone  chan struct{}
 	done      chan struct{}
@@ -128,6 +126,13 @@ type OOMWatcher struct {
 // WatchOOM loads the OOM watcher, attaches it to the first hook in
 // opts.Hooks that this kernel accepts and starts delivering events on
 // Events. The error, when every hook fails, names each hook's failure.
+//
+// Before trying a hook that attaches through tracefs (the tracepoint, and
+// the kprobe on a kernel without the kprobe PMU) it mounts tracefs at
+// TracefsMountPoint if no tracefs is mounted in its mount namespace, which
+// needs CAP_SYS_ADMIN; the mount stays (see ensureTracefs). Nothing else it
+// attaches needs tracefs or bpffs: fentry attaches by BTF id, and nothing
+// is pinned.
 func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 	hooks := opts.Hooks
 	if hooks == nil {
@@ -163,7 +168,23 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 		return nil, fmt.Errorf("parse the OOM watcher object: %w", err)
 	}
 	var errs []error
+	// The tracepoint, and a kprobe without the kprobe PMU, attach through
+	// tracefs, which is not mounted on every machine: it is mounted before
+	// the first such hook is tried (see ensureTracefs), and not at all when
+	// an earlier hook attaches.
+	var tracefsErr error
+	tracefsTried := false
 	for _, h := range hooks {
+		if h == OOMHookTracepoint || h == OOMHookKprobe && !kprobePMU("/sys") {
+			if !tracefsTried {
+				_, _, tracefsErr = ensureTracefs()
+				tracefsTried = true
+			}
+			if tracefsErr != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", h, tracefsErr))
+				continue
+			}
+		}
 		err := w.attach(spec.Copy(), h, opts.BTFCache)
 		if err == nil {
 			break
@@ -259,8 +280,7 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 					return nil, err
 				}
 				if rec.LostSamples > 0 {
-					w.dropped.Add(rec.LostSamples)
-					continue
+					continue // overwritten in a full buffer
 				}
 				return rec.RawSample, nil
 			}
@@ -291,8 +311,7 @@ func (w *OOMWatcher) loop() {
 		}
 		ev, err := decodeOOMEvent(raw)
 		if err != nil {
-			w.dropped.Add(1)
-			continue
+			continue // undecodable
 		}
 		var mono unix.Timespec
 		now := w.now()
@@ -326,10 +345,6 @@ func (w *OOMWatcher) Hook() OOMHook { return w.hook }
 
 // Transport returns how events reach nodeshim.
 func (w *OOMWatcher) Transport() OOMTransport { return w.transport }
-
-// Dropped returns how many events were lost: overwritten in a full perf
-// buffer or undecodable.
-func (w *OOMWatcher) Dropped() uint64 { return w.dropped.Load() }
 
 // Close detaches the watcher, releases its programs and maps and closes
 // the Events channel. It is safe to call more than once.

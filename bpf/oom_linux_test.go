@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/cgroup"
+
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 )
@@ -83,7 +85,7 @@ func TestOOMKillOnHost(t *testing.T) {
 	requireBPF(t)
 	const memcgV1 = "/sys/fs/cgroup/memory"
 	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
-	cg2, err := FindCgroup2("/sys")
+	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/cgroup"
+
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 )
@@ -20,7 +22,7 @@ import (
 func TestOOMKillInGuest(t *testing.T) {
 	label := testutil.RequireGuest(t)
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
-	cg2, err := FindCgroup2("/sys")
+	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err)
 	}

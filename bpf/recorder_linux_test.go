@@ -13,6 +13,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/internal/procfs"
+
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/link"
@@ -72,7 +75,7 @@ func noise(t *testing.T) {
 
 func TestRecorderTargets(t *testing.T) {
 	requireBPF(t)
-	cg2, err := FindCgroup2("/sys")
+	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err) // FACTS: cgroup2 is mounted at /sys/fs/cgroup/unified here
 	}
@@ -100,11 +103,11 @@ func TestRecorderTargets(t *testing.T) {
 				return c
 			},
 			target: func(t *testing.T, pid int) Target {
-				ns, err := MountNSOf("/proc", pid)
+				ns, err := procfs.MountNS("/proc", pid)
 				if err != nil {
 					t.Fatal(err)
 				}
-				self, err := MountNSOf("/proc", os.Getpid())
+				self, err := procfs.MountNS("/proc", os.Getpid())
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -172,7 +175,7 @@ func TestRecorderTargets(t *testing.T) {
 
 func TestRecordCommand(t *testing.T) {
 	requireBPF(t)
-	cg2, err := FindCgroup2("/sys")
+	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err)
 	}

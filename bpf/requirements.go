@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 
@@ -12,9 +13,8 @@ import (
 	"github.com/cilium/ebpf/asm"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
-	"golang.org/x/sys/unix"
-
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"golang.org/x/sys/unix"
 )
 
 // The nodeshim features that these programs serve, as the report names them.
@@ -34,6 +34,12 @@ const (
 func Requirements() []capability.Requirement {
 	cache := btf.NewCache()
 	tracing := sync.OnceValue(func() error { return haveTracing(cache) })
+	// The tracefs probe and the OOM watcher's probe run concurrently; one
+	// look (and at most one mount) serves both.
+	tracefs := sync.OnceValues(func() (tracefsMount, error) {
+		p, m, err := ensureTracefs()
+		return tracefsMount{point: p, mounted: m}, err
+	})
 	return []capability.Requirement{
 		{
 			ID: "ebpf.btf-vmlinux", Group: "ebpf", MinKernel: capability.V(5, 4, 0),
@@ -72,7 +78,7 @@ func Requirements() []capability.Requirement {
 		{
 			ID: "ebpf.tracefs-oom-mark-victim", Group: "ebpf",
 			NeededBy: []string{neededByOOM + ": the oom/mark_victim tracepoint fallback"},
-			Probe:    probeTracefsEvent("oom", "mark_victim"),
+			Probe:    probeTracefsEvent("oom", "mark_victim", tracefs),
 		},
 		{
 			ID: "ebpf.syscall-recorder", Group: "ebpf",
@@ -83,7 +89,7 @@ func Requirements() []capability.Requirement {
 		{
 			ID: "ebpf.oom-watcher", Group: "ebpf",
 			NeededBy: []string{neededByOOM},
-			Probe:    oomWatcherProbe(cache, tracing),
+			Probe:    oomWatcherProbe(cache, tracing, tracefs),
 			// Detaching a perf-event tracepoint waits for an RCU grace
 			// period: 30-60 ms of wall time here.
 			Slow: true,
@@ -136,11 +142,48 @@ func probeRingbuf(_ context.Context, _ capability.Host) capability.Finding {
 // tracefsRoots are where tracefs is found, in the order the kernel
 // documents (Documentation/trace/ftrace.rst).
 func tracefsRoots(h capability.Host) []string {
-	return []string{h.Path("/sys/kernel/tracing"), h.Path("/sys/kernel/debug/tracing")}
+	return []string{h.Path(TracefsMountPoint), h.Path("/sys/kernel/debug/tracing")}
 }
 
-func probeTracefsEvent(group, event string) func(context.Context, capability.Host) capability.Finding {
+// tracefsMount is what ensureTracefs found or did.
+type tracefsMount struct {
+	point   string
+	mounted bool
+}
+
+// ensureFunc makes tracefs available, as ensureTracefs does.
+type ensureFunc func() (tracefsMount, error)
+
+// ensureNow is an ensureFunc that calls ensureTracefs each time.
+func ensureNow() (tracefsMount, error) {
+	p, m, err := ensureTracefs()
+	return tracefsMount{point: p, mounted: m}, err
+}
+
+// liveTracefs reports whether h's tracefs mount point is nodeshim's own, so
+// that a mount by ensureTracefs is the one the probe then reads. A report
+// on another root (--sys-root, a recorded host) only reads what is there.
+func liveTracefs(h capability.Host) bool {
+	return h.Path(TracefsMountPoint) == TracefsMountPoint
+}
+
+// probeTracefsEvent finds a tracepoint in tracefs.
+//
+// On the live host the probe mounts tracefs first when none is mounted,
+// exactly as WatchOOM does, and says so in the evidence. Tracefs is not
+// mounted at boot on every machine, but the kernel has it and `nodeshim
+// serve` mounts it before attaching; a report that called the tracepoint
+// missing there would be wrong about the kernel, and one that called it
+// Unknown would be wrong about what serve gets. The report runs as root,
+// as serve does, and the mount is the standard one systemd makes, left in
+// place like serve's. Without the privilege to mount, the verdict is
+// Unknown (serve, as root, can mount it); only a kernel without tracefs
+// is Unsupported.
+func probeTracefsEvent(group, event string, ensure ensureFunc) func(context.Context, capability.Host) capability.Finding {
 	return func(_ context.Context, h capability.Host) capability.Finding {
+		if liveTracefs(h) {
+			return probeLiveTracefsEvent(group, event, ensure)
+		}
 		roots := tracefsRoots(h)
 		for _, r := range roots {
 			p := r + "/events/" + group + "/" + event + "/id"
@@ -153,9 +196,51 @@ func probeTracefsEvent(group, event string) func(context.Context, capability.Hos
 				return capability.Findingf(capability.Unsupported, "tracefs at %s has no %s/%s event", r, group, event)
 			}
 		}
-		return capability.Findingf(capability.Unknown, "tracefs is not mounted at %s (mount -t tracefs nodev /sys/kernel/tracing)",
-			strings.Join(roots, " or "))
+		why := ""
+		if kernelHasTracefs(h) {
+			why = fmt.Sprintf("; the kernel has tracefs (%s lists it), and nodeshim serve mounts it at %s",
+				h.Path("/proc/filesystems"), TracefsMountPoint)
+		}
+		return capability.Findingf(capability.Unknown, "tracefs is not mounted at %s%s", strings.Join(roots, " or "), why)
 	}
+}
+
+// probeLiveTracefsEvent is probeTracefsEvent on the live host.
+func probeLiveTracefsEvent(group, event string, ensure ensureFunc) capability.Finding {
+	m, err := ensure()
+	switch {
+	case errors.Is(err, ebpf.ErrNotSupported):
+		return capability.Findingf(capability.Unsupported, "%v", err)
+	case err != nil:
+		return capability.Findingf(capability.Unknown, "%v; nodeshim serve mounts it when run as root", err)
+	}
+	how := ""
+	if m.mounted {
+		how = fmt.Sprintf(" (tracefs was not mounted; mounted at %s, as nodeshim serve does)", m.point)
+	}
+	p := filepath.Join(m.point, "events", group, event, "id")
+	_, err = os.Stat(p)
+	switch {
+	case err == nil:
+		return capability.Findingf(capability.Supported, "%s exists%s", p, how)
+	case errors.Is(err, os.ErrNotExist):
+		return capability.Findingf(capability.Unsupported, "tracefs at %s has no %s/%s event%s", m.point, group, event, how)
+	}
+	return capability.Findingf(capability.Unknown, "stat %s: %v%s", p, err, how)
+}
+
+// kernelHasTracefs reports whether h's /proc/filesystems lists tracefs.
+func kernelHasTracefs(h capability.Host) bool {
+	data, err := os.ReadFile(h.Path("/proc/filesystems"))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) > 0 && f[len(f)-1] == "tracefs" {
+			return true
+		}
+	}
+	return false
 }
 
 // recorderProbe loads and attaches the real recorder for the probing
@@ -180,19 +265,30 @@ func recorderProbe(cache *btf.Cache) func(context.Context, capability.Host) capa
 // failed load costs as much as a good one); the evidence says why each was
 // passed over. The remaining hooks are tried in order, as `nodeshim serve`
 // tries them, so a hook that looks available but fails still falls back.
-func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Context, capability.Host) capability.Finding {
+// When no hook is available only because tracefs could not be mounted
+// (no privilege), the verdict is Unknown: serve, as root, mounts it.
+func oomWatcherProbe(cache *btf.Cache, tracing func() error, ensure ensureFunc) func(context.Context, capability.Host) capability.Finding {
 	return func(_ context.Context, h capability.Host) capability.Finding {
 		var hooks []OOMHook
 		var skipped []string
+		undecided := false
 		for _, hook := range DefaultOOMHooks() {
-			if ok, why := hookAvailableWith(h, hook, tracing); ok {
+			f := hookFinding(h, hook, tracing, ensure)
+			switch f.Verdict {
+			case capability.Supported:
 				hooks = append(hooks, hook)
-			} else {
-				skipped = append(skipped, fmt.Sprintf("%s skipped: %s", hook, why))
+				continue
+			case capability.Unknown:
+				undecided = true
 			}
+			skipped = append(skipped, fmt.Sprintf("%s skipped: %s", hook, f.Evidence))
 		}
 		if len(hooks) == 0 {
-			return capability.Findingf(capability.Unsupported, "OOM watcher: no hook available: %s", strings.Join(skipped, "; "))
+			v := capability.Unsupported
+			if undecided {
+				v = capability.Unknown
+			}
+			return capability.Findingf(v, "OOM watcher: no hook available: %s", strings.Join(skipped, "; "))
 		}
 		w, err := WatchOOM(OOMOptions{Hooks: hooks, BTFCache: cache})
 		if err != nil {
@@ -216,41 +312,47 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error) func(context.Contex
 	}
 }
 
-// hookAvailable reports whether this kernel should accept hook, from cheap
-// feature probes: BPF_PROG_TYPE_TRACING through cilium/ebpf's features
-// package, the kprobe PMU or kprobe_events, the oom/mark_victim tracepoint
-// in tracefs.
-func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
-	return hookAvailableWith(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) })
-}
-
-// hookAvailableWith is hookAvailable with the BPF_PROG_TYPE_TRACING check
-// supplied by the caller (the report shares one with ebpf.prog-tracing).
-func hookAvailableWith(h capability.Host, hook OOMHook, tracing func() error) (bool, string) {
+// hookFinding says whether this kernel should accept hook, from cheap
+// feature probes (BPF_PROG_TYPE_TRACING, the kprobe PMU or kprobe_events,
+// the oom/mark_victim tracepoint in tracefs), as a finding (Supported when available,
+// Unknown when it cannot tell), with the BPF_PROG_TYPE_TRACING check and
+// the tracefs mount supplied by the caller (the report shares them
+// between probes).
+func hookFinding(h capability.Host, hook OOMHook, tracing func() error, ensure ensureFunc) capability.Finding {
 	switch hook {
 	case OOMHookFentry:
 		err := tracing()
 		if err == nil {
-			return true, "BPF_PROG_TYPE_TRACING accepted"
+			return capability.Findingf(capability.Supported, "BPF_PROG_TYPE_TRACING accepted")
 		}
-		return false, fmt.Sprintf("BPF_PROG_TYPE_TRACING: %v", err)
+		return capability.Findingf(capability.Unsupported, "BPF_PROG_TYPE_TRACING: %v", err)
 	case OOMHookKprobe:
 		// perf_kprobe PMU (4.17+) or kprobe_events in tracefs; both
 		// need CONFIG_KPROBES. cilium/ebpf's link.Kprobe uses the same two.
-		if _, err := os.Stat(h.Path("/sys/bus/event_source/devices/kprobe/type")); err == nil {
-			return true, "kprobe PMU present"
+		if kprobePMU(h.Path("/sys")) {
+			return capability.Findingf(capability.Supported, "kprobe PMU present")
 		}
-		for _, r := range tracefsRoots(h) {
+		roots := tracefsRoots(h)
+		if liveTracefs(h) {
+			m, err := ensure()
+			if err != nil {
+				if errors.Is(err, ebpf.ErrNotSupported) {
+					return capability.Findingf(capability.Unsupported, "no kprobe PMU, and %v", err)
+				}
+				return capability.Findingf(capability.Unknown, "no kprobe PMU, and %v", err)
+			}
+			roots = []string{m.point}
+		}
+		for _, r := range roots {
 			if _, err := os.Stat(r + "/kprobe_events"); err == nil {
-				return true, r + "/kprobe_events present"
+				return capability.Findingf(capability.Supported, "%s/kprobe_events present", r)
 			}
 		}
-		return false, "no kprobe PMU and no kprobe_events (CONFIG_KPROBES=n?)"
+		return capability.Findingf(capability.Unsupported, "no kprobe PMU and no kprobe_events in %s (CONFIG_KPROBES=n?)", strings.Join(roots, " or "))
 	case OOMHookTracepoint:
-		f := probeTracefsEvent("oom", "mark_victim")(context.Background(), h)
-		return f.Verdict == capability.Supported, f.Evidence
+		return probeTracefsEvent("oom", "mark_victim", ensure)(context.Background(), h)
 	}
-	return false, "unknown hook"
+	return capability.Findingf(capability.Unsupported, "unknown hook")
 }
 
 // haveTracing is the check of features.HaveProgramType(ebpf.Tracing) (a

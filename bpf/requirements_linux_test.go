@@ -2,16 +2,21 @@ package bpf
 
 import (
 	"context"
+	"strings"
 	"testing"
 
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/features"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // TestRequirementsOnThisHost runs every probe on this 6.18 host and holds
 // it to what is known here (FACTS.md, bpftool feature probe): BTF and
-// tracefs (mounted by `make test`) present, BPF_PROG_TYPE_TRACING refused,
-// so the OOM watcher is Degraded to the tracepoint.
+// tracefs present (the probe mounts tracefs when it is not mounted, as on
+// a freshly booted machine; TestReportWithoutTracefs makes that state),
+// BPF_PROG_TYPE_TRACING refused, so the OOM watcher is Degraded to the
+// tracepoint.
 func TestRequirementsOnThisHost(t *testing.T) {
 	requireBPF(t)
 	want := map[string]capability.Verdict{
@@ -56,9 +61,18 @@ func TestRequirementProbesOnEmptyHost(t *testing.T) {
 				t.Errorf("%s on an empty /sys: %s (%s), want Unsupported", r.ID, f.Verdict, f.Evidence)
 			}
 		case "ebpf.tracefs-oom-mark-victim":
-			if f := r.Probe(context.Background(), h); f.Verdict != capability.Unknown {
-				t.Errorf("%s without tracefs: %s (%s), want Unknown", r.ID, f.Verdict, f.Evidence)
+			// Another root is only read, never mounted on.
+			if f := r.Probe(context.Background(), h); f.Verdict != capability.Unknown || !strings.Contains(f.Evidence, "not mounted") {
+				t.Errorf("%s without tracefs: %s (%s), want Unknown, not mounted", r.ID, f.Verdict, f.Evidence)
 			}
 		}
 	}
+}
+
+// hookAvailable reports whether this kernel should accept hook, with
+// cilium/ebpf's own BPF_PROG_TYPE_TRACING probe; on the live host it mounts
+// tracefs when none is mounted, as WatchOOM does.
+func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
+	f := hookFinding(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
+	return f.Verdict == capability.Supported, f.Evidence
 }

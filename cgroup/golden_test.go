@@ -81,11 +81,11 @@ func renderStats(root, rel string, s *Stats, readErr error) goldenStats {
 		return g
 	}
 	m := s.Memory
-	g.Memory = section(m.Err, map[string]any{"current": m.Current, "max": m.Max.String(), "anon": m.Anon, "file": m.File,
+	g.Memory = section(m.Err, map[string]any{"current": m.Current, "max": limitString(m.Max), "anon": m.Anon, "file": m.File,
 		"active_file": m.ActiveFile, "inactive_file": m.InactiveFile, "working_set": m.WorkingSet()}, root)
 	e := s.MemoryEvents
 	g.MemoryEvents = section(e.Err, []uint64{e.Low, e.High, e.Max, e.OOM, e.OOMKill, e.OOMGroup}, root)
-	g.Pids = section(s.Pids.Err, []string{fmt.Sprint(s.Pids.Current), s.Pids.Max.String()}, root)
+	g.Pids = section(s.Pids.Err, []string{fmt.Sprint(s.Pids.Current), limitString(s.Pids.Max)}, root)
 	c := s.CPU
 	g.CPU = section(c.Err, []uint64{c.UsageUsec, c.UserUsec, c.SystemUsec, c.NrPeriods, c.NrThrottled, c.ThrottledUsec}, root)
 	io := s.IO
@@ -254,4 +254,12 @@ func containerdAgrees(t *testing.T, name string) {
 	if cs.Memory.Usage != 0 || !errors.Is(s.Memory.Err, ErrMissing) {
 		t.Fatalf("root: containerd usage %d, nodeshim %v; want 0 and ErrMissing", cs.Memory.Usage, s.Memory.Err)
 	}
+}
+
+// limitString prints l as the kernel does.
+func limitString(l Limit) string {
+	if l.Unlimited {
+		return "max"
+	}
+	return fmt.Sprint(l.Value)
 }

@@ -42,7 +42,7 @@ func TestHostMountIsHybrid(t *testing.T) {
 	if !slices.Contains(m.V1Controllers, "memory") || !slices.Contains(m.V1Controllers, "pids") {
 		t.Fatalf("v1 controllers %v lack memory or pids", m.V1Controllers)
 	}
-	c, err := Controllers(m.Path)
+	c, err := controllers(m.Path)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,12 @@
 package cgroup
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 
 	"github.com/nodeshim/nodeshim/internal/mountinfo"
 )
@@ -34,8 +35,9 @@ type Mount struct {
 	V1Controllers []string
 }
 
-// ErrNoCgroup2 is returned when no cgroup2 filesystem is mounted.
-var ErrNoCgroup2 = errors.New("no cgroup2 mount")
+// ErrNoCgroup2 is returned when no cgroup2 filesystem is mounted (class
+// errdefs.ErrNotSupported).
+var ErrNoCgroup2 = errdefs.New(errdefs.ErrNotSupported, "no cgroup2 mount")
 
 // FindMount finds the cgroup2 mount in procRoot/self/mountinfo.
 func FindMount(procRoot string) (Mount, error) {
@@ -99,16 +101,4 @@ func ParseMountinfo(data []byte) (Mount, error) {
 		m.V1Controllers = v1
 	}
 	return m, nil
-}
-
-// Controllers returns the controllers available in the cgroup at dir (its
-// cgroup.controllers). On a hybrid node the cgroup2 root lists only those not
-// bound to v1 hierarchies.
-func Controllers(dir string) ([]string, error) {
-	path := filepath.Join(dir, "cgroup.controllers")
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
-	}
-	return strings.Fields(string(data)), nil
 }

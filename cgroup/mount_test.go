@@ -2,9 +2,11 @@ package cgroup
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -85,4 +87,16 @@ func FuzzParseMountinfo(f *testing.F) {
 			t.Fatalf("mode %s with v1 controllers %v", m.Mode, m.V1Controllers)
 		}
 	})
+}
+
+// controllers returns the controllers available in the cgroup at dir (its
+// cgroup.controllers). On a hybrid node the cgroup2 root lists only those not
+// bound to v1 hierarchies.
+func controllers(dir string) ([]string, error) {
+	path := filepath.Join(dir, "cgroup.controllers")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return strings.Fields(string(data)), nil
 }

@@ -8,6 +8,8 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 // Driver is the naming scheme kubelet uses for pod cgroups (its
@@ -62,8 +64,9 @@ type PodTree struct {
 	Vanished int
 }
 
-// ErrNoKubepods is returned when the cgroup2 tree has no kubepods cgroup.
-var ErrNoKubepods = errors.New("no kubepods cgroup")
+// ErrNoKubepods is returned when the cgroup2 tree has no kubepods cgroup
+// (class errdefs.ErrNotFound).
+var ErrNoKubepods = errdefs.New(errdefs.ErrNotFound, "no kubepods cgroup")
 
 // DiscoverPods finds the kubepods cgroup under the cgroup2 mount root, with
 // either driver's naming, and the pod and container cgroups under it.

@@ -38,7 +38,7 @@ func TestGuestUnifiedMount(t *testing.T) {
 	if m.Mode != Unified || m.Path != "/sys/fs/cgroup" {
 		t.Fatalf("mount %+v, want unified at /sys/fs/cgroup", m)
 	}
-	c, err := Controllers(m.Path)
+	c, err := controllers(m.Path)
 	if err != nil {
 		t.Fatal(err)
 	}

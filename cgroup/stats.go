@@ -41,14 +41,6 @@ type Limit struct {
 	Unlimited bool
 }
 
-// String prints l as the kernel does.
-func (l Limit) String() string {
-	if l.Unlimited {
-		return "max"
-	}
-	return fmt.Sprint(l.Value)
-}
-
 // MemoryStats holds a cgroup's memory use (memory.current, memory.max,
 // memory.stat). Err is non-nil, wrapping ErrMissing, ErrVanished or
 // ErrMalformed, when the values are unknown; they are then zero and must not

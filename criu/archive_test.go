@@ -228,26 +228,3 @@ func TestTargetValidate(t *testing.T) {
 		})
 	}
 }
-
-func TestTimeoutFromQuery(t *testing.T) {
-	const def = 30 * time.Second
-	cases := []struct {
-		name, in string
-		want     time.Duration
-		wantErr  bool
-	}{
-		{"absent", "", def, false},
-		{"zero means default", "0", def, false},
-		{"seconds", "90", 90 * time.Second, false},
-		{"negative", "-1", 0, true},
-		{"unit suffix", "10s", 0, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := TimeoutFromQuery(tc.in, def)
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("TimeoutFromQuery(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}

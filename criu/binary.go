@@ -11,6 +11,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 // EnvCriu names the environment variable that points nodeshim at a criu
@@ -19,7 +21,7 @@ import (
 const EnvCriu = "NODESHIM_CRIU"
 
 // ErrNotFound is returned, wrapped, when no criu binary can be found.
-var ErrNotFound = errors.New("criu binary not found")
+var ErrNotFound = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
 
 // ErrCheckFailed is returned, wrapped, when `criu check` fails; the error
 // carries CRIU's own message.

@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -31,8 +30,6 @@ const DefaultKillGrace = 10 * time.Second
 
 // Errors callers branch on.
 var (
-	// ErrBusy: a checkpoint of the same container is already running.
-	ErrBusy = errors.New("a checkpoint of this container is already in progress")
 	// ErrTargetTraced: the target is already ptraced, so CRIU cannot seize it.
 	ErrTargetTraced = errors.New("target is traced by another process")
 	// ErrTargetLost: the target did not survive a failed checkpoint.
@@ -142,79 +139,6 @@ type Result struct {
 	InPlace bool
 	// Removed lists stale work entries of killed nodeshims swept first.
 	Removed []string
-}
-
-// Checkpointer runs checkpoints one at a time per container and at most
-// a fixed number at once across containers.
-type Checkpointer struct {
-	opts Options
-	sem  chan struct{}
-	mu   sync.Mutex
-	busy map[ContainerRef]bool
-}
-
-// NewCheckpointer returns a Checkpointer running at most parallel
-// checkpoints at once (at least one).
-func NewCheckpointer(parallel int, o Options) *Checkpointer {
-	if parallel < 1 {
-		parallel = 1
-	}
-	return &Checkpointer{opts: o, sem: make(chan struct{}, parallel), busy: map[ContainerRef]bool{}}
-}
-
-// Checkpoint checkpoints t. A second call for the same container while one
-// runs fails at once with ErrBusy; calls for other containers wait for a
-// free slot until ctx ends.
-func (c *Checkpointer) Checkpoint(ctx context.Context, t Target) (Result, error) {
-	c.mu.Lock()
-	if c.busy[t.Ref] {
-		c.mu.Unlock()
-		return Result{}, fmt.Errorf("checkpoint %s: %w", t.Ref, ErrBusy)
-	}
-	c.busy[t.Ref] = true
-	c.mu.Unlock()
-	defer func() {
-		c.mu.Lock()
-		delete(c.busy, t.Ref)
-		c.mu.Unlock()
-	}()
-	select {
-	case c.sem <- struct{}{}:
-	case <-ctx.Done():
-		return Result{}, fmt.Errorf("checkpoint %s: waiting for a free slot: %w", t.Ref, ctx.Err())
-	}
-	defer func() { <-c.sem }()
-	return Checkpoint(ctx, t, c.opts)
-}
-
-// CheckpointContainer resolves ref through r (the shim's container
-// resolver) and checkpoints the container it names, under the same rules
-// as Checkpoint.
-func (c *Checkpointer) CheckpointContainer(ctx context.Context, r Resolver, ref ContainerRef) (Result, error) {
-	t, err := r.Resolve(ctx, ref)
-	if err != nil {
-		return Result{}, fmt.Errorf("resolve %s: %w", ref, err)
-	}
-	if t.Ref != ref {
-		return Result{}, fmt.Errorf("resolve %s: resolver answered for %s", ref, t.Ref)
-	}
-	return c.Checkpoint(ctx, t)
-}
-
-// TimeoutFromQuery applies kubelet's ?timeout=SECONDS semantics: absent or
-// 0 means def, otherwise a positive number of seconds.
-func TimeoutFromQuery(v string, def time.Duration) (time.Duration, error) {
-	if v == "" {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil || n < 0 || n > int64((1<<63-1)/time.Second) {
-		return 0, fmt.Errorf("timeout %q: want a non-negative number of seconds", v)
-	}
-	if n == 0 {
-		return def, nil
-	}
-	return time.Duration(n) * time.Second, nil
 }
 
 // Checkpoint dumps the process tree of t with CRIU, leaving it running, and

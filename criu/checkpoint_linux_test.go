@@ -468,92 +468,6 @@ func TestCheckpointNaming(t *testing.T) {
 	onlyArchives(t, cpdir, 4)
 }
 
-// TestCheckpointerOneAtATime checks that a second checkpoint of a container
-// that is being checkpointed fails at once with ErrBusy.
-func TestCheckpointerOneAtATime(t *testing.T) {
-	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 64)
-	waitCount(t, dir, 3)
-	tg := pidTarget(t, pid)
-	started := make(chan struct{})
-	var once sync.Once
-	c := NewCheckpointer(2, Options{
-		Binary: bin, RootDir: t.TempDir(), ProgressInterval: time.Millisecond,
-		Progress: func(Progress) { once.Do(func() { close(started) }) },
-	})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Checkpoint(t.Context(), tg)
-		errc <- err
-	}()
-	<-started
-	_, err := c.Checkpoint(t.Context(), tg)
-	if !errors.Is(err, ErrBusy) {
-		t.Errorf("second checkpoint of %s: %v, want ErrBusy", tg.Ref, err)
-	}
-	if err := <-errc; err != nil {
-		t.Fatalf("first checkpoint: %v", err)
-	}
-	// Once the first is done, the container can be checkpointed again.
-	res, err := c.Checkpoint(t.Context(), tg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifyArchive(t, res.Path, tg)
-	assertRunning(t, pid, dir)
-}
-
-// TestCheckpointerBoundsConcurrency checks that with one slot a checkpoint
-// of another container waits while one runs, and gives up when its
-// context ends, without touching its target.
-func TestCheckpointerBoundsConcurrency(t *testing.T) {
-	bin := requireCriu(t)
-	pid1, dir1 := startWorkload(t, "count", 16)
-	pid2, dir2 := startWorkload(t, "count", 1)
-	waitCount(t, dir1, 3)
-	waitCount(t, dir2, 3)
-	hold, release := make(chan struct{}), make(chan struct{})
-	var once sync.Once
-	root := t.TempDir()
-	c := NewCheckpointer(1, Options{
-		Binary: bin, RootDir: root, ProgressInterval: time.Millisecond,
-		Progress: func(p Progress) {
-			if p.Phase == "done" {
-				return
-			}
-			// The first checkpoint holds the only slot until released.
-			once.Do(func() {
-				close(hold)
-				<-release
-			})
-		},
-	})
-	errc := make(chan error, 1)
-	go func() {
-		_, err := c.Checkpoint(t.Context(), pidTarget(t, pid1))
-		errc <- err
-	}()
-	<-hold
-	ctx, cancel := context.WithCancel(t.Context())
-	cancel()
-	_, err := c.Checkpoint(ctx, pidTarget(t, pid2))
-	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "free slot") {
-		t.Errorf("second container with the slot taken: %v, want a cancelled wait for a free slot", err)
-	}
-	close(release)
-	if err := <-errc; err != nil {
-		t.Fatal(err)
-	}
-	// With the slot free again, the second container is checkpointed.
-	res, err := c.Checkpoint(t.Context(), pidTarget(t, pid2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	verifyArchive(t, res.Path, pidTarget(t, pid2))
-	assertRunning(t, pid1, dir1)
-	assertRunning(t, pid2, dir2)
-}
-
 // mountExt4 makes an ext4 filesystem of size bytes in a file and mounts it
 // through a loop device.
 func mountExt4(t *testing.T, size int64) string {
@@ -614,19 +528,7 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 	onlyArchives(t, cpdir, 1)
 }
 
-// staticResolver resolves one container to a process started by the test,
-// standing in for the shim's container resolver.
-type staticResolver map[ContainerRef]Target
-
-func (r staticResolver) Resolve(_ context.Context, ref ContainerRef) (Target, error) {
-	t, ok := r[ref]
-	if !ok {
-		return Target{}, fmt.Errorf("no container %s", ref)
-	}
-	return t, nil
-}
-
-// TestCheckpointContainer checkpoints a process resolved as a Kubernetes
+// TestCheckpointContainer checkpoints a process described as a Kubernetes
 // container: the archive carries kubelet's name for the pod and the CRI
 // annotations, and checkpointctl shows the container's name.
 func TestCheckpointContainer(t *testing.T) {
@@ -636,9 +538,7 @@ func TestCheckpointContainer(t *testing.T) {
 	ref := ContainerRef{Namespace: "default", Pod: "web-0", Container: "app"}
 	tg := pidTarget(t, pid)
 	tg.Ref, tg.ID, tg.Runtime = ref, "0123456789abcdef", "containerd"
-	r := staticResolver{ref: tg}
-	c := NewCheckpointer(2, Options{Binary: bin, RootDir: t.TempDir()})
-	res, err := c.CheckpointContainer(t.Context(), r, ref)
+	res, err := Checkpoint(t.Context(), tg, Options{Binary: bin, RootDir: t.TempDir()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -646,8 +546,5 @@ func TestCheckpointContainer(t *testing.T) {
 		t.Errorf("archive %s is not named for web-0 in default", res.Path)
 	}
 	verifyArchive(t, res.Path, tg)
-	if _, err := c.CheckpointContainer(t.Context(), r, ContainerRef{Namespace: "default", Pod: "web-1", Container: "app"}); err == nil {
-		t.Error("an unknown container was checkpointed")
-	}
 	assertRunning(t, pid, dir)
 }

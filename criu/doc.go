@@ -40,11 +40,10 @@
 // FileLocks for held locks, ShellJob for a tree in a terminal session. A
 // container additionally needs what a runtime passes (ContainerOptions, as
 // runc sets them): its root, --external entries for bind mounts and
-// namespaces it shares, its cgroup, an orphan pty master. A Resolver (the
-// shim's container resolver) fills these in for --namespace/--pod/--container
-// through Checkpointer.CheckpointContainer; Checkpointer also keeps to one
-// checkpoint per container at a time (ErrBusy) and a bound across
-// containers, and TimeoutFromQuery gives kubelet's ?timeout= semantics.
+// namespaces it shares, its cgroup, an orphan pty master. The shim's
+// checkpoint service (shim/checkpoint) fills these in for
+// --namespace/--pod/--container from the container runtime, and keeps to one
+// checkpoint per container at a time and a bound across containers.
 //
 // # Archives
 //

@@ -6,36 +6,6 @@ import (
 	"time"
 )
 
-func TestParseProcStatus(t *testing.T) {
-	cases := []struct {
-		name    string
-		in      string
-		want    ProcState
-		wantErr bool
-	}{
-		{"running", "Name:\tsh\nState:\tS (sleeping)\nTracerPid:\t0\n", ProcState{'S', 0}, false},
-		{"traced", "State:\tt (tracing stop)\nTracerPid:\t4242\n", ProcState{'t', 4242}, false},
-		{"no tracer line", "State:\tR (running)\n", ProcState{}, true},
-		{"bad tracer", "State:\tR (running)\nTracerPid:\tx\n", ProcState{}, true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := parseProcStatus("status", []byte(tc.in))
-			if (err != nil) != tc.wantErr || got != tc.want {
-				t.Errorf("got %v, %v; want %v, error %v", got, err, tc.want, tc.wantErr)
-			}
-		})
-	}
-}
-
-func FuzzParseProcStatus(f *testing.F) {
-	f.Add([]byte("State:\tS (sleeping)\nTracerPid:\t0\n"))
-	f.Add([]byte("State:\nTracerPid:\t-1\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		_, _ = parseProcStatus("status", b)
-	})
-}
-
 func TestPIDTargetOfThisProcess(t *testing.T) {
 	now := time.Now()
 	tg, err := PIDTarget("/proc", os.Getpid(), now)

@@ -1,7 +1,6 @@
 package criu
 
 import (
-	"context"
 	"fmt"
 	"regexp"
 	"strings"
@@ -68,13 +67,6 @@ type ContainerOptions struct {
 	// OrphanPtsMaster lets CRIU dump a tree whose terminal master is
 	// outside it (a container with a tty).
 	OrphanPtsMaster bool
-}
-
-// Resolver finds the Target of a Kubernetes container. The shim's container
-// resolver implements it; the criu package does not know where containers
-// come from.
-type Resolver interface {
-	Resolve(ctx context.Context, ref ContainerRef) (Target, error)
 }
 
 // The naming rules of a Kubernetes object name part: kubelet puts these

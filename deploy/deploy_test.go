@@ -307,7 +307,6 @@ func TestShimContainer(t *testing.T) {
 		{mount: "/sys", host: "/sys", readOnly: true, typ: corev1.HostPathDirectory},
 		{mount: "/sys/fs/cgroup", host: "/sys/fs/cgroup", typ: corev1.HostPathDirectory},
 		{mount: "/sys/kernel/btf", host: "/sys/kernel/btf", readOnly: true, typ: corev1.HostPathDirectory},
-		{mount: "/sys/kernel/tracing", host: "/sys/kernel/tracing", typ: corev1.HostPathDirectory},
 		{mount: "/host/proc", host: "/proc", readOnly: true, typ: corev1.HostPathDirectory},
 		{mount: "/var/lib/kubelet", host: "/var/lib/kubelet", readOnly: true, typ: corev1.HostPathDirectory},
 		{mount: "/run/containerd/containerd.sock", host: "/run/containerd/containerd.sock", typ: corev1.HostPathSocket},
@@ -343,6 +342,12 @@ func TestShimContainer(t *testing.T) {
 	for _, m := range shim.VolumeMounts {
 		if m.Name == "reporter-token" {
 			t.Error("the shim mounts the reporter's token: it must hold no cluster credentials")
+		}
+		// The shim mounts tracefs in its own mount namespace when none is
+		// mounted; the host's /sys/kernel/tracing is an empty directory on
+		// a host that does not mount tracefs, and would hide that mount.
+		if m.MountPath == "/sys/kernel/tracing" {
+			t.Errorf("the shim mounts volume %s at /sys/kernel/tracing: it mounts tracefs itself", m.Name)
 		}
 	}
 }

@@ -27,12 +27,5 @@ bpf-vmlinux:
 bpf-generate: bpf-vmlinux
 	cd bpf && BPF_INCLUDE=$(BPF_INCLUDE) $(GO) generate ./...
 
-# The OOM watcher's tracepoint and kprobe hooks attach through tracefs; the
-# tests need it mounted (FACTS: it is not mounted at boot here).
-TEST_DEPS += bpf-tracefs
-.PHONY: bpf-tracefs
-bpf-tracefs:
-	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-
 # The OOM watcher reads events on a goroutine.
 RACE_PKGS += ./bpf/...

@@ -43,7 +43,7 @@ func TestCheckpointContainerThroughDaemon(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, api.SocketName)
-	l, err := api.Listen(sock, 0o600)
+	l, err := api.ListenGroup(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -69,16 +68,11 @@ transition as a JSON line until interrupted.`,
 			if err != nil {
 				return withExitCode(exitUsage, err)
 			}
-			m, err := cgroup.FindMount(procRoot)
+			m, src, err := cgroup.FindNodeSources(procRoot)
 			if err != nil {
 				return err
 			}
-			src := cgroup.NodeSources{ProcRoot: procRoot, CgroupRoot: m.Path, KubeletRoot: kubeletRoot, ImageFsRoot: imageFs}
-			if tree, err := cgroup.DiscoverPods(m.Path); err == nil {
-				src.Kubepods = tree.Kubepods
-			} else if !errors.Is(err, cgroup.ErrNoKubepods) {
-				return err
-			}
+			src.KubeletRoot, src.ImageFsRoot = kubeletRoot, imageFs
 			mon, err := cgroup.NewMonitor(cgroup.MonitorConfig{
 				Sources: src, Thresholds: ths, TransitionPeriod: transition, Interval: interval,
 				Watch: cgroup.WatchOptions{PollInterval: pollInterval, ForcePoll: forcePoll},

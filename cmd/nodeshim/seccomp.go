@@ -14,7 +14,6 @@ import (
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 )
 
 // newSeccompCommand is the `nodeshim seccomp` group: validate, compile,
@@ -68,24 +67,9 @@ func (pf *profileFlags) load(path string) (*seccomp.Profile, *seccomp.Filter, er
 	if err != nil {
 		return nil, nil, withExitCode(exitUsage, err)
 	}
-	data, err := os.ReadFile(path)
+	p, f, err := seccomp.LoadFile(path, seccomp.NodeParseOptions(pf.caps), seccomp.CompileOptions{Optimize: opt, NoENOSYS: pf.noENOSYS})
 	if err != nil {
 		return nil, nil, err
-	}
-	po := seccomp.ParseOptions{Caps: pf.caps}
-	var u unix.Utsname
-	if err := unix.Uname(&u); err == nil {
-		if v, err := seccomp.ParseRelease(unix.ByteSliceToString(u.Release[:])); err == nil {
-			po.Kernel = v
-		}
-	}
-	p, err := seccomp.Parse(data, po)
-	if err != nil {
-		return nil, nil, fmt.Errorf("profile %s is invalid:\n%w", path, err)
-	}
-	f, err := seccomp.Compile(p, seccomp.CompileOptions{Optimize: opt, NoENOSYS: pf.noENOSYS})
-	if err != nil {
-		return nil, nil, fmt.Errorf("profile %s: %w", path, err)
 	}
 	for _, w := range append(append([]seccomp.Warning(nil), f.Warnings...), f.Skipped...) {
 		slog.Warn("seccomp profile", "profile", path, "path", w.Path, "warning", w.Message)

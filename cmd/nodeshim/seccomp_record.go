@@ -8,17 +8,17 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
-	"strings"
+	"runtime"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
-	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
 // recordFlags are the flags of `nodeshim seccomp record`.
@@ -100,18 +100,21 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	case len(args) > 0 && f.duration != 0:
 		return withExitCode(exitUsage, errors.New("--duration applies to --cgroup and --pid; a command is recorded until it exits"))
 	}
-	arch, err := bpf.NativeArch()
+	arch, err := seccomp.SCMPArch(runtime.GOARCH)
 	if err != nil {
 		return err
 	}
-	var base *specs.LinuxSeccomp
+	var base *seccomp.Profile
 	if f.base != "" {
 		data, err := os.ReadFile(f.base)
 		if err != nil {
 			return fmt.Errorf("read base profile: %w", err)
 		}
-		if base, err = bpf.ParseProfile(data); err != nil {
+		if base, err = seccomp.Parse(data, seccomp.NodeParseOptions(nil)); err != nil {
 			return fmt.Errorf("base profile %s: %w", f.base, err)
+		}
+		for _, w := range base.Warnings {
+			slog.Warn("seccomp profile", "profile", f.base, "path", w.Path, "warning", w.Message)
 		}
 	}
 	// Fail before recording, not after, when the output cannot be written.
@@ -164,7 +167,7 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 // recordCommand runs args under the recorder. Stopping nodeshim sends
 // SIGTERM to the command and the recording ends when it exits.
 func recordCommand(ctx context.Context, f *recordFlags, args []string) ([]bpf.SyscallCount, error, error) {
-	cg2, err := bpf.FindCgroup2(f.sysRoot)
+	cg2, err := cgroup.MountUnder(f.sysRoot)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -183,7 +186,18 @@ func recordCommand(ctx context.Context, f *recordFlags, args []string) ([]bpf.Sy
 // recordRunning records a running cgroup or process until the duration
 // elapses or ctx is cancelled.
 func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, error) {
-	target, err := runningTarget(f)
+	var (
+		target bpf.Target
+		err    error
+	)
+	if f.pid != 0 {
+		target, err = bpf.PIDTarget(f.procRoot, f.pid)
+	} else {
+		var cg2 string
+		if cg2, err = cgroup.MountUnder(f.sysRoot); err == nil {
+			target, err = bpf.CgroupPathTarget(cg2, f.cgroup)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -195,7 +209,7 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 	if target.Kind == bpf.TargetProcessTree {
 		// Processes forked between the scan and the attachment are only
 		// seen by a second scan.
-		if err := addDescendants(rec, f); err != nil {
+		if err := rec.AddDescendants(f.procRoot); err != nil {
 			return nil, err
 		}
 	}
@@ -211,76 +225,6 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 		return nil, err
 	}
 	return counts, rec.Close()
-}
-
-// addDescendants adds the processes below the target's that were forked
-// between the /proc scan and the attachment of the fork tracking.
-func addDescendants(rec *bpf.Recorder, f *recordFlags) error {
-	var roots []int
-	for _, k := range rec.Target().Keys {
-		roots = append(roots, int(k))
-	}
-	pids, err := bpf.Descendants(f.procRoot, roots...)
-	if err != nil {
-		return err
-	}
-	for _, p := range pids {
-		if err := rec.AddProcess(p); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func runningTarget(f *recordFlags) (bpf.Target, error) {
-	if f.pid != 0 {
-		ns, err := bpf.MountNSOf(f.procRoot, f.pid)
-		if err != nil {
-			return bpf.Target{}, fmt.Errorf("process %d: %w", f.pid, err)
-		}
-		self, err := bpf.MountNSOf(f.procRoot, os.Getpid())
-		if err != nil {
-			return bpf.Target{}, err
-		}
-		if ns != self {
-			return bpf.MountNSTarget(ns), nil
-		}
-		pids, err := bpf.Descendants(f.procRoot, f.pid)
-		if err != nil {
-			return bpf.Target{}, err
-		}
-		return bpf.ProcessTreeTarget(pids...), nil
-	}
-	cg2, err := bpf.FindCgroup2(f.sysRoot)
-	if err != nil {
-		return bpf.Target{}, err
-	}
-	path := f.cgroup
-	if !filepath.IsAbs(path) {
-		path = filepath.Join(cg2, path)
-	}
-	if t, err := bpf.CgroupTargetFromPath(cg2, path); err == nil {
-		return t, nil
-	}
-	// Not on the cgroup v2 hierarchy: a cgroup v1 path on a hybrid host.
-	// Follow its current processes and whatever they fork.
-	procs := filepath.Join(path, "cgroup.procs")
-	data, err := os.ReadFile(procs)
-	if err != nil {
-		return bpf.Target{}, fmt.Errorf("cgroup %s: %w", f.cgroup, err)
-	}
-	var pids []uint32
-	for _, field := range strings.Fields(string(data)) {
-		p, err := strconv.ParseUint(field, 10, 32)
-		if err != nil {
-			return bpf.Target{}, fmt.Errorf("parse %s: %q: %w", procs, field, err)
-		}
-		pids = append(pids, uint32(p))
-	}
-	if len(pids) == 0 {
-		return bpf.Target{}, fmt.Errorf("cgroup v1 %s has no processes to follow", path)
-	}
-	return bpf.ProcessTreeTarget(pids...), nil
 }
 
 func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount) error {

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
 )
 
@@ -110,21 +111,6 @@ func BenchmarkCompileOnly(b *testing.B) {
 	}
 }
 
-// BenchmarkCompileCached gets the profile from a warm Cache: hashing its
-// bytes and a map lookup.
-func BenchmarkCompileCached(b *testing.B) {
-	data, _ := benchData(b)
-	c := NewCache(0)
-	if _, err := c.Get(data, ParseOptions{}, CompileOptions{}); err != nil {
-		b.Fatal(err)
-	}
-	loopCPU(b, func() {
-		if _, err := c.Get(data, ParseOptions{}, CompileOptions{}); err != nil {
-			b.Fatal(err)
-		}
-	})
-}
-
 // lateAllowed returns the allowed syscall that the linear program checks
 // last in its native-architecture section.
 func lateAllowed(b *testing.B, f *Filter) int64 {
@@ -201,5 +187,5 @@ func syscallNameNative(nr int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return scmpName(native, nr)
+	return libseccomp.ScmpSyscall(nr).GetNameByArch(native)
 }

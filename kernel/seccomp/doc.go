@@ -14,8 +14,7 @@
 // syscall number above the highest one the profile names on that
 // architecture, the rule runc's "enosys" patch uses: such a syscall is
 // newer than the profile or unknown to the kernel, and ENOSYS is what lets
-// libc fall back to an older call. Cache keeps compiled programs by the
-// SHA-256 of the profile's bytes.
+// libc fall back to an older call.
 //
 // Loading a filter happens in a re-executed copy of the running binary, in
 // a C constructor that runs before the Go runtime starts any thread

@@ -105,8 +105,3 @@ func Explain(p *Profile, f *Filter) (*Explanation, error) {
 	}
 	return ex, nil
 }
-
-// scmpName is the name of syscall nr on arch.
-func scmpName(arch libseccomp.ScmpArch, nr int64) (string, error) {
-	return libseccomp.ScmpSyscall(nr).GetNameByArch(arch)
-}

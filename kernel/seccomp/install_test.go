@@ -31,7 +31,10 @@ func TestInstallLocalhost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if b, err := ReadLocalhost(e); err != nil || string(b) != string(good) {
+	if e.Path != path {
+		t.Fatalf("the pod resolves to %s, want the installed %s", e.Path, path)
+	}
+	if b, err := os.ReadFile(e.Path); err != nil || string(b) != string(good) {
 		t.Fatalf("read back: %v", err)
 	}
 

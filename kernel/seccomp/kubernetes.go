@@ -3,8 +3,6 @@ package seccomp
 import (
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -97,39 +95,4 @@ func localhostPath(root, name string) (string, error) {
 		}
 	}
 	return filepath.Join(root, name), nil
-}
-
-// CreateContainerError is what a container runtime reports when it cannot
-// create a container; the kubelet shows its Reason as the container's
-// waiting reason.
-type CreateContainerError struct {
-	Path string
-	Err  error
-}
-
-func (e *CreateContainerError) Error() string {
-	return fmt.Sprintf("CreateContainerError: failed to generate seccomp spec opts: cannot load seccomp profile %q: %v", e.Path, e.Err)
-}
-
-func (e *CreateContainerError) Unwrap() error { return e.Err }
-
-// Reason is the container status reason the kubelet shows.
-func (e *CreateContainerError) Reason() string { return "CreateContainerError" }
-
-// ReadLocalhost reads a Localhost profile's file. A missing or unreadable
-// file is a *CreateContainerError with the path, the error a container
-// would fail with; errors.Is(err, fs.ErrNotExist) tells a missing file.
-func ReadLocalhost(e Effective) ([]byte, error) {
-	if e.Type != corev1.SeccompProfileTypeLocalhost {
-		return nil, fmt.Errorf("profile type %s has no file", e.Type)
-	}
-	b, err := os.ReadFile(e.Path)
-	if err != nil {
-		var pe *fs.PathError
-		if errors.As(err, &pe) {
-			err = pe.Err
-		}
-		return nil, &CreateContainerError{Path: e.Path, Err: fmt.Errorf("open %s: %w", e.Path, err)}
-	}
-	return b, nil
 }

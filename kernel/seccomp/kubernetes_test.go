@@ -2,9 +2,6 @@ package seccomp
 
 import (
 	"errors"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -70,47 +67,5 @@ func TestEffectiveProfile(t *testing.T) {
 	}
 	if _, err := EffectiveProfile(nil, &corev1.SecurityContext{SeccompProfile: sp("Bogus")}, KubeletOptions{}); err == nil {
 		t.Error("unknown type accepted")
-	}
-}
-
-func TestReadLocalhost(t *testing.T) {
-	root := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(root, "profiles"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(root, "profiles", "ok.json"), []byte(`{"defaultAction":"SCMP_ACT_LOG"}`), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	opts := KubeletOptions{SeccompRoot: root}
-	e, err := EffectiveProfile(nil, &corev1.SecurityContext{SeccompProfile: sp(corev1.SeccompProfileTypeLocalhost, "profiles/ok.json")}, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := ReadLocalhost(e)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Parse(b, ParseOptions{}); err != nil {
-		t.Fatal(err)
-	}
-
-	e, err = EffectiveProfile(&corev1.PodSecurityContext{SeccompProfile: sp(corev1.SeccompProfileTypeLocalhost, "profiles/missing.json")}, nil, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	_, err = ReadLocalhost(e)
-	var cce *CreateContainerError
-	if !errors.As(err, &cce) || cce.Reason() != "CreateContainerError" || cce.Path != filepath.Join(root, "profiles/missing.json") {
-		t.Fatalf("got %v", err)
-	}
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("%v is not ErrNotExist", err)
-	}
-	want := `CreateContainerError: failed to generate seccomp spec opts: cannot load seccomp profile "` + cce.Path + `": open ` + cce.Path + `: no such file or directory`
-	if err.Error() != want {
-		t.Errorf("message\n%s\nwant\n%s", err, want)
-	}
-	if _, err := ReadLocalhost(Effective{Type: corev1.SeccompProfileTypeRuntimeDefault}); err == nil {
-		t.Error("RuntimeDefault has no file")
 	}
 }

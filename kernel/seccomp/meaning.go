@@ -102,16 +102,6 @@ func (p *Profile) Names() []string {
 	return out
 }
 
-// Conditional reports whether any rule for name compares arguments.
-func (p *Profile) Conditional(name string) bool {
-	for _, s := range p.Syscalls {
-		if len(s.Args) > 0 && containsName(s.Names, name) {
-			return true
-		}
-	}
-	return false
-}
-
 func containsName(names []string, n string) bool {
 	for _, x := range names {
 		if x == n {

@@ -164,6 +164,16 @@ var goToSeccompArch = map[string]string{
 	"riscv64": "SCMP_ARCH_RISCV64", "s390x": "SCMP_ARCH_S390X", "loong64": "SCMP_ARCH_LOONGARCH64",
 }
 
+// SCMPArch returns the SCMP_ARCH_ name of the Go architecture goarch
+// (runtime.GOARCH for the running binary), e.g. SCMP_ARCH_X86_64 for amd64:
+// the architecture whose syscall numbers the kernel sees from this process.
+func SCMPArch(goarch string) (string, error) {
+	if a, ok := goToSeccompArch[goarch]; ok {
+		return a, nil
+	}
+	return "", fmt.Errorf("%w: no seccomp architecture for GOARCH %s", ErrUnknownArch, goarch)
+}
+
 // knownArches are the architecture names accepted in "architectures".
 var knownArches = map[string]bool{
 	"SCMP_ARCH_X86": true, "SCMP_ARCH_X86_64": true, "SCMP_ARCH_X32": true, "SCMP_ARCH_ARM": true,

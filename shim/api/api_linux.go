@@ -27,11 +27,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -251,7 +252,8 @@ func NewHandler(src Source, opts Options) http.Handler {
 func serveCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
 	ref := criu.ContainerRef{Namespace: r.PathValue("namespace"), Pod: r.PathValue("pod"), Container: r.PathValue("container")}
 	if opts.Checkpoint == nil {
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": "checkpoints are not available on this node"})
+		err := errdefs.New(errdefs.ErrNotFound, "checkpoints are not available on this node")
+		writeJSON(w, statusCode(err), map[string]string{"error": err.Error()})
 		return
 	}
 	var timeout time.Duration
@@ -264,13 +266,31 @@ func serveCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
 		timeout = time.Duration(n) * time.Second
 	}
 	res, err := opts.Checkpoint.Checkpoint(r.Context(), ref, timeout)
-	switch {
-	case errors.Is(err, checkpoint.ErrNotFound):
-		writeJSON(w, http.StatusNotFound, map[string]string{"error": err.Error()})
-	case err != nil:
-		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("checkpointing of %s failed (%v)", ref, err)})
-	default:
+	switch code := statusCode(err); {
+	case err == nil:
 		writeJSON(w, http.StatusOK, map[string][]string{"items": {res.Path}})
+	case code == http.StatusNotFound:
+		writeJSON(w, code, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, code, map[string]string{"error": fmt.Sprintf("checkpointing of %s failed (%v)", ref, err)})
+	}
+}
+
+// statusCode maps the class of err (internal/errdefs) to the status code
+// the API answers with. Kubelet's checkpoint endpoint answers 404 for an
+// unknown container or with the feature off and 500 for every other
+// failure, a busy container and an unavailable runtime included; nodeshim
+// answers the same.
+func statusCode(err error) int {
+	switch {
+	case err == nil:
+		return http.StatusOK
+	case errors.Is(err, errdefs.ErrNotFound):
+		return http.StatusNotFound
+	default:
+		// errdefs.ErrBusy, ErrUnavailable, ErrNotSupported and unclassified
+		// errors alike.
+		return http.StatusInternalServerError
 	}
 }
 
@@ -326,20 +346,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // ErrNotSocket is returned, wrapped, when the socket path holds something
-// other than a socket, which Listen refuses to remove.
+// other than a socket, which ListenGroup refuses to remove.
 var ErrNotSocket = errors.New("path exists and is not a socket")
 
-// Listen creates the API socket at path with mode perm from the start: it
-// binds in a private (0700) directory beside path, sets the mode, and
-// renames the socket into place, so that it is never reachable with a
-// wider mode. A stale socket at path is replaced; anything else is an error.
-func Listen(path string, perm os.FileMode) (*net.UnixListener, error) {
-	return ListenGroup(path, perm, -1)
-}
-
-// ListenGroup is Listen with the socket's group set to gid (when not
-// negative) before it is moved into place, so that a reporter group can
-// connect through a 0660 socket.
+// ListenGroup creates the API socket at path with mode perm from the
+// start: it binds in a private (0700) directory beside path, sets the mode
+// and the group gid (when not negative, so that a reporter group can connect
+// through a 0660 socket), and renames the socket into place, so that it is
+// never reachable with a wider mode or another group. A stale socket at path
+// is replaced; anything else is an error.
 func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("listen on %s: %w", path, ErrNotSocket)

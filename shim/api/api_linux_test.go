@@ -65,7 +65,7 @@ func serve(t *testing.T, src Source, perm os.FileMode, logs io.Writer) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, SocketName)
-	l, err := Listen(sock, perm)
+	l, err := ListenGroup(sock, perm, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,15 +179,15 @@ func TestPeerNotRootIsRefused(t *testing.T) {
 	}
 }
 
-func TestListen(t *testing.T) {
+func TestListenGroupReplacesOnlySockets(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("refuses a regular file", func(t *testing.T) {
 		p := filepath.Join(dir, "file")
 		if err := os.WriteFile(p, []byte("keep me"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := Listen(p, 0o600); !errors.Is(err, ErrNotSocket) {
-			t.Errorf("Listen over a file = %v, want ErrNotSocket", err)
+		if _, err := ListenGroup(p, 0o600, -1); !errors.Is(err, ErrNotSocket) {
+			t.Errorf("ListenGroup over a file = %v, want ErrNotSocket", err)
 		}
 		if b, _ := os.ReadFile(p); string(b) != "keep me" {
 			t.Error("file was touched")
@@ -201,7 +201,7 @@ func TestListen(t *testing.T) {
 		}
 		old.SetUnlinkOnClose(false)
 		old.Close()
-		l, err := Listen(p, 0o600)
+		l, err := ListenGroup(p, 0o600, -1)
 		if err != nil {
 			t.Fatal(err)
 		}

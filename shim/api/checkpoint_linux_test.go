@@ -49,7 +49,7 @@ func (f *fakeCheckpointer) Checkpoint(_ context.Context, ref criu.ContainerRef, 
 func serveWith(t *testing.T, opts Options) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), SocketName)
-	l, err := Listen(sock, 0o600)
+	l, err := ListenGroup(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}

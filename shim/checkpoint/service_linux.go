@@ -13,6 +13,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeshim/nodeshim/criu"
@@ -24,17 +26,19 @@ import (
 
 // ErrNotFound is wrapped by every error for which kubelet's checkpoint
 // endpoint answers 404: an unknown namespace, pod or container, and the
-// feature being disabled.
-var ErrNotFound = errors.New("not found")
+// feature being disabled. It is the error class errdefs.ErrNotFound.
+var ErrNotFound = errdefs.ErrNotFound
 
 // ErrDisabled says that checkpoints are off in the active configuration.
 var ErrDisabled = fmt.Errorf("checkpoints are disabled in the configuration: %w", ErrNotFound)
 
-// ErrBusy: a checkpoint of the same container is already running.
-var ErrBusy = criu.ErrBusy
+// ErrBusy: a checkpoint of the same container is already running (class
+// errdefs.ErrBusy).
+var ErrBusy = errdefs.New(errdefs.ErrBusy, "a checkpoint of this container is already in progress")
 
-// ErrShuttingDown: nodeshim is stopping and takes no new checkpoint.
-var ErrShuttingDown = errors.New("nodeshim is shutting down")
+// ErrShuttingDown: nodeshim is stopping and takes no new checkpoint (class
+// errdefs.ErrUnavailable).
+var ErrShuttingDown = errdefs.New(errdefs.ErrUnavailable, "nodeshim is shutting down")
 
 // Settings are the parts of the active configuration a checkpoint reads.
 type Settings struct {

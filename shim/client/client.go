@@ -6,7 +6,6 @@ package client
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -34,13 +33,6 @@ type StatusError struct {
 
 func (e *StatusError) Error() string {
 	return fmt.Sprintf("%s %s: %d %s", e.Method, e.Path, e.Code, e.Message)
-}
-
-// IsNotFound reports whether err is a 404 from the API: an unknown
-// namespace, pod or container, or checkpoints switched off on the node.
-func IsNotFound(err error) bool {
-	var se *StatusError
-	return errors.As(err, &se) && se.Code == http.StatusNotFound
 }
 
 // Client talks to one nodeshim serve over its unix socket.

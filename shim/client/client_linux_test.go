@@ -46,7 +46,7 @@ func (c *checkpointer) Checkpoint(_ context.Context, ref criu.ContainerRef, time
 func serve(t *testing.T, model *status.Model, opts api.Options) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), api.SocketName)
-	l, err := api.Listen(sock, 0o600)
+	l, err := api.ListenGroup(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestCheckpoint(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want one containing %q", err, tc.wantErr)
 				}
-				if IsNotFound(err) != tc.wantNotFound {
+				if isNotFound(err) != tc.wantNotFound {
 					t.Fatalf("IsNotFound(%v) = %v, want %v", err, !tc.wantNotFound, tc.wantNotFound)
 				}
 				return
@@ -141,7 +141,13 @@ func TestUnreachable(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), sock) {
 		t.Fatalf("err = %v, want an error naming %s", err, sock)
 	}
-	if IsNotFound(err) {
+	if isNotFound(err) {
 		t.Fatalf("a missing socket is not a 404: %v", err)
 	}
+}
+
+// isNotFound reports whether err is a 404 from the API.
+func isNotFound(err error) bool {
+	var se *StatusError
+	return errors.As(err, &se) && se.Code == http.StatusNotFound
 }

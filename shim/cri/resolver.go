@@ -9,10 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
 	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -29,7 +28,7 @@ const (
 
 // ErrNotFound says that no running container matches: an unknown
 // namespace, pod or container (kubelet answers 404 for it).
-var ErrNotFound = errors.New("container not found")
+var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "container not found")
 
 // Target names a container the way kubelet's API does.
 type Target struct {
@@ -74,11 +73,6 @@ func Dial(endpoint string) (*RuntimeResolver, error) {
 		return nil, fmt.Errorf("dial CRI runtime %s: %w", endpoint, err)
 	}
 	return &RuntimeResolver{client: runtimeapi.NewRuntimeServiceClient(conn), conn: conn}, nil
-}
-
-// NewRuntimeResolver uses an existing CRI client.
-func NewRuntimeResolver(client runtimeapi.RuntimeServiceClient) *RuntimeResolver {
-	return &RuntimeResolver{client: client}
 }
 
 // Close closes a connection made by Dial.
@@ -151,30 +145,4 @@ func PIDFromVerboseInfo(info map[string]string) (int, error) {
 		return 0, ErrNoPID
 	}
 	return *v.PID, nil
-}
-
-// LocalResolver is the command line's path: the caller names a pid, which
-// must exist under ProcRoot.
-type LocalResolver struct {
-	// ProcRoot is where /proc is mounted; "/proc" when empty.
-	ProcRoot string
-}
-
-// ResolvePID checks that pid is a live process and returns it.
-func (l LocalResolver) ResolvePID(pid int) (Process, error) {
-	root := l.ProcRoot
-	if root == "" {
-		root = "/proc"
-	}
-	if pid <= 0 {
-		return Process{}, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
-	}
-	p := filepath.Join(root, strconv.Itoa(pid), "stat")
-	if _, err := os.Stat(p); err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return Process{}, fmt.Errorf("pid %d: %w", pid, ErrNotFound)
-		}
-		return Process{}, fmt.Errorf("stat %s: %w", p, err)
-	}
-	return Process{PID: pid}, nil
 }

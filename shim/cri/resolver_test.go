@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -169,35 +168,6 @@ func TestRuntimeResolverUnavailable(t *testing.T) {
 	_, err = r.Resolve(context.Background(), Target{"a", "b", "c"})
 	if err == nil || errors.Is(err, ErrNotFound) || status.Code(errors.Unwrap(err)) != codes.Unavailable {
 		t.Errorf("Resolve without a runtime = %v, want Unavailable, not ErrNotFound", err)
-	}
-}
-
-func TestLocalResolver(t *testing.T) {
-	p, err := LocalResolver{}.ResolvePID(os.Getpid())
-	if err != nil || p.PID != os.Getpid() {
-		t.Fatalf("ResolvePID(self) = %+v, %v", p, err)
-	}
-	proc := t.TempDir()
-	if err := os.MkdirAll(filepath.Join(proc, "77"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(proc, "77", "stat"), []byte("77 (x) S"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tt := range []struct {
-		name string
-		pid  int
-		ok   bool
-	}{{"present", 77, true}, {"absent", 78, false}, {"zero", 0, false}, {"negative", -1, false}} {
-		t.Run(tt.name, func(t *testing.T) {
-			_, err := LocalResolver{ProcRoot: proc}.ResolvePID(tt.pid)
-			if tt.ok && err != nil {
-				t.Fatal(err)
-			}
-			if !tt.ok && !errors.Is(err, ErrNotFound) {
-				t.Errorf("ResolvePID(%d) = %v, want ErrNotFound", tt.pid, err)
-			}
-		})
 	}
 }
 

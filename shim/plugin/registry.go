@@ -8,7 +8,6 @@
 package plugin
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"sort"
@@ -38,10 +37,6 @@ func DefaultAcceptedVersions() map[string][]string {
 		TypeDRA:    {"v1.DRAPlugin", "v1beta1.DRAPlugin"},
 	}
 }
-
-// ErrNotFound says that no driver of that name has registered yet. It is
-// not a failure: a consumer expecting the driver retries later.
-var ErrNotFound = errors.New("plugin not found, retry")
 
 // Spec is what a driver said at registration.
 type Spec struct {
@@ -142,32 +137,6 @@ func (r *registry) changed() {
 	r.notify = nil
 }
 
-// Lookup returns the entry of the named driver, or ErrNotFound when it has
-// never registered.
-func (w *Watcher) Lookup(name string) (Entry, error) {
-	r := w.reg
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	e, ok := r.entries[name]
-	if !ok {
-		return Entry{}, fmt.Errorf("%s: %w", name, ErrNotFound)
-	}
-	return copyEntry(e), nil
-}
-
-// Entries returns every driver seen, sorted by name.
-func (w *Watcher) Entries() []Entry {
-	r := w.reg
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	out := make([]Entry, 0, len(r.entries))
-	for _, e := range r.entries {
-		out = append(out, copyEntry(e))
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Spec.Name < out[j].Spec.Name })
-	return out
-}
-
 // Condition aggregates every driver's Ready into one condition of type
 // condType. A socket whose GetInfo failed and an expected driver that has
 // not registered count as Unknown.
@@ -203,10 +172,4 @@ func (w *Watcher) Changed() <-chan struct{} {
 	ch := make(chan struct{})
 	r.notify = append(r.notify, ch)
 	return ch
-}
-
-func copyEntry(e *Entry) Entry {
-	c := *e
-	c.Spec.SupportedVersions = slices.Clone(e.Spec.SupportedVersions)
-	return c
 }

@@ -3,11 +3,13 @@ package plugin
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -123,7 +125,7 @@ func (h *harness) waitFor(cond func() bool) {
 }
 
 func (h *harness) available(name string) (Entry, bool) {
-	e, err := h.w.Lookup(name)
+	e, err := h.w.lookup(name)
 	return e, err == nil && e.Status.Available
 }
 
@@ -144,13 +146,13 @@ func TestWatcherRegistry(t *testing.T) {
 
 	h.run()
 	h.waitFor(func() bool { _, ok := h.available("csi.early.io"); return ok })
-	e, _ := h.w.Lookup("csi.early.io")
+	e, _ := h.w.lookup("csi.early.io")
 	if !e.Status.VersionAccepted || e.Spec.Type != TypeCSI || e.Spec.Endpoint != "/var/lib/kubelet/plugins/csi.early.io/csi.sock" ||
 		e.Spec.Socket != filepath.Join(h.reg, "csi.early.io", "reg.sock") {
 		t.Errorf("early entry = %+v", e)
 	}
-	if _, err := h.w.Lookup("csi.expected.io"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("Lookup of an expected driver = %v, want ErrNotFound", err)
+	if _, err := h.w.lookup("csi.expected.io"); !errors.Is(err, errNotFound) {
+		t.Errorf("Lookup of an expected driver = %v, want errNotFound", err)
 	}
 	c := h.w.Condition("PluginsReady")
 	if c.Status != condition.Unknown || c.Message != "csi.expected.io (Unknown): not registered yet" {
@@ -163,7 +165,7 @@ func TestWatcherRegistry(t *testing.T) {
 	devSock := filepath.Join(h.reg, "dev.sock")
 	h.serve(devSock, &registerapi.PluginInfo{Type: registerapi.DevicePlugin, Name: "example.com/gpu", SupportedVersions: []string{"v1"}}, 0, true)
 	h.waitFor(func() bool { _, ok := h.available("example.com/gpu"); return ok })
-	dev, _ := h.w.Lookup("example.com/gpu")
+	dev, _ := h.w.lookup("example.com/gpu")
 	if dev.Status.VersionAccepted || dev.Spec.Endpoint != devSock || dev.Status.Message == "" {
 		t.Errorf("device plugin entry = %+v, want version rejected", dev)
 	}
@@ -183,8 +185,8 @@ func TestWatcherRegistry(t *testing.T) {
 	if err := os.Remove(early); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(func() bool { e, err := h.w.Lookup("csi.early.io"); return err == nil && !e.Status.Available })
-	e, _ = h.w.Lookup("csi.early.io")
+	h.waitFor(func() bool { e, err := h.w.lookup("csi.early.io"); return err == nil && !e.Status.Available })
+	e, _ = h.w.lookup("csi.early.io")
 	if !e.Status.LastTransitionTime.Equal(removedAt) || e.Spec.Name != "csi.early.io" {
 		t.Errorf("removed entry = %+v, want unavailable since %v with its spec kept", e, removedAt)
 	}
@@ -197,7 +199,7 @@ func TestWatcherRegistry(t *testing.T) {
 	backAt := h.clock.Now()
 	h.serve(early, csi("csi.early.io", "1.0.0"), 0, true)
 	h.waitFor(func() bool { _, ok := h.available("csi.early.io"); return ok })
-	e, _ = h.w.Lookup("csi.early.io")
+	e, _ = h.w.lookup("csi.early.io")
 	if !e.Status.LastTransitionTime.Equal(backAt) {
 		t.Errorf("re-registered at %v, want %v", e.Status.LastTransitionTime, backAt)
 	}
@@ -206,15 +208,15 @@ func TestWatcherRegistry(t *testing.T) {
 	if err := os.RemoveAll(filepath.Join(h.reg, "late")); err != nil {
 		t.Fatal(err)
 	}
-	h.waitFor(func() bool { e, err := h.w.Lookup("csi.expected.io"); return err == nil && !e.Status.Available })
+	h.waitFor(func() bool { e, err := h.w.lookup("csi.expected.io"); return err == nil && !e.Status.Available })
 
 	for _, name := range []string{"csi.hidden.io", "csi.dotdir.io"} {
-		if _, err := h.w.Lookup(name); !errors.Is(err, ErrNotFound) {
+		if _, err := h.w.lookup(name); !errors.Is(err, errNotFound) {
 			t.Errorf("dotfile driver %s registered: %v", name, err)
 		}
 	}
-	if len(h.w.Entries()) != 3 {
-		t.Errorf("entries = %+v, want 3", h.w.Entries())
+	if n := h.w.entries(); n != 3 {
+		t.Errorf("%d entries, want 3", n)
 	}
 	for i, s := range h.servers {
 		if s.notified.Load() != 0 {
@@ -232,7 +234,7 @@ func TestWatcherRetriesGetInfo(t *testing.T) {
 	if c := h.w.Condition("PluginsReady"); c.Reason != "GetInfoFailed" {
 		t.Errorf("condition after a failed GetInfo = %+v", c)
 	}
-	if _, err := h.w.Lookup("gpu.example.com"); !errors.Is(err, ErrNotFound) {
+	if _, err := h.w.lookup("gpu.example.com"); !errors.Is(err, errNotFound) {
 		t.Errorf("Lookup before retry = %v", err)
 	}
 	for h.clock.Waiters() == 0 {
@@ -272,4 +274,28 @@ func TestAcceptVersion(t *testing.T) {
 			}
 		})
 	}
+}
+
+// errNotFound is what lookup returns for a driver that never registered.
+var errNotFound = errors.New("plugin not found")
+
+// lookup returns a copy of the entry of the named driver.
+func (w *Watcher) lookup(name string) (Entry, error) {
+	r := w.reg
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	e, ok := r.entries[name]
+	if !ok {
+		return Entry{}, fmt.Errorf("%s: %w", name, errNotFound)
+	}
+	c := *e
+	c.Spec.SupportedVersions = slices.Clone(e.Spec.SupportedVersions)
+	return c, nil
+}
+
+// entries returns how many drivers were seen.
+func (w *Watcher) entries() int {
+	w.reg.mu.Lock()
+	defer w.reg.mu.Unlock()
+	return len(w.reg.entries)
 }

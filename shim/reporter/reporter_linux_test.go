@@ -83,7 +83,7 @@ func startTestShim(t testing.TB) *testShim {
 func (s *testShim) Start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ln, err := api.Listen(s.Socket, 0o600)
+	ln, err := api.ListenGroup(s.Socket, 0o600, -1)
 	if err != nil {
 		s.t.Fatal(err)
 	}

@@ -1,0 +1,41 @@
+package seccomp
+
+import (
+	"fmt"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+// NodeParseOptions returns the ParseOptions of the running node: the
+// container capabilities caps (nil: DefaultCaps) and the running kernel's
+// version from uname(2), left zero when its release does not parse.
+func NodeParseOptions(caps []string) ParseOptions {
+	po := ParseOptions{Caps: caps}
+	var u unix.Utsname
+	if err := unix.Uname(&u); err == nil {
+		if v, err := ParseRelease(unix.ByteSliceToString(u.Release[:])); err == nil {
+			po.Kernel = v
+		}
+	}
+	return po
+}
+
+// LoadFile reads the profile at path, parses it with po and compiles it with
+// co: what every command that takes a profile file does. What the compiler
+// accepted with a remark is in the Filter's Warnings and Skipped.
+func LoadFile(path string, po ParseOptions, co CompileOptions) (*Profile, *Filter, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, nil, err
+	}
+	p, err := Parse(data, po)
+	if err != nil {
+		return nil, nil, fmt.Errorf("profile %s is invalid:\n%w", path, err)
+	}
+	f, err := Compile(p, co)
+	if err != nil {
+		return nil, nil, fmt.Errorf("profile %s: %w", path, err)
+	}
+	return p, f, nil
+}
