@@ -19,7 +19,7 @@ BPF_VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
 generate: bpf-generate
 
 bpf-vmlinux:
-	@$(MAKE) --no-print-directory apt-deps APT_PACKAGES="$(BPF_GEN_APT_PACKAGES)"
+	$(call apt-install,$(BPF_GEN_APT_PACKAGES))
 	@mkdir -p $(BPF_INCLUDE)
 	bpftool btf dump file $(BPF_VMLINUX_BTF) format c > $(BPF_INCLUDE)/vmlinux.h.tmp
 	mv $(BPF_INCLUDE)/vmlinux.h.tmp $(BPF_INCLUDE)/vmlinux.h
@@ -33,6 +33,3 @@ TEST_DEPS += bpf-tracefs
 .PHONY: bpf-tracefs
 bpf-tracefs:
 	@mountpoint -q /sys/kernel/tracing || mount -t tracefs nodev /sys/kernel/tracing
-
-# The OOM watcher reads events on a goroutine.
-RACE_PKGS += ./bpf/...
