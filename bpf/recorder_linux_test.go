@@ -74,7 +74,7 @@ func TestRecorderTargets(t *testing.T) {
 	requireBPF(t)
 	cg2, err := FindCgroup2("/sys")
 	if err != nil {
-		t.Fatal(err) // FACTS: cgroup2 is mounted at /sys/fs/cgroup/unified here
+		t.Fatal(err)
 	}
 	cases := []struct {
 		name string

@@ -205,8 +205,8 @@ func TestCheckpointEndpoint(t *testing.T) {
 		{"invalid name", "POST", "/checkpoint/Default/web-0/app", 404, "invalid namespace name", ""},
 		{"unparsable timeout", "POST", "/checkpoint/default/web-0/app?timeout=soon", 500, "cannot parse value of timeout parameter", ""},
 		{"negative timeout", "POST", "/checkpoint/default/web-0/app?timeout=-1", 500, "cannot parse value of timeout parameter", ""},
-		// CRIU here cannot read inet socket options (FACTS.md): its own
-		// error comes back.
+		// CRIU fails to dump the workload's inet socket on this host: its
+		// own error comes back.
 		{"CRIU fails on an inet socket", "POST", "/checkpoint/default/web-0/tcp", 500, "Dumping FAILED", status.CheckpointFailed},
 		{"GET is not a checkpoint", "GET", "/checkpoint/default/web-0/app", 404, "", ""},
 	}
