@@ -36,6 +36,22 @@ func TestInitScriptGolden(t *testing.T) {
 	}
 }
 
+// TestInitScriptBench: with Bench set, each test binary runs the matching
+// benchmarks and no test; the script still parses.
+func TestInitScriptBench(t *testing.T) {
+	im := goldenImage()
+	im.Bench, im.BenchTime = "GuestDetectionLatency", "10x"
+	got := im.InitScript()
+	want := `-test.run '^$' -test.bench 'GuestDetectionLatency' -test.benchtime '10x')`
+	if !strings.Contains(got, want) || strings.Contains(got, `-test.run "$pattern"`) {
+		t.Fatalf("init script does not run only the benchmarks (%s):\n%s", want, got)
+	}
+	sh := testutil.RequireBinary(t, "sh")
+	if out, err := exec.Command(sh, "-n", "-c", got).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+}
+
 // cpioList returns the names in a gzip-compressed newc archive.
 func cpioList(t *testing.T, archive string) []string {
 	t.Helper()
