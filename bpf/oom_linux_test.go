@@ -77,8 +77,8 @@ func TestOOMWatcherUnknownHook(t *testing.T) {
 	}
 }
 
-// TestOOMKillOnHost makes a real OOM kill on this host: its cgroup v1
-// memory controller (FACTS: hybrid cgroups, no swap) limits the hog, and
+// TestOOMKillOnHost makes a real OOM kill on a hybrid host: its cgroup v1
+// memory controller limits the hog, and
 // its cgroup v2 hierarchy, which has no memory controller, gives it a
 // cgroup id to check. The guest test does the same on pure cgroup v2.
 func TestOOMKillOnHost(t *testing.T) {

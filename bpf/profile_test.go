@@ -2,7 +2,6 @@ package bpf
 
 import (
 	"bytes"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,26 +10,9 @@ import (
 
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/golden"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
-
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file:\n--- got\n%s\n--- want\n%s", path, got, want)
-	}
-}
 
 func mustParse(t *testing.T, file string) *seccomp.Profile {
 	t.Helper()
@@ -72,7 +54,7 @@ func TestBuildProfile(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, tc.golden, got)
+			golden.Check(t, tc.golden, got)
 			if _, err := seccomp.Parse(got, seccomp.ParseOptions{}); err != nil {
 				t.Errorf("the profile does not parse back: %v", err)
 			}

@@ -77,7 +77,7 @@ func TestRecorderTargets(t *testing.T) {
 	requireBPF(t)
 	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
-		t.Fatal(err) // FACTS: cgroup2 is mounted at /sys/fs/cgroup/unified here
+		t.Fatal(err)
 	}
 	cases := []struct {
 		name string

@@ -2,51 +2,135 @@ package bpf
 
 import (
 	"context"
+	"errors"
+	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
-// TestRequirementsOnThisHost runs every probe on this 6.18 host and holds
-// it to what is known here (FACTS.md, bpftool feature probe): BTF and
-// tracefs present (the probe mounts tracefs when it is not mounted, as on
-// a freshly booted machine; TestReportWithoutTracefs makes that state),
-// BPF_PROG_TYPE_TRACING refused, so the OOM watcher is Degraded to the
-// tracepoint.
+// unameVersion is the running kernel's major.minor.patch, from uname(2).
+func unameVersion(t *testing.T) capability.Version {
+	t.Helper()
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		t.Fatal(err)
+	}
+	rel := unix.ByteSliceToString(u.Release[:])
+	m := regexp.MustCompile(`^(\d+)\.(\d+)(?:\.(\d+))?`).FindStringSubmatch(rel)
+	if m == nil {
+		t.Fatalf("uname release %q has no version", rel)
+	}
+	var v [3]int
+	for i := range v {
+		v[i], _ = strconv.Atoi(m[i+1])
+	}
+	return capability.V(v[0], v[1], v[2])
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// TestRequirementsOnThisHost runs every probe on this machine and holds it
+// to what the machine says through other means: uname(2) against each
+// requirement's first kernel, cilium/ebpf's own BPF_PROG_TYPE_TRACING
+// check, statfs(2) and the files of tracefs, sysfs and BTF.
+//
+// The probes run first: on the live host they mount tracefs when none is
+// mounted, as serve does (TestReportWithoutTracefs makes that state in a
+// mount namespace of its own), so the machine is read after them.
 func TestRequirementsOnThisHost(t *testing.T) {
 	requireBPF(t)
-	want := map[string]capability.Verdict{
-		"ebpf.btf-vmlinux":               capability.Supported,
-		"ebpf.prog-raw-tracepoint":       capability.Supported,
-		"ebpf.map-percpu-array":          capability.Supported,
-		"ebpf.helper-ancestor-cgroup-id": capability.Supported,
-		"ebpf.map-ringbuf":               capability.Supported,
-		"ebpf.prog-tracing":              capability.Unsupported,
-		"ebpf.tracefs-oom-mark-victim":   capability.Supported,
-		"ebpf.syscall-recorder":          capability.Supported,
-		"ebpf.oom-watcher":               capability.Degraded,
-	}
+	version := unameVersion(t)
 	reqs := Requirements()
-	if len(reqs) != len(want) {
-		t.Errorf("%d requirements, want %d", len(reqs), len(want))
+	if len(reqs) != 9 {
+		t.Errorf("%d requirements, want 9", len(reqs))
 	}
 	h := kernel.DefaultHost()
+	findings := map[string]capability.Finding{}
+	for _, r := range reqs {
+		findings[r.ID] = r.Probe(context.Background(), h)
+	}
+
+	// cilium/ebpf's check of fentry, which the report's probe reimplements
+	// on a shared BTF; root refused (EPERM) counts as unsupported.
+	tracingErr := features.HaveProgramType(ebpf.Tracing)
+	tracing := tracingErr == nil
+	if !tracing && !errors.Is(tracingErr, ebpf.ErrNotSupported) && !errors.Is(tracingErr, unix.EPERM) {
+		t.Fatalf("features.HaveProgramType(Tracing): %v", tracingErr)
+	}
+	var tracefs []string
+	for _, root := range []string{"/sys/kernel/tracing", "/sys/kernel/debug/tracing"} {
+		var st unix.Statfs_t
+		if unix.Statfs(root, &st) == nil && st.Type == unix.TRACEFS_MAGIC {
+			tracefs = append(tracefs, root)
+		}
+	}
+	markVictim, kprobeEvents := false, false
+	for _, root := range tracefs {
+		markVictim = markVictim || exists(root+"/events/oom/mark_victim/id")
+		kprobeEvents = kprobeEvents || exists(root+"/kprobe_events")
+	}
+	kprobe := exists("/sys/bus/event_source/devices/kprobe/type") || kprobeEvents
+
+	want := map[string]capability.Verdict{
+		"ebpf.btf-vmlinux":      capability.Supported, // requireBPF checked the file
+		"ebpf.prog-tracing":     capability.Unsupported,
+		"ebpf.syscall-recorder": capability.Supported,
+		"ebpf.oom-watcher":      capability.Unsupported,
+	}
+	if tracing {
+		want["ebpf.prog-tracing"] = capability.Supported
+	}
+	switch {
+	case len(tracefs) == 0:
+		want["ebpf.tracefs-oom-mark-victim"] = capability.Unknown
+	case markVictim:
+		want["ebpf.tracefs-oom-mark-victim"] = capability.Supported
+	default:
+		want["ebpf.tracefs-oom-mark-victim"] = capability.Unsupported
+	}
+	switch {
+	case tracing:
+		want["ebpf.oom-watcher"] = capability.Supported
+	case kprobe || markVictim:
+		want["ebpf.oom-watcher"] = capability.Degraded
+	}
+
 	for _, r := range reqs {
 		t.Run(r.ID, func(t *testing.T) {
 			if r.Group != "ebpf" || len(r.NeededBy) == 0 || r.Probe == nil {
 				t.Fatalf("incomplete requirement: %+v", r)
 			}
-			f := r.Probe(context.Background(), h)
+			f := findings[r.ID]
 			t.Logf("%s: %s (%s)", r.ID, f.Verdict, f.Evidence)
 			if f.Evidence == "" {
 				t.Error("no evidence")
 			}
-			if w, ok := want[r.ID]; !ok || f.Verdict != w {
-				t.Errorf("verdict %s, want %s", f.Verdict, w)
+			if w, ok := want[r.ID]; ok {
+				if f.Verdict != w {
+					t.Errorf("verdict %s, want %s", f.Verdict, w)
+				}
+				return
+			}
+			// The feature probes: a kernel at least as new as the feature's
+			// first release has it; an older one may have it backported,
+			// but the probe must still tell.
+			switch {
+			case f.Verdict == capability.Unknown:
+				t.Errorf("verdict Unknown")
+			case !r.MinKernel.IsZero() && version.AtLeast(r.MinKernel) && f.Verdict != capability.Supported:
+				t.Errorf("verdict %s on %s, which is at least %s", f.Verdict, version, r.MinKernel)
 			}
 		})
 	}

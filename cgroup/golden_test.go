@@ -1,42 +1,16 @@
 package cgroup
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
-)
 
-// goldenJSON compares v, as indented JSON, with testdata/name, or rewrites
-// the file under -update.
-func goldenJSON(t *testing.T, name string, v any) {
-	t.Helper()
-	got, err := json.MarshalIndent(v, "", "  ")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got = append(got, '\n')
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Fatalf("%s differs; got:\n%s", path, got)
-	}
-}
+	"github.com/nodeshim/nodeshim/internal/golden"
+)
 
 // errString renders err for a golden file: its sentinel class and its
 // message with the testdata location made relative.
@@ -153,7 +127,7 @@ func goldenTree(t *testing.T, name string) {
 		}
 		pods = append(pods, g)
 	}
-	goldenJSON(t, name+".golden.json", map[string]any{
+	golden.CheckJSON(t, name+".golden.json", map[string]any{
 		"driver": tree.Driver, "kubepods": rel(tree.Kubepods), "burstable": rel(tree.Burstable),
 		"besteffort": rel(tree.BestEffort), "pods": pods, "stats": out,
 	})
@@ -174,7 +148,7 @@ func TestGoldenSystemdDiscovery(t *testing.T) {
 			lines = append(lines, "  container "+c.ID)
 		}
 	}
-	goldenJSON(t, "systemd.golden.json", lines)
+	golden.CheckJSON(t, "systemd.golden.json", lines)
 }
 
 func TestDiscoverPodsWithoutKubepods(t *testing.T) {

@@ -1,14 +1,11 @@
 package cgroup
 
 import (
-	"flag"
 	"os"
 	"testing"
 
 	"go.uber.org/goleak"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
 
 // envThrash makes the test binary a thrashing workload instead of running
 // tests: see thrashMain.

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
 
 // BenchmarkCheckpoint measures a checkpoint of a process with 64 MiB,
@@ -33,7 +35,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 	bin := requireCriu(b)
 	for _, mib := range []int{64, 512, 2048} {
 		b.Run(fmt.Sprintf("%dMiB", mib), func(b *testing.B) {
-			pid, _ := startWorkload(b, "count", mib)
+			pid, _ := testworkload.Start(b, "count", mib)
 			tg, err := PIDTarget("/proc", pid, time.Now())
 			if err != nil {
 				b.Fatal(err)

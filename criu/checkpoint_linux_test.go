@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
 
 // kubeletName matches kubelet's archive name with nodeshim's optional
@@ -171,15 +172,15 @@ func pidTarget(t *testing.T, pid int) Target {
 // from the archive, and goes on counting from the checkpointed count.
 func TestCheckpointRestoreRoundTrip(t *testing.T) {
 	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 4)
-	before := waitCount(t, dir, 20)
+	pid, dir := testworkload.Start(t, "count", 4)
+	before := testworkload.WaitCount(t, dir, 20)
 	root := t.TempDir()
 	tg := pidTarget(t, pid)
 	res, err := Checkpoint(t.Context(), tg, Options{Binary: bin, RootDir: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	after := counts(t, dir)
+	after := testworkload.Counts(t, dir)
 	lo, hi := before[len(before)-1], after[len(after)-1]
 	t.Logf("checkpoint %s: %d bytes, frozen %v, total %v; count between %d and %d", res.Path, res.Size, res.Frozen, res.Total, lo, hi)
 	if !res.InPlace {
@@ -190,22 +191,22 @@ func TestCheckpointRestoreRoundTrip(t *testing.T) {
 	}
 	verifyArchive(t, res.Path, tg)
 	// It keeps running after the checkpoint...
-	assertRunning(t, pid, dir)
-	waitCount(t, dir, len(after)+20)
+	testworkload.AssertRunning(t, pid, dir)
+	testworkload.WaitCount(t, dir, len(after)+20)
 	// ...then stops.
-	killAndWait(t, pid)
-	stopped := counts(t, dir)
+	testworkload.Kill(t, pid)
+	stopped := testworkload.Counts(t, dir)
 	last := stopped[len(stopped)-1]
 
 	rr, err := Restore(t.Context(), res.Path, RestoreOptions{Binary: bin, RootDir: root})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { killAndWait(t, rr.Pid) })
+	t.Cleanup(func() { testworkload.Kill(t, rr.Pid) })
 	if rr.Pid != pid {
 		t.Errorf("restored pid %d, want the original %d", rr.Pid, pid)
 	}
-	restored := waitCount(t, dir, len(stopped)+10)[len(stopped):]
+	restored := testworkload.WaitCount(t, dir, len(stopped)+10)[len(stopped):]
 	t.Logf("stopped at %d, restored counts %v", last, restored[:5])
 	if first := restored[0]; first <= lo || first > hi+1 || first >= last {
 		t.Errorf("restored counter resumed at %d, want the checkpointed count + 1, in (%d, %d], and below %d", first, lo, hi+1, last)
@@ -295,8 +296,8 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			pid, dir := startWorkload(t, tc.workload, tc.mib)
-			waitCount(t, dir, 5)
+			pid, dir := testworkload.Start(t, tc.workload, tc.mib)
+			testworkload.WaitCount(t, dir, 5)
 			root := t.TempDir()
 			if tc.root != nil {
 				root = tc.root(t, rss(t, pid))
@@ -318,7 +319,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 			if errors.Is(err, ErrTargetLost) {
 				t.Fatalf("target lost: %v", err)
 			}
-			assertRunning(t, pid, dir)
+			testworkload.AssertRunning(t, pid, dir)
 			onlyArchives(t, filepath.Join(root, CheckpointsDir), 0)
 		})
 	}
@@ -360,8 +361,8 @@ func cancelOnFirstBytes(cancel context.CancelFunc) func(Progress) {
 // and untraced, and the next checkpoint removes what was left behind.
 func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 192)
-	waitCount(t, dir, 5)
+	pid, dir := testworkload.Start(t, "count", 192)
+	testworkload.WaitCount(t, dir, 5)
 	hdir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(hdir, "target"), []byte(strconv.Itoa(pid)), 0o600); err != nil {
 		t.Fatal(err)
@@ -403,7 +404,7 @@ func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	assertRunning(t, pid, dir)
+	testworkload.AssertRunning(t, pid, dir)
 	cpdir := filepath.Join(hdir, "root", CheckpointsDir)
 	left, _ := os.ReadDir(cpdir)
 	if len(left) == 0 {
@@ -418,7 +419,7 @@ func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 	}
 	onlyArchives(t, cpdir, 1)
 	verifyArchive(t, res.Path, pidTarget(t, pid))
-	assertRunning(t, pid, dir)
+	testworkload.AssertRunning(t, pid, dir)
 }
 
 // TestCheckpointNaming checks kubelet's name and nodeshim's collision rule:
@@ -426,8 +427,8 @@ func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 // has the name, are never overwritten.
 func TestCheckpointNaming(t *testing.T) {
 	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 1)
-	waitCount(t, dir, 3)
+	pid, dir := testworkload.Start(t, "count", 1)
+	testworkload.WaitCount(t, dir, 3)
 	root := t.TempDir()
 	at := time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)
 	o := Options{Binary: bin, RootDir: root, Now: func() time.Time { return at }}
@@ -503,8 +504,8 @@ func mountExt4(t *testing.T, size int64) string {
 // failure too leaves the target running and nothing behind.
 func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 48)
-	waitCount(t, dir, 3)
+	pid, dir := testworkload.Start(t, "count", 48)
+	testworkload.WaitCount(t, dir, 3)
 	root := mountExt4(t, rss(t, pid)*3/2)
 	cpdir := filepath.Join(root, CheckpointsDir)
 	tg := pidTarget(t, pid)
@@ -513,7 +514,7 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 	if !errors.Is(err, unix.ENOSPC) {
 		t.Fatalf("copied archive on a filesystem with room for one copy: %v, want ENOSPC", err)
 	}
-	assertRunning(t, pid, dir)
+	testworkload.AssertRunning(t, pid, dir)
 	onlyArchives(t, cpdir, 0)
 
 	res, err := Checkpoint(t.Context(), tg, Options{Binary: bin, RootDir: root})
@@ -524,7 +525,7 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 		t.Error("the archive was not built in place on ext4")
 	}
 	verifyArchive(t, res.Path, tg)
-	assertRunning(t, pid, dir)
+	testworkload.AssertRunning(t, pid, dir)
 	onlyArchives(t, cpdir, 1)
 }
 
@@ -533,8 +534,8 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 // annotations, and checkpointctl shows the container's name.
 func TestCheckpointContainer(t *testing.T) {
 	bin := requireCriu(t)
-	pid, dir := startWorkload(t, "count", 1)
-	waitCount(t, dir, 3)
+	pid, dir := testworkload.Start(t, "count", 1)
+	testworkload.WaitCount(t, dir, 3)
 	ref := ContainerRef{Namespace: "default", Pod: "web-0", Container: "app"}
 	tg := pidTarget(t, pid)
 	tg.Ref, tg.ID, tg.Runtime = ref, "0123456789abcdef", "containerd"
@@ -546,5 +547,5 @@ func TestCheckpointContainer(t *testing.T) {
 		t.Errorf("archive %s is not named for web-0 in default", res.Path)
 	}
 	verifyArchive(t, res.Path, tg)
-	assertRunning(t, pid, dir)
+	testworkload.AssertRunning(t, pid, dir)
 }

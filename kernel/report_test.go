@@ -3,37 +3,11 @@ package kernel
 import (
 	"bytes"
 	"encoding/json"
-	"flag"
-	"os"
-	"path/filepath"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
-
-// golden compares got with testdata/golden/name, or rewrites it with -update.
-func golden(t *testing.T, name string, got []byte) {
-	t.Helper()
-	p := filepath.Join("testdata", "golden", name)
-	if *update {
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("%s differs from the golden file (go test -update rewrites it)\ngot:\n%s\nwant:\n%s", p, got, want)
-	}
-}
 
 // TestReportGolden renders the report of each recorded host as a table,
 // as JSON and as an NFD feature file, and compares them with golden files.
@@ -44,19 +18,19 @@ func TestReportGolden(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, name+".table", []byte(rep.Table()))
+			golden.Check(t, "golden/"+name+".table", []byte(rep.Table()))
 			var js bytes.Buffer
 			enc := json.NewEncoder(&js)
 			enc.SetIndent("", "  ")
 			if err := enc.Encode(rep); err != nil {
 				t.Fatal(err)
 			}
-			golden(t, name+".json", js.Bytes())
+			golden.Check(t, "golden/"+name+".json", js.Bytes())
 			nfd, err := rep.NFDFeatures()
 			if err != nil {
 				t.Fatal(err)
 			}
-			golden(t, name+".nfd", nfd)
+			golden.Check(t, "golden/"+name+".nfd", nfd)
 		})
 	}
 }

@@ -19,7 +19,7 @@ BPF_VMLINUX_BTF ?= /sys/kernel/btf/vmlinux
 generate: bpf-generate
 
 bpf-vmlinux:
-	@$(MAKE) --no-print-directory apt-deps APT_PACKAGES="$(BPF_GEN_APT_PACKAGES)"
+	$(call apt-install,$(BPF_GEN_APT_PACKAGES))
 	@mkdir -p $(BPF_INCLUDE)
 	bpftool btf dump file $(BPF_VMLINUX_BTF) format c > $(BPF_INCLUDE)/vmlinux.h.tmp
 	mv $(BPF_INCLUDE)/vmlinux.h.tmp $(BPF_INCLUDE)/vmlinux.h
@@ -27,5 +27,3 @@ bpf-vmlinux:
 bpf-generate: bpf-vmlinux
 	cd bpf && BPF_INCLUDE=$(BPF_INCLUDE) $(GO) generate ./...
 
-# The OOM watcher reads events on a goroutine.
-RACE_PKGS += ./bpf/...

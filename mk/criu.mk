@@ -27,12 +27,10 @@ CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6
 CHECKPOINTCTL_VERSION := v1.6.0
 CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
 
-# ca-certificates for go install over https, e2fsprogs (mkfs.ext4) and mount for the ext4 test.
-APT_PACKAGES += ca-certificates e2fsprogs mount
+# e2fsprogs (mkfs.ext4) and mount for the ext4 test.
+TEST_APT_PACKAGES += e2fsprogs mount
 TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
-# Checkpoint starts goroutines (progress, writeback, cancellation).
-RACE_PKGS += ./criu/...
 
 export NODESHIM_CRIU := $(CRIU_WRAPPER)
 export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
@@ -40,16 +38,11 @@ export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
 .PHONY: criu-tools
 criu-tools: $(CRIU_WRAPPER) $(CHECKPOINTCTL)
 
-CRIU_APT_OPTS = -o Dir::Etc::sourcelist=$(CRIU_APT)/sources.list \
-	-o Dir::Etc::sourceparts=/dev/null \
-	-o Dir::State=$(CRIU_APT)/state \
-	-o Dir::State::Lists=$(CRIU_APT)/state/lists \
-	-o Dir::State::status=$(CRIU_APT)/state/status \
-	-o Dir::Cache=$(CRIU_APT)/cache \
-	-o Debug::NoLocking=1 -o APT::Sandbox::User=root
-
 # The wrapper keeps every argument and every inherited file descriptor:
-# go-criu starts `criu swrk FD` with the RPC socket as an extra fd.
+# go-criu starts `criu swrk FD` with the RPC socket as an extra fd. The
+# sub-make runs through CRIU_SUBMAKE rather than $(MAKE) itself so that
+# `make -n` prints this recipe instead of running it.
+CRIU_SUBMAKE = $(MAKE) --no-print-directory
 $(CRIU_WRAPPER):
 	@mkdir -p $(TOOLS)/bin
 	@sys=$$(command -v criu || true); \
@@ -58,7 +51,7 @@ $(CRIU_WRAPPER):
 		printf '#!/bin/sh\nexec %s "$$@"\n' "$$sys" > $@.tmp; \
 	else \
 		echo "criu: system criu missing or failing criu check; installing $(CRIU_SUITE)'s into $(CRIU_PREFIX)"; \
-		$(MAKE) --no-print-directory criu-prefix; \
+		$(CRIU_SUBMAKE) criu-prefix; \
 		printf '#!/bin/sh\nexec %s/usr/lib64/ld-linux-x86-64.so.2 --library-path %s/usr/lib/x86_64-linux-gnu %s/usr/sbin/criu "$$@"\n' \
 			"$(CRIU_PREFIX)" "$(CRIU_PREFIX)" "$(CRIU_PREFIX)" > $@.tmp; \
 	fi; \
@@ -69,14 +62,7 @@ $(CRIU_WRAPPER):
 
 .PHONY: criu-prefix
 criu-prefix:
-	@mkdir -p $(CRIU_APT)/state/lists/partial $(CRIU_APT)/cache/archives/partial $(CRIU_APT)/debs
-	@touch $(CRIU_APT)/state/status
-	@echo 'deb http://deb.debian.org/debian $(CRIU_SUITE) main' > $(CRIU_APT)/sources.list
-	apt-get $(CRIU_APT_OPTS) -qq update
-	cd $(CRIU_APT)/debs && apt-get $(CRIU_APT_OPTS) -qq download $(CRIU_PACKAGES)
-	rm -rf $(CRIU_PREFIX).tmp && mkdir -p $(CRIU_PREFIX).tmp
-	for d in $(CRIU_APT)/debs/*.deb; do dpkg -x "$$d" $(CRIU_PREFIX).tmp; done
-	rm -rf $(CRIU_PREFIX) && mv $(CRIU_PREFIX).tmp $(CRIU_PREFIX)
+	$(call deb-prefix,$(CRIU_APT),$(CRIU_SUITE),$(CRIU_PACKAGES),$(CRIU_PREFIX))
 
 $(CHECKPOINTCTL):
 	GOBIN=$(TOOLS)/bin $(GO) install github.com/checkpoint-restore/checkpointctl@$(CHECKPOINTCTL_VERSION)

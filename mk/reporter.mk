@@ -9,10 +9,9 @@
 # replaced with its published version of the same minor. About 4 minutes cold;
 # the Go build cache makes later builds fast.
 #
-# etcd is Debian trixie's etcd-server, downloaded with a private apt
-# configuration (own sources list, state and cache directories: the
-# machine's apt setup is not touched) and unpacked with `dpkg -x` into
-# $(ETCD_PREFIX). Its binary is static Go and runs here as is.
+# etcd is Debian trixie's etcd-server, unpacked into $(ETCD_PREFIX) by
+# deb-prefix (Makefile). Its binary is static Go and runs here as is.
+# Both are needed by the tests only, never by `make run`.
 #
 # The tests find both through NODESHIM_KUBE_APISERVER and NODESHIM_ETCD.
 
@@ -38,10 +37,7 @@ ETCD_PREFIX     := $(TOOLS)/etcd-$(ETCD_SUITE)
 ETCD_APT        := $(CACHE)/apt-etcd-$(ETCD_SUITE)
 ETCD            := $(ETCD_PREFIX)/usr/bin/etcd
 
-# ca-certificates for the module proxy and Debian's registry over https.
-APT_PACKAGES += ca-certificates
 TEST_DEPS += kube-testenv
-RACE_PKGS += ./shim/reporter/... ./internal/kubetest/...
 
 export NODESHIM_KUBE_APISERVER := $(KUBE_APISERVER)
 export NODESHIM_ETCD := $(ETCD)
@@ -65,21 +61,5 @@ $(KUBE_APISERVER):
 	$@.tmp --version
 	mv $@.tmp $@
 
-ETCD_APT_OPTS = -o Dir::Etc::sourcelist=$(ETCD_APT)/sources.list \
-	-o Dir::Etc::sourceparts=/dev/null \
-	-o Dir::State=$(ETCD_APT)/state \
-	-o Dir::State::Lists=$(ETCD_APT)/state/lists \
-	-o Dir::State::status=$(ETCD_APT)/state/status \
-	-o Dir::Cache=$(ETCD_APT)/cache \
-	-o Debug::NoLocking=1 -o APT::Sandbox::User=root
-
 $(ETCD):
-	@mkdir -p $(ETCD_APT)/state/lists/partial $(ETCD_APT)/cache/archives/partial $(ETCD_APT)/debs
-	@touch $(ETCD_APT)/state/status
-	@echo 'deb http://deb.debian.org/debian $(ETCD_SUITE) main' > $(ETCD_APT)/sources.list
-	apt-get $(ETCD_APT_OPTS) -qq update
-	cd $(ETCD_APT)/debs && rm -f etcd-server_*.deb && apt-get $(ETCD_APT_OPTS) -qq download etcd-server
-	rm -rf $(ETCD_PREFIX).tmp && mkdir -p $(ETCD_PREFIX).tmp
-	dpkg -x $(ETCD_APT)/debs/etcd-server_*.deb $(ETCD_PREFIX).tmp
-	$(ETCD_PREFIX).tmp/usr/bin/etcd --version
-	rm -rf $(ETCD_PREFIX) && mv $(ETCD_PREFIX).tmp $(ETCD_PREFIX)
+	$(call deb-prefix,$(ETCD_APT),$(ETCD_SUITE),etcd-server,$(ETCD_PREFIX),$(ETCD_PREFIX).tmp/usr/bin/etcd --version)

@@ -1,8 +1,5 @@
-# The shim daemon's packages (shim/...). Packages that start goroutines run
-# again under the race detector.
-RACE_PKGS += ./shim/config/... ./shim/plugin/... ./shim/network/... ./shim/cri/... ./shim/status/... ./shim/api/... ./shim/daemon/...
-RACE_PKGS += ./shim/checkpoint/... ./shim/metrics/...
-
+# The shim daemon (shim/...).
+#
 # `make run` serves in the foreground on the embedded default configuration,
 # with its state (root dir, API socket, config checkpoints, report cache) and
 # its lock under .state/ in the source tree rather than in /var: it prints

@@ -3,7 +3,7 @@
 # internal/vmtest. Kernels, the build and the guests' artifacts (console.log,
 # report.json) are kept under $(CACHE)/vmtest.
 
-APT_PACKAGES += busybox-static cpio qemu-system-x86 debian-archive-keyring
+TEST_APT_PACKAGES += busybox-static cpio qemu-system-x86 debian-archive-keyring
 
 KERNELS        ?= 6.1
 # The kernels `make test` runs the matrix on, after the host suite.
@@ -23,7 +23,7 @@ vmtest-lint: deps $(STATICCHECK)
 	$(STATICCHECK) -tags vmtest ./...
 
 ## vmtest: run the guest tests under each kernel of KERNELS (default 6.1)
-vmtest: apt-deps vmtest-lint $(VMTEST)
+vmtest: test-apt-deps vmtest-lint $(VMTEST)
 	$(VMTEST) -root $(CURDIR) -cache $(CACHE)/vmtest -kernels "$(KERNELS)" \
 		-timeout $(VMTEST_TIMEOUT) -ldflags '$(LDFLAGS)' $(VMTEST_FLAGS)
 
@@ -37,7 +37,7 @@ VMTEST_FAULT_hang    := guest hung: QEMU killed after the timeout (last test bin
 
 .PHONY: vmtest-faults
 ## vmtest-faults: check that a panicking, incomplete or hung guest fails `make vmtest`
-vmtest-faults: apt-deps $(VMTEST)
+vmtest-faults: test-apt-deps $(VMTEST)
 	@for f in panic missing hang; do \
 		log=$(CACHE)/vmtest/fault-$$f.log; \
 		if $(VMTEST) -root $(CURDIR) -cache $(CACHE)/vmtest -kernels "$(firstword $(TEST_KERNELS))" \

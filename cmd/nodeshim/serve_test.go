@@ -1,12 +1,9 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -52,11 +49,7 @@ func TestServeEndToEnd(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond) // waiting for start-up; go test's -timeout bounds it
 	}
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}}
+	c := testutil.UnixHTTPClient(sock)
 	get := func(path string) (int, string) {
 		resp, err := c.Get("http://nodeshim" + path)
 		if err != nil {

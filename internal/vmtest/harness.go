@@ -42,6 +42,9 @@ type Config struct {
 	Log *slog.Logger
 	// Fault breaks the image on purpose (see Faults); empty for a real run.
 	Fault string
+	// Bench, when not empty, runs the guest benchmarks it matches instead
+	// of the guest tests, each BenchTime when set (see Image).
+	Bench, BenchTime string
 	// After returns a channel that fires after d (the guest timeout);
 	// time.After when nil.
 	After func(d time.Duration) <-chan time.Time
@@ -132,7 +135,10 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 	if cfg.Fault != "" && !contains(Faults(), cfg.Fault) {
 		return "", nil, fmt.Errorf("unknown fault %q (known: %s)", cfg.Fault, strings.Join(Faults(), " "))
 	}
-	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5, Fault: cfg.Fault}
+	if strings.Contains(cfg.Bench+cfg.BenchTime, "'") {
+		return "", nil, fmt.Errorf("bench %q, benchtime %q: a quote cannot go into the guest's init script", cfg.Bench, cfg.BenchTime)
+	}
+	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5, Fault: cfg.Fault, Bench: cfg.Bench, BenchTime: cfg.BenchTime}
 	for i := range pkgs {
 		p := &pkgs[i]
 		log.Info("building test binary", "package", p.ImportPath, "tests", strings.Join(p.Tests, " "))

@@ -47,6 +47,9 @@ type Image struct {
 	// Fault, when not empty, breaks the image on purpose so that the
 	// harness's failure paths can be checked with a real guest: see Faults.
 	Fault string
+	// Bench, when not empty, runs the benchmarks it matches (-test.bench)
+	// instead of the tests, each BenchTime (-test.benchtime) when set.
+	Bench, BenchTime string
 }
 
 // Faults lists what Image.Fault can inject: the kernel panics (init exits),
@@ -111,7 +114,11 @@ run_test() {
 {{- if eq .Fault "hang"}}
 	sleep 2147483647 # fault injected: hang
 {{- end}}
+{{- if .Bench}}
+	(cd "$dir" && "$bin" -test.v -test.count=1 -test.timeout={{.TestTimeout}} -test.run '^$' -test.bench '{{.Bench}}'{{if .BenchTime}} -test.benchtime '{{.BenchTime}}'{{end}})
+{{- else}}
 	(cd "$dir" && "$bin" -test.v -test.count=1 -test.timeout={{.TestTimeout}} -test.run "$pattern")
+{{- end}}
 	echo "$M end $name $?"
 }
 {{range .Tests}}run_test '{{.Name}}' '{{.Dir}}' '{{.Pattern}}'
@@ -129,9 +136,9 @@ type initTest struct{ Name, Dir, Pattern string }
 // InitScript returns the guest's /init.
 func (im *Image) InitScript() string {
 	data := struct {
-		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault string
-		Tests                                                                  []initTest
-	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, nil}
+		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault, Bench, BenchTime string
+		Tests                                                                                    []initTest
+	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, im.Bench, im.BenchTime, nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
 	}

@@ -2,7 +2,6 @@ package vmtest
 
 import (
 	"context"
-	"flag"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,10 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
-
-var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 func goldenImage() *Image {
 	return &Image{
@@ -30,20 +28,24 @@ func goldenImage() *Image {
 
 func TestInitScriptGolden(t *testing.T) {
 	got := goldenImage().InitScript()
-	golden := filepath.Join("testdata", "init.golden")
-	if *update {
-		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run go test -update to create it)", err)
-	}
-	if got != string(want) {
-		t.Fatalf("init script differs from %s (go test -update rewrites it):\n%s", golden, got)
-	}
+	golden.Check(t, "init.golden", []byte(got))
 	// The script must parse as POSIX shell.
+	sh := testutil.RequireBinary(t, "sh")
+	if out, err := exec.Command(sh, "-n", "-c", got).CombinedOutput(); err != nil {
+		t.Fatalf("sh -n: %v\n%s", err, out)
+	}
+}
+
+// TestInitScriptBench: with Bench set, each test binary runs the matching
+// benchmarks and no test; the script still parses.
+func TestInitScriptBench(t *testing.T) {
+	im := goldenImage()
+	im.Bench, im.BenchTime = "GuestDetectionLatency", "10x"
+	got := im.InitScript()
+	want := `-test.run '^$' -test.bench 'GuestDetectionLatency' -test.benchtime '10x')`
+	if !strings.Contains(got, want) || strings.Contains(got, `-test.run "$pattern"`) {
+		t.Fatalf("init script does not run only the benchmarks (%s):\n%s", want, got)
+	}
 	sh := testutil.RequireBinary(t, "sh")
 	if out, err := exec.Command(sh, "-n", "-c", got).CombinedOutput(); err != nil {
 		t.Fatalf("sh -n: %v\n%s", err, out)

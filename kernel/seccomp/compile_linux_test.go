@@ -7,8 +7,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
 func mustParse(t testing.TB, s string) *Profile {
@@ -75,7 +77,7 @@ func TestDisassembleGolden(t *testing.T) {
 	for _, opt := range []Optimize{OptimizeLinear, OptimizeTree} {
 		t.Run(opt.String(), func(t *testing.T) {
 			_, f := loadTestdata(t, "kill-process.json", CompileOptions{Optimize: opt})
-			golden(t, "kill-process."+opt.String()+".disasm", Disassemble(f.Program))
+			golden.Check(t, "kill-process."+opt.String()+".disasm", []byte(Disassemble(f.Program)))
 		})
 	}
 	// The ENOSYS prefix for a deny-by-default profile on two arches.
@@ -84,7 +86,7 @@ func TestDisassembleGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden(t, "enosys-prefix.disasm", Disassemble(f.Program))
+	golden.Check(t, "enosys-prefix.disasm", []byte(Disassemble(f.Program)))
 }
 
 func TestProgramEncoding(t *testing.T) {

@@ -2,35 +2,14 @@ package seccomp
 
 import (
 	"errors"
-	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
-
-var update = flag.Bool("update", false, "rewrite golden files under testdata/")
-
-// golden compares got with testdata/name, or rewrites it with -update.
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs (run with -update to accept):\n--- want\n%s\n--- got\n%s", path, want, got)
-	}
-}
 
 // TestInvalidProfilesGolden checks the error of every profile under
 // testdata/invalid against its .err golden file.
@@ -54,7 +33,7 @@ func TestInvalidProfilesGolden(t *testing.T) {
 			if !errors.As(err, &fe) {
 				t.Fatalf("error %v is not a *FieldError", err)
 			}
-			golden(t, filepath.Join("invalid", name+".err"), err.Error()+"\n")
+			golden.Check(t, "invalid/"+name+".err", []byte(err.Error()+"\n"))
 		})
 	}
 }

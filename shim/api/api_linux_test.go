@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 			fmt.Println("setuid:", err)
 			os.Exit(1)
 		}
-		resp, err := client(sock).Get("http://nodeshim/status")
+		resp, err := testutil.UnixHTTPClient(sock).Get("http://nodeshim/status")
 		if err != nil {
 			fmt.Println("get:", err)
 			os.Exit(1)
@@ -49,16 +49,6 @@ func TestMain(m *testing.M) {
 		os.Exit(0)
 	}
 	goleak.VerifyTestMain(m)
-}
-
-func client(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		},
-		DisableKeepAlives: true,
-	}}
 }
 
 func serve(t *testing.T, src Source, perm os.FileMode, logs io.Writer) string {
@@ -86,7 +76,7 @@ func serve(t *testing.T, src Source, perm os.FileMode, logs io.Writer) string {
 
 func get(t *testing.T, sock, path string) (int, string) {
 	t.Helper()
-	resp, err := client(sock).Get("http://nodeshim" + path)
+	resp, err := testutil.UnixHTTPClient(sock).Get("http://nodeshim" + path)
 	if err != nil {
 		t.Fatal(err)
 	}

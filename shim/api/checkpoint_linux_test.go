@@ -101,7 +101,7 @@ func TestCheckpointHandler(t *testing.T) {
 			f.timeouts = nil
 			f.mu.Unlock()
 			req, _ := http.NewRequest(tt.method, "http://nodeshim"+tt.path, nil)
-			resp, err := client(tt.sock).Do(req)
+			resp, err := testutil.UnixHTTPClient(tt.sock).Do(req)
 			if err != nil {
 				t.Fatal(err)
 			}

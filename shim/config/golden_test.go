@@ -2,15 +2,13 @@ package config
 
 import (
 	"bytes"
-	"flag"
 	"os"
-	"path/filepath"
 	"testing"
 
 	"sigs.k8s.io/yaml"
-)
 
-var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+	"github.com/nodeshim/nodeshim/internal/golden"
+)
 
 // TestDefaultsGolden pins the local default configuration as a document,
 // and checks that the document loads back to the same configuration.
@@ -19,18 +17,10 @@ func TestDefaultsGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "defaults.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
+	golden.Check(t, "defaults.yaml", got)
+	want, err := os.ReadFile(golden.Path("defaults.yaml"))
 	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("Defaults() as YAML =\n%s\nwant (%s)\n%s", got, golden, want)
+		t.Fatal(err)
 	}
 	cfg, err := Payload{Files: []File{{Name: BaseFile, Data: want}}}.Load()
 	if err != nil {
@@ -60,17 +50,5 @@ func TestNodeConfigStatusGolden(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	golden := filepath.Join("testdata", "nodeconfigstatus-rollback.yaml")
-	if *update {
-		if err := os.WriteFile(golden, got, 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	want, err := os.ReadFile(golden)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if !bytes.Equal(got, want) {
-		t.Errorf("status =\n%s\nwant (%s)\n%s", got, golden, want)
-	}
+	golden.Check(t, "nodeconfigstatus-rollback.yaml", got)
 }

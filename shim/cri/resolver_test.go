@@ -4,17 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/internal/critest"
 )
 
 func TestMain(m *testing.M) {
@@ -69,22 +68,6 @@ func ctr(id, sandbox, ns, pod, name string, state runtimeapi.ContainerState, cre
 		Labels: map[string]string{LabelPodNamespace: ns, LabelPodName: pod, LabelContainerName: name}}
 }
 
-func serveCRI(t *testing.T, srv *runtimeServer) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(g, srv)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); g.Serve(l) }()
-	t.Cleanup(func() { g.Stop(); wg.Wait() })
-	return sock
-}
-
 func TestRuntimeResolver(t *testing.T) {
 	srv := &runtimeServer{
 		containers: []*runtimeapi.Container{
@@ -126,7 +109,7 @@ func TestRuntimeResolver(t *testing.T) {
 	}
 	for _, ignore := range []bool{false, true} {
 		srv.ignoreFilter = ignore
-		sock := serveCRI(t, srv)
+		sock := critest.Serve(t, srv)
 		r, err := Dial(sock)
 		if err != nil {
 			t.Fatal(err)

@@ -10,7 +10,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/critest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -20,8 +22,8 @@ import (
 // live 64 MiB process, side by side. frozen-ms is CRIU's frozen_time.
 func BenchmarkCheckpoint(b *testing.B) {
 	requireCriu(b)
-	pid, _ := startWorkload(b, "count", 64)
-	endpoint := serveCRI(b, &criServer{containers: map[string]int{"default/bench-0/app": pid}})
+	pid, _ := testworkload.Start(b, "count", 64)
+	endpoint := "unix://" + critest.Serve(b, &criServer{containers: map[string]int{"default/bench-0/app": pid}})
 	ckDir := filepath.Join(b.TempDir(), "archives")
 	d := startDaemon(b, checkpointConfig(endpoint, ckDir, ""))
 	bin, err := criu.Find("", nil)

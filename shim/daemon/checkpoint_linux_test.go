@@ -24,7 +24,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/critest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -119,7 +121,7 @@ func startDaemonWith(t testing.TB, mod func(*Options)) *daemonRun {
 	case d.tcp = <-tcp:
 	default:
 	}
-	d.c = unixClient(d.sock)
+	d.c = testutil.UnixHTTPClient(d.sock)
 	t.Cleanup(func() { d.stop(t) })
 	return d
 }
@@ -203,10 +205,10 @@ func onlyArchives(t *testing.T, dir string) []string {
 // metrics, and that the workload runs on are checked too.
 func TestCheckpointEndpoint(t *testing.T) {
 	requireCriu(t)
-	pid, wdir := startWorkload(t, "count", 16)
-	tcpPid, tcpDir := startWorkload(t, "count-tcp", 4)
+	pid, wdir := testworkload.Start(t, "count", 16)
+	tcpPid, tcpDir := testworkload.Start(t, "count-tcp", 4)
 	rt := &criServer{containers: map[string]int{"default/web-0/app": pid, "default/web-0/tcp": tcpPid}}
-	endpoint := serveCRI(t, rt)
+	endpoint := "unix://" + critest.Serve(t, rt)
 	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 
@@ -227,8 +229,8 @@ func TestCheckpointEndpoint(t *testing.T) {
 		{"invalid name", "POST", "/checkpoint/Default/web-0/app", 404, "invalid namespace name", ""},
 		{"unparsable timeout", "POST", "/checkpoint/default/web-0/app?timeout=soon", 500, "cannot parse value of timeout parameter", ""},
 		{"negative timeout", "POST", "/checkpoint/default/web-0/app?timeout=-1", 500, "cannot parse value of timeout parameter", ""},
-		// CRIU here cannot read inet socket options (FACTS.md): its own
-		// error comes back.
+		// CRIU fails to dump the workload's inet socket on this host: its
+		// own error comes back.
 		{"CRIU fails on an inet socket", "POST", "/checkpoint/default/web-0/tcp", 500, "Dumping FAILED", status.CheckpointFailed},
 		{"GET is not a checkpoint", "GET", "/checkpoint/default/web-0/app", 404, "", ""},
 	}
@@ -271,12 +273,12 @@ func TestCheckpointEndpoint(t *testing.T) {
 				if c.Status != condition.True || c.Reason != "Checkpointed" {
 					t.Errorf("%s = %+v", status.TypeCheckpoint, c)
 				}
-				assertRunning(t, pid, wdir)
+				testworkload.AssertRunning(t, pid, wdir)
 			case status.CheckpointFailed:
 				if !strings.Contains(rec.Error, "Dumping FAILED") || c.Status != condition.False || c.Reason != "CheckpointFailed" || c.Severity != condition.SeverityWarning {
 					t.Errorf("record %+v, condition %+v", rec, c)
 				}
-				assertRunning(t, tcpPid, tcpDir)
+				testworkload.AssertRunning(t, tcpPid, tcpDir)
 			}
 		})
 	}
@@ -317,8 +319,8 @@ func TestCheckpointEndpoint(t *testing.T) {
 // is left in the checkpoint directory.
 func TestCheckpointAbortedByShutdown(t *testing.T) {
 	requireCriu(t)
-	pid, wdir := startWorkload(t, "count", 512)
-	endpoint := serveCRI(t, &criServer{containers: map[string]int{"default/big-0/app": pid}})
+	pid, wdir := testworkload.Start(t, "count", 512)
+	endpoint := "unix://" + critest.Serve(t, &criServer{containers: map[string]int{"default/big-0/app": pid}})
 	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 
@@ -359,7 +361,7 @@ func TestCheckpointAbortedByShutdown(t *testing.T) {
 	if a.code != 500 || !strings.Contains(a.body, "shutting down") {
 		t.Errorf("checkpoint during shutdown = %d %s, want 500 naming the shutdown", a.code, a.body)
 	}
-	assertRunning(t, pid, wdir)
+	testworkload.AssertRunning(t, pid, wdir)
 	if got := onlyArchives(t, ckDir); len(got) != 0 {
 		t.Errorf("archives after an aborted checkpoint: %v", got)
 	}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -105,11 +104,7 @@ func TestServe(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, opts) }()
 	sock := <-listening
-	c := &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}}
+	c := testutil.UnixHTTPClient(sock)
 
 	// A second shim on the node is refused and told who holds the lock.
 	err := Run(context.Background(), opts)

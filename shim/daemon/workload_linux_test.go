@@ -1,11 +1,8 @@
 package daemon
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -15,20 +12,19 @@ import (
 	"sync"
 	"syscall"
 	"testing"
-	"time"
 
-	"google.golang.org/grpc"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/cri"
 )
 
 // Environment of the test binary started as a workload or a client.
 const (
-	envWorkload    = "NODESHIM_DAEMON_TEST_WORKLOAD"
-	envWorkloadDir = "NODESHIM_DAEMON_TEST_DIR"
-	envWorkloadMiB = "NODESHIM_DAEMON_TEST_MIB"
+	envWorkload    = testworkload.EnvKind
+	envWorkloadDir = testworkload.EnvDir
+	envWorkloadMiB = testworkload.EnvMiB
 	envClientSock  = "NODESHIM_DAEMON_TEST_SOCK"
 	envClientUID   = "NODESHIM_DAEMON_TEST_UID"
 	envClientReqs  = "NODESHIM_DAEMON_TEST_REQUESTS"
@@ -47,7 +43,7 @@ func runClient() {
 		fmt.Println("setuid:", err)
 		os.Exit(1)
 	}
-	c := unixClient(os.Getenv(envClientSock))
+	c := testutil.UnixHTTPClient(os.Getenv(envClientSock))
 	var codes []string
 	for _, r := range strings.Split(os.Getenv(envClientReqs), ";") {
 		method, path, _ := strings.Cut(r, " ")
@@ -76,81 +72,6 @@ func asUser(t *testing.T, sock string, id int, reqs ...string) string {
 		t.Fatalf("client as uid %d: %v: %s", id, err, out)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-func unixClient(sock string) *http.Client {
-	return &http.Client{Transport: &http.Transport{DisableKeepAlives: true,
-		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
-			return d.DialContext(ctx, "unix", sock)
-		}}}
-}
-
-// startWorkload starts the test binary as workload kind in a session of
-// its own (CRIU dumps a tree only with its session leader), waits for its
-// pid file and kills it when the test ends.
-func startWorkload(t testing.TB, kind string, mib int) (int, string) {
-	t.Helper()
-	dir := t.TempDir()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorkload+"="+kind, envWorkloadDir+"="+dir, envWorkloadMiB+"="+strconv.Itoa(mib))
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start workload %s: %v", kind, err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	for {
-		b, err := os.ReadFile(filepath.Join(dir, "pid"))
-		if err == nil && len(b) > 0 {
-			pid, err := strconv.Atoi(string(b))
-			if err != nil {
-				t.Fatal(err)
-			}
-			return pid, dir
-		}
-		time.Sleep(10 * time.Millisecond) // go test's -timeout bounds the start-up
-	}
-}
-
-// counted returns how many counts the counter in dir has logged.
-func counted(t testing.TB, dir string) int {
-	t.Helper()
-	f, err := os.Open(filepath.Join(dir, "log"))
-	if errors.Is(err, os.ErrNotExist) {
-		return 0
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	n := 0
-	for sc := bufio.NewScanner(f); sc.Scan(); {
-		n++
-	}
-	return n
-}
-
-// assertRunning checks that pid runs on, neither stopped nor traced, and
-// that its counter still advances.
-func assertRunning(t *testing.T, pid int, dir string) {
-	t.Helper()
-	st, err := criu.ReadProcState("/proc", pid)
-	if err != nil {
-		t.Fatalf("workload %d: %v", pid, err)
-	}
-	if st.Gone() || st.Stopped() || st.TracerPid != 0 {
-		t.Fatalf("workload %d is %s", pid, st)
-	}
-	n := counted(t, dir)
-	for counted(t, dir) < n+3 {
-		time.Sleep(10 * time.Millisecond) // go test's -timeout bounds it: a frozen workload fails here
-	}
-	if st, _ := criu.ReadProcState("/proc", pid); st.Stopped() || st.TracerPid != 0 {
-		t.Fatalf("workload %d is %s", pid, st)
-	}
 }
 
 // criServer is an in-process CRI runtime that knows some containers by
@@ -196,24 +117,6 @@ func (s *criServer) ContainerStatus(_ context.Context, req *runtimeapi.Container
 		}
 	}
 	return nil, fmt.Errorf("no container %s", req.ContainerId)
-}
-
-// serveCRI serves s on a unix socket until the test ends and returns its
-// endpoint.
-func serveCRI(t testing.TB, s *criServer) string {
-	t.Helper()
-	sock := filepath.Join(t.TempDir(), "cri.sock")
-	l, err := net.Listen("unix", sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	g := grpc.NewServer()
-	runtimeapi.RegisterRuntimeServiceServer(g, s)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = g.Serve(l) }()
-	t.Cleanup(func() { g.Stop(); wg.Wait() })
-	return "unix://" + sock
 }
 
 // startHog starts the hog workload, which joins the memory cgroup named in
