@@ -91,7 +91,10 @@ func TestConfigInForce(t *testing.T) {
 		// The pressure monitor's nodefs and the plugin registry follow the
 		// new root (the registry watcher creates its plugins_registry).
 		d.assign(t, typeMeta+"kubeletRootDir: /srv/kubelet\n", true)
-		d.wait(t, func(doc status.Document) bool { s := nodefs(doc); return strings.Contains(s.Source+s.Unknown, "/srv/kubelet") })
+		d.wait(t, func(doc status.Document) bool {
+			s := nodefs(doc)
+			return strings.Contains(s.Source+s.Unknown, "/srv/kubelet")
+		})
 		if _, err := os.Stat(filepath.Join(host, "srv/kubelet/plugins_registry")); err != nil {
 			t.Errorf("plugin registry under the new kubelet root: %v", err)
 		}

@@ -32,9 +32,6 @@ func TestMain(m *testing.M) {
 	case "count", "count-tcp":
 		testworkload.RunCounter(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB), os.Getenv(envWorkload) == "count-tcp")
 		return
-	case "hog":
-		testworkload.RunHog(os.Getenv(envWorkloadDir))
-		return
 	case "client":
 		runClient()
 		return

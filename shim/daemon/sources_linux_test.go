@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"os"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
@@ -17,34 +15,6 @@ import (
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-var discard = slog.New(slog.DiscardHandler)
-
-// waitModel polls the model until ok holds; go test's -timeout bounds it.
-func waitModel(t *testing.T, m *status.Model, ok func(status.Document) bool) status.Document {
-	t.Helper()
-	for {
-		if d := m.Snapshot(); ok(d) {
-			return d
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// runSource runs f on its own goroutine until the test's cleanup, which
-// cancels it and waits for it to return.
-func runSource(t *testing.T, f func(ctx context.Context) error) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("source returned %v", err)
-		}
-	})
-}
 
 // TestReport: the report injected by the command is collected at start,
 // printed before the transitions, summarised in /status, served whole by

@@ -6,7 +6,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -117,20 +116,4 @@ func (s *criServer) ContainerStatus(_ context.Context, req *runtimeapi.Container
 		}
 	}
 	return nil, fmt.Errorf("no container %s", req.ContainerId)
-}
-
-// startHog starts the hog workload, which joins the memory cgroup named in
-// dir/cgroup and allocates until it is killed, and returns its pid.
-func startHog(t testing.TB, dir string) int {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), envWorkload+"=hog", envWorkloadDir+"="+dir)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start hog: %v", err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	return cmd.Process.Pid
 }
