@@ -154,12 +154,6 @@ type tracefsMount struct {
 // ensureFunc makes tracefs available, as ensureTracefs does.
 type ensureFunc func() (tracefsMount, error)
 
-// ensureNow is an ensureFunc that calls ensureTracefs each time.
-func ensureNow() (tracefsMount, error) {
-	p, m, err := ensureTracefs()
-	return tracefsMount{point: p, mounted: m}, err
-}
-
 // liveTracefs reports whether h's tracefs mount point is nodeshim's own, so
 // that a mount by ensureTracefs is the one the probe then reads. A report
 // on another root (--sys-root, a recorded host) only reads what is there.

@@ -160,3 +160,9 @@ func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
 	f := hookFinding(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
 	return f.Verdict == capability.Supported, f.Evidence
 }
+
+// ensureNow is an ensureFunc that calls ensureTracefs each time.
+func ensureNow() (tracefsMount, error) {
+	p, m, err := ensureTracefs()
+	return tracefsMount{point: p, mounted: m}, err
+}

@@ -119,7 +119,7 @@ func TestFind(t *testing.T) {
 func findings(t *testing.T) map[string]capability.Finding {
 	t.Helper()
 	out := map[string]capability.Finding{}
-	for _, r := range Requirements() {
+	for _, r := range RequirementsWith(ReportOptions{}) {
 		if r.Group != "criu" || len(r.NeededBy) == 0 {
 			t.Errorf("requirement %s: group %q, needed by %v", r.ID, r.Group, r.NeededBy)
 		}

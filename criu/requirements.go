@@ -116,14 +116,6 @@ func (p *probe) cached() string {
 // checkTimeout bounds the CRIU probes of the capability report.
 const checkTimeout = 15 * time.Second
 
-// Requirements returns the CRIU entries of the capability report: a criu
-// binary found (through $NODESHIM_CRIU or PATH), its version, the result
-// of `criu check`, and one entry per feature in ProbedFeatures, each probed
-// with `criu check --feature NAME`.
-func Requirements() []capability.Requirement {
-	return RequirementsWith(ReportOptions{})
-}
-
 // ReportOptions tune the CRIU entries of the capability report.
 type ReportOptions struct {
 	// Cache, if not nil, keeps the results of criu between reports of one
@@ -133,7 +125,10 @@ type ReportOptions struct {
 	Now func() time.Time
 }
 
-// RequirementsWith is Requirements with options.
+// RequirementsWith returns the CRIU entries of the capability report: a
+// criu binary found (through $NODESHIM_CRIU or PATH), its version, the
+// result of `criu check`, and one entry per feature in ProbedFeatures, each
+// probed with `criu check --feature NAME`; opts carry the boot's cache.
 func RequirementsWith(opts ReportOptions) []capability.Requirement {
 	p := &probe{cache: opts.Cache, now: opts.Now}
 	if p.now == nil {

@@ -602,7 +602,7 @@ func TestLiveNft(t *testing.T) {
 func TestLiveReport(t *testing.T) {
 	h := liveHost(t)
 	m := readMachine(t)
-	rep, err := capability.Collect(t.Context(), h, Catalogue())
+	rep, err := capability.Collector{}.Collect(t.Context(), h, Catalogue())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
@@ -29,7 +30,7 @@ import (
 //     elapsedMicroseconds (collection only, without process start-up).
 func BenchmarkReport(b *testing.B) {
 	testutil.RequireRoot(b)
-	reqs := catalogue.Requirements()
+	reqs := catalogue.With(criu.ReportOptions{})
 	for _, bc := range []struct {
 		name    string
 		workers int

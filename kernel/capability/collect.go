@@ -37,11 +37,6 @@ type Collector struct {
 // BenchmarkReport compares it with one worker and one goroutine per probe.
 const DefaultWorkers = 4
 
-// Collect runs reqs against h with the default Collector.
-func Collect(ctx context.Context, h Host, reqs []Requirement) (*Report, error) {
-	return Collector{}.Collect(ctx, h, reqs)
-}
-
 // Collect describes the host (which loads the facts its probes share),
 // runs every probe concurrently and returns the report, with the
 // requirements in the order given. A probe

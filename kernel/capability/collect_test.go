@@ -78,7 +78,7 @@ func TestCollectRejectsBadCatalogues(t *testing.T) {
 		"duplicate": {{ID: "a", Probe: p}, {ID: "a", Probe: p}},
 		"no probe":  {{ID: "a"}},
 	} {
-		if _, err := Collect(t.Context(), &fakeHost{}, reqs); !errors.Is(err, ErrBadCatalogue) {
+		if _, err := (Collector{}).Collect(t.Context(), &fakeHost{}, reqs); !errors.Is(err, ErrBadCatalogue) {
 			t.Errorf("%s: got %v, want ErrBadCatalogue", name, err)
 		}
 	}

@@ -29,7 +29,7 @@ func runUnder(t *testing.T, profile string, argv ...string) (string, string, *ex
 func runFilter(t *testing.T, f *Filter, argv ...string) (string, string, *exec.Cmd, error) {
 	t.Helper()
 	path := testutil.RequireBinary(t, argv[0])
-	cmd, done, err := Command(f, path, argv...)
+	cmd, done, err := commandWith(selfExe, f, path, argv...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestMalformedProfileInstallsNothing(t *testing.T) {
 
 func TestNotifyRefusedByCommand(t *testing.T) {
 	_, f := loadTestdata(t, "trace-notify.json", CompileOptions{})
-	if _, _, err := Command(f, "/bin/true", "true"); !errors.Is(err, ErrNotifyExec) {
+	if _, _, err := commandWith(selfExe, f, "/bin/true", "true"); !errors.Is(err, ErrNotifyExec) {
 		t.Errorf("got %v", err)
 	}
 	if err := Exec(f, "/bin/true", []string{"true"}, nil); !errors.Is(err, ErrNotifyExec) {

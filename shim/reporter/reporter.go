@@ -192,15 +192,6 @@ func New(opts Options) (*Reporter, error) {
 	return r, nil
 }
 
-// State returns what the reporter has published so far.
-func (r *Reporter) State() State {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.state
-	s.Conditions = append([]corev1.NodeCondition(nil), s.Conditions...)
-	return s
-}
-
 // Run publishes until ctx is done. The status and the Lease have loops of
 // their own, so that a slow status patch never delays a heartbeat.
 func (r *Reporter) Run(ctx context.Context) error {

@@ -13,14 +13,8 @@ import (
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
-// Requirements is the catalogue of `nodeshim report` with the CRIU
-// entries' default options.
-func Requirements() []capability.Requirement {
-	return With(criu.ReportOptions{})
-}
-
-// With is Requirements with the options of the CRIU entries (the cache of
-// `criu check` results).
+// With is the catalogue of `nodeshim report`, with the options of its CRIU
+// entries (the cache of `criu check` results).
 func With(criuOpts criu.ReportOptions) []capability.Requirement {
 	reqs := kernel.Catalogue()
 	reqs = append(reqs, seccomp.Requirements()...)
