@@ -135,10 +135,17 @@ func TestLogAction(t *testing.T) {
 	buf := make([]byte, 1<<16)
 	var seen []string
 	for {
-		// Records were queued before the command ended; MSG_DONTWAIT
-		// stops at the end of the queue instead of waiting for more.
-		n, _, err := unix.Recvfrom(fd, buf, unix.MSG_DONTWAIT)
+		// The syscall queues its record for kauditd, a kernel thread that
+		// multicasts it later: on a busy machine after the command has
+		// ended. So wait for it (go test's -timeout bounds the wait) rather
+		// than read only what has arrived; an error of the socket itself
+		// ends the search.
+		n, _, err := unix.Recvfrom(fd, buf, 0)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
 		if err != nil {
+			t.Errorf("read the audit multicast group: %v", err)
 			break
 		}
 		// One record a datagram: struct nlmsghdr, then the text. (Audit's
