@@ -116,8 +116,8 @@ func TestApply(t *testing.T) {
 				e.write("kubelet/seccomp/foreign.json", "theirs")
 				e.write("kubelet/seccomp/team/other.json", "theirs too")
 			},
-			set:       map[string]string{"a.json": allow, "team/b.json": deny},
-			wantFiles: map[string]string{"a.json": allow, "team/b.json": deny, "foreign.json": "theirs", "team/other.json": "theirs too"},
+			set:           map[string]string{"a.json": allow, "team/b.json": deny},
+			wantFiles:     map[string]string{"a.json": allow, "team/b.json": deny, "foreign.json": "theirs", "team/other.json": "theirs too"},
 			wantInstalled: []string{"a.json", "team/b.json"},
 		}, {
 			set: nil, wantFiles: map[string]string{"foreign.json": "theirs", "team/other.json": "theirs too"},
