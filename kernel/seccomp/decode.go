@@ -5,8 +5,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
@@ -158,11 +160,12 @@ func decodeDocument(data []byte) (*document, error) {
 	if !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
+		path := syntaxPath(data)
 		var se *json.SyntaxError
 		if errors.As(err, &se) {
-			return nil, &FieldError{Err: fmt.Errorf("%w at byte %d: %v", ErrSyntax, se.Offset, err)}
+			return nil, &FieldError{Path: path, Err: fmt.Errorf("%w at byte %d: %v", ErrSyntax, se.Offset, err)}
 		}
-		return nil, &FieldError{Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
+		return nil, &FieldError{Path: path, Err: fmt.Errorf("%w: %v", ErrSyntax, err)}
 	}
 	d := &decoder{}
 	doc := &document{}
@@ -307,4 +310,73 @@ func (d *decoder) filter(path string, raw json.RawMessage) filterSpec {
 		return true
 	})
 	return f
+}
+
+// syntaxPath returns the JSON path of the place where data stops being
+// valid JSON: the member or element being read when the tokenizer failed
+// ("syscalls[1].names[2]" for a stray comma after names[1]), or "" at the
+// top level. The path uses the same notation as every other FieldError.
+func syntaxPath(data []byte) string {
+	type frame struct {
+		array   bool
+		n       int    // in an array: the index of the element being read
+		key     string // in an object: the member being read, when haveKey
+		haveKey bool
+	}
+	var stack []frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			switch {
+			case f.array:
+				fmt.Fprintf(&b, "[%d]", f.n)
+			case f.haveKey:
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			}
+		}
+		return b.String()
+	}
+	// valueDone moves the innermost container past the value just read.
+	valueDone := func() {
+		if len(stack) == 0 {
+			return
+		}
+		top := &stack[len(stack)-1]
+		if top.array {
+			top.n++
+		} else {
+			top.haveKey = false
+		}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if errors.Is(err, io.EOF) && len(stack) == 0 {
+				return "" // several top-level values, or trailing garbage
+			}
+			return path()
+		}
+		switch v := tok.(type) {
+		case json.Delim:
+			switch v {
+			case '{', '[':
+				stack = append(stack, frame{array: v == '['})
+			case '}', ']':
+				stack = stack[:len(stack)-1]
+				valueDone()
+			}
+		case string:
+			if top := len(stack) - 1; top >= 0 && !stack[top].array && !stack[top].haveKey {
+				stack[top].key, stack[top].haveKey = v, true
+				continue
+			}
+			valueDone()
+		default:
+			valueDone()
+		}
+	}
 }

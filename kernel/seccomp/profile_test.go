@@ -1,6 +1,7 @@
 package seccomp
 
 import (
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -66,7 +67,12 @@ func TestParseErrors(t *testing.T) {
 		{"names not strings", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":[1],"action":"SCMP_ACT_LOG"}]}`, "syscalls[0].names[0]", ErrType},
 		{"syscalls not array", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":{}}`, "syscalls", ErrType},
 		{"document not object", `[]`, "", ErrType},
-		{"syntax", `{"defaultAction":`, "", ErrSyntax},
+		{"syntax", `{"defaultAction":`, "defaultAction", ErrSyntax},
+		{"syntax at top", `{"defaultAction":"SCMP_ACT_ALLOW"`, "", ErrSyntax},
+		{"syntax in names", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["read"],"action":"SCMP_ACT_LOG"},{"names":["read",],"action":"SCMP_ACT_LOG"}]}`, "syscalls[1].names[1]", ErrSyntax},
+		{"syntax in args", "{\"defaultAction\":\"SCMP_ACT_ALLOW\",\"syscalls\":[{\"names\":[\"a\"],\"action\":\"SCMP_ACT_ERRNO\",\"args\":[{\"index\":0,\"value\":0x10}]}]}", "syscalls[0].args[0]", ErrSyntax},
+		{"syntax after value", `[1,2}`, "[2]", ErrSyntax},
+		{"trailing data", `{} x`, "", ErrSyntax},
 		{"archMap and architectures", `{"defaultAction":"SCMP_ACT_ALLOW","architectures":["SCMP_ARCH_X86"],"archMap":[{"architecture":"SCMP_ARCH_X86_64"}]}`, "archMap", nil},
 		{"bad minKernel", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["a"],"action":"SCMP_ACT_LOG","includes":{"minKernel":"four"}}]}`, "syscalls[0].includes.minKernel", nil},
 	}
@@ -324,6 +330,29 @@ func FuzzParse(f *testing.F) {
 		}
 		for _, n := range p.Names() {
 			p.Evaluate(n, [6]uint64{1, 2, 3, 4, 5, 6})
+		}
+	})
+}
+
+// FuzzSyntaxPath locates syntax errors in arbitrary bytes: it must never
+// panic, and the path of a malformed profile is one Parse reports.
+func FuzzSyntaxPath(f *testing.F) {
+	f.Add([]byte(`{"syscalls":[{"names":["a",]}]}`))
+	f.Add([]byte(`[[[[{"a":{"b":[1,2,`))
+	f.Add([]byte(`}`))
+	f.Add([]byte(`{"a" 1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := syntaxPath(data)
+		if json.Valid(data) {
+			return
+		}
+		_, err := Parse(data, ParseOptions{})
+		var fe *FieldError
+		if !errors.As(err, &fe) || !errors.Is(err, ErrSyntax) {
+			t.Fatalf("Parse(%q) = %v, want a syntax *FieldError", data, err)
+		}
+		if fe.Path != path {
+			t.Fatalf("Parse's path %q, syntaxPath %q", fe.Path, path)
 		}
 	})
 }

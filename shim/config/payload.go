@@ -6,8 +6,11 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -18,6 +21,13 @@ import (
 // BaseFile is the name of the base document in a configuration source;
 // the other documents of the source are drop-ins named *.conf.
 const BaseFile = "config.yaml"
+
+// ProfilesDir is the directory of a configuration source that holds
+// seccomp profiles, one file per profile, named (below it) as pods
+// reference them; in a payload they are Files named "seccompProfiles/NAME".
+// A ConfigMap puts files there with items paths
+// ("path: seccompProfiles/audit.json").
+const ProfilesDir = "seccompProfiles"
 
 // Payload is the content of a configuration source: the base document and
 // its drop-ins, sorted by name.
@@ -45,7 +55,8 @@ func (p Payload) UID() string {
 // the directory is a ConfigMap volume (it has a ..data link), the files are
 // read through one resolution of ..data, so that an atomic swap by kubelet
 // during the read cannot mix two versions. Dotfiles and names other than
-// config.yaml and *.conf are ignored.
+// config.yaml and *.conf are ignored, except the files below
+// seccompProfiles/ (dotfiles and dot directories excepted there too).
 func ReadSource(dir string) (Payload, error) {
 	root := dir
 	if target, err := filepath.EvalSymlinks(filepath.Join(dir, "..data")); err == nil {
@@ -75,8 +86,58 @@ func ReadSource(dir string) (Payload, error) {
 		}
 		p.Files = append(p.Files, File{Name: n, Data: data})
 	}
+	profiles, err := readProfiles(root)
+	if err != nil {
+		return Payload{}, err
+	}
+	p.Files = append(p.Files, profiles...)
 	sort.Slice(p.Files, func(i, j int) bool { return p.Files[i].Name < p.Files[j].Name })
 	return p, nil
+}
+
+// readProfiles reads the regular files below root/seccompProfiles, if it
+// exists, as Files named "seccompProfiles/NAME".
+func readProfiles(root string) ([]File, error) {
+	dir := filepath.Join(root, ProfilesDir)
+	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	var files []File
+	err := filepath.WalkDir(dir, func(path string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		if path == dir {
+			return nil
+		}
+		if strings.HasPrefix(e.Name(), ".") {
+			if e.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if e.IsDir() {
+			return nil
+		}
+		st, err := os.Stat(path)
+		if err != nil {
+			return fmt.Errorf("stat %s: %w", path, err)
+		}
+		if !st.Mode().IsRegular() {
+			return nil
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("read %s: %w", path, err)
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		files = append(files, File{Name: filepath.ToSlash(rel), Data: data})
+		return nil
+	})
+	return files, err
 }
 
 // Load merges the payload onto Defaults (base first, then the drop-ins in
@@ -91,10 +152,14 @@ func (p Payload) Load() (ShimConfiguration, error) {
 func (p Payload) LoadOnto(defaults ShimConfiguration) (ShimConfiguration, error) {
 	var base *File
 	var dropins []File
+	profiles := map[string]string{}
 	for i, f := range p.Files {
-		if f.Name == BaseFile {
+		switch {
+		case f.Name == BaseFile:
 			base = &p.Files[i]
-		} else {
+		case strings.HasPrefix(f.Name, ProfilesDir+"/"):
+			profiles[strings.TrimPrefix(f.Name, ProfilesDir+"/")] = string(f.Data)
+		default:
 			dropins = append(dropins, f)
 		}
 	}
@@ -110,6 +175,16 @@ func (p Payload) LoadOnto(defaults ShimConfiguration) (ShimConfiguration, error)
 	cfg, err := Merge(defaults, files...)
 	if err != nil {
 		return ShimConfiguration{}, err
+	}
+	for _, name := range slices.Sorted(maps.Keys(profiles)) {
+		if _, ok := cfg.SeccompProfiles[name]; ok {
+			return ShimConfiguration{}, &ValidationError{Problems: []string{
+				fmt.Sprintf("seccompProfiles[%s] is set both in the documents and as %s/%s", name, ProfilesDir, name)}}
+		}
+		if cfg.SeccompProfiles == nil {
+			cfg.SeccompProfiles = map[string]string{}
+		}
+		cfg.SeccompProfiles[name] = profiles[name]
 	}
 	if err := cfg.Validate(); err != nil {
 		return ShimConfiguration{}, err

@@ -70,6 +70,12 @@ type ShimConfiguration struct {
 	Plugins PluginsConfig `json:"plugins,omitzero"`
 	// Network configures the NetworkReady condition.
 	Network NetworkConfig `json:"network,omitzero"`
+	// SeccompProfiles are the Localhost seccomp profiles nodeshim installs
+	// under the kubelet's seccomp root (<kubeletRootDir>/seccomp): each key
+	// is a profile's name as pods reference it in localhostProfile (e.g.
+	// "nodeshim/audit.json"), each value the profile's JSON. The files of
+	// the source's seccompProfiles/ directory are added to it by Load.
+	SeccompProfiles map[string]string `json:"seccompProfiles,omitempty"`
 }
 
 // APIConfig configures the node API listeners.

@@ -26,6 +26,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/condition"
@@ -36,6 +37,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/oom"
 	"github.com/nodeshim/nodeshim/shim/plugin"
 	"github.com/nodeshim/nodeshim/shim/pressure"
+	"github.com/nodeshim/nodeshim/shim/profiles"
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -107,7 +109,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("create root dir %s: %w", opts.RootDir, err)
 	}
 
-	d := &daemon{opts: opts, log: log, model: status.New(nil), fatal: make(chan error, 4)}
+	d := &daemon{opts: opts, log: log, model: status.New(nil), fatal: make(chan error, 4), node: profiles.Node()}
 	if d.cfg, err = d.openConfig(); err != nil {
 		return err
 	}
@@ -129,7 +131,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	setReport()
 	// Sources that report later start Unknown, so that Ready is never True
 	// before they have spoken.
-	d.model.Set(pressure.NotStarted(), oom.NotStarted())
+	d.model.Set(pressure.NotStarted(), oom.NotStarted(), profiles.NotStarted())
 	d.model.SetShim(time.Now(), os.Getpid())
 
 	d.sup = source.New(context.Background(), d.model, log)
@@ -238,6 +240,8 @@ type daemon struct {
 	apiOpts api.Options
 	// fatal receives an API listener's failure, which ends Run.
 	fatal chan error
+	// node is what seccomp profiles are checked and compiled for.
+	node seccomp.ParseOptions
 
 	// applied are the parts started with the active configuration; only
 	// followConfig changes them after start.
@@ -288,6 +292,17 @@ func (d *daemon) check(c config.ShimConfiguration) error {
 	}
 	if _, err := c.NodeSettings(d.opts.HostRoot); err != nil {
 		p = append(p, err.Error())
+	}
+	if len(c.SeccompProfiles) > 0 {
+		if err := d.profileInstaller(c).Check(c.SeccompProfiles); err != nil {
+			if errors.As(err, new(*profiles.ProfileError)) {
+				p = append(p, strings.ReplaceAll(err.Error(), "\n", "; "))
+			} else {
+				// Not the configuration's fault (an unreadable manifest):
+				// the profiles source reports it.
+				d.log.Warn("seccomp profiles could not be checked", "err", err)
+			}
+		}
 	}
 	if a := c.API; a.TCPAddress != "" {
 		if _, err := api.TLSConfig(a.TLSCertFile, a.TLSKeyFile, a.ClientCAFile); err != nil {
@@ -367,6 +382,7 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 	}
 	ps := &pressure.Source{ProcRoot: d.opts.ProcRoot, KubeletRoot: kubeletRoot, Thresholds: ns.Thresholds,
 		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log}
+	seccompRoot := profiles.SeccompRoot(kubeletRoot)
 	return []part{
 		{source.Follow("plugins", plugins, func() []condition.Condition { return []condition.Condition{plugins.Condition("PluginsReady")} }),
 			[]any{kubeletRoot, c.Plugins}},
@@ -374,6 +390,19 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 			c.Network},
 		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom}},
 		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log}, nil},
+		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
+			[]any{seccompRoot, c.SeccompProfiles}},
+	}
+}
+
+// profileInstaller installs c's seccomp profiles under the kubelet's
+// seccomp root, with its manifest in the root dir.
+func (d *daemon) profileInstaller(c config.ShimConfiguration) *profiles.Installer {
+	return &profiles.Installer{
+		Root:     profiles.SeccompRoot(filepath.Join(d.opts.HostRoot, c.KubeletRootDir)),
+		StateDir: filepath.Join(d.opts.RootDir, "seccomp"),
+		Parse:    d.node,
+		Logger:   d.log,
 	}
 }
 

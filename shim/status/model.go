@@ -44,6 +44,9 @@ type Document struct {
 	OOMKills OOMKills `json:"oomKills"`
 	// Checkpoints is the recent checkpoint history, oldest first.
 	Checkpoints []CheckpointRecord `json:"checkpoints"`
+	// SeccompProfiles are the Localhost seccomp profiles nodeshim
+	// installed, once the profiles source has reported.
+	SeccompProfiles *SeccompProfiles `json:"seccompProfiles,omitempty"`
 	// Shim is nodeshim's own health: start, pid, and each source's state.
 	Shim ShimHealth `json:"shim"`
 }
@@ -63,6 +66,7 @@ type Model struct {
 	pressure    *Pressure
 	oom         OOMKills
 	checkpoints []CheckpointRecord
+	profiles    *SeccompProfiles
 	shim        ShimHealth
 }
 
@@ -159,6 +163,11 @@ func (m *Model) Snapshot() Document {
 	d.Checkpoints = m.checkpoints
 	if d.Checkpoints == nil {
 		d.Checkpoints = []CheckpointRecord{}
+	}
+	if m.profiles != nil {
+		// Replaced whole, never changed in place.
+		p := *m.profiles
+		d.SeccompProfiles = &p
 	}
 	d.Shim = m.shim
 	if d.Shim.Sources == nil {

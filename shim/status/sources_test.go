@@ -182,3 +182,22 @@ func TestSetSource(t *testing.T) {
 		t.Errorf("shim = %+v", d.Shim)
 	}
 }
+
+func TestSetSeccompProfiles(t *testing.T) {
+	m := New(nil)
+	if d := m.Snapshot(); d.SeccompProfiles != nil {
+		t.Fatalf("before the source reports: %+v", d.SeccompProfiles)
+	}
+	gen := m.Snapshot().Generation
+	in := []InstalledProfile{{Name: "a.json", Path: "/r/a.json", SHA256: "00", InstalledAt: time.Unix(1, 0)}}
+	m.SetSeccompProfiles(SeccompProfiles{Root: "/r", Installed: in})
+	in[0].Name = "changed by the caller"
+	d := m.Snapshot()
+	if d.SeccompProfiles == nil || d.SeccompProfiles.Root != "/r" || d.SeccompProfiles.Installed[0].Name != "a.json" || d.Generation == gen {
+		t.Errorf("document %+v (generation %d, was %d)", d.SeccompProfiles, d.Generation, gen)
+	}
+	m.SetSeccompProfiles(SeccompProfiles{Root: "/r"})
+	if got := m.Snapshot().SeccompProfiles.Installed; got == nil || len(got) != 0 {
+		t.Errorf("none installed: %#v, want an empty list", got)
+	}
+}

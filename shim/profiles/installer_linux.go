@@ -1,0 +1,352 @@
+package profiles
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/utils/clock"
+
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
+)
+
+// Installer installs a set of Localhost seccomp profiles under the
+// kubelet's seccomp root and removes those it installed before that are no
+// longer in the set. It owns only what its manifest lists.
+type Installer struct {
+	// Root is the kubelet's seccomp root, <kubelet root-dir>/seccomp, as
+	// nodeshim sees it.
+	Root string
+	// StateDir holds the manifest; it is created with mode 0700.
+	StateDir string
+	// Parse describes the node the profiles are resolved for
+	// (seccomp.NodeParseOptions).
+	Parse seccomp.ParseOptions
+	// Clock stamps the install times; the real clock when nil.
+	Clock clock.PassiveClock
+	// Logger receives what was written and removed; slog.Default() when nil.
+	Logger *slog.Logger
+
+	// crashPoint, when set, is called between the steps of Apply (tests).
+	crashPoint func(step string)
+}
+
+// ProfileError is a configured profile that cannot be installed.
+type ProfileError struct {
+	// Name is the profile's name.
+	Name string
+	// JSONPath is where in the profile the (first) problem is, as
+	// seccomp.FieldError names it: "syscalls[3].action"; empty for the
+	// document as a whole or for a problem with the name or the file.
+	JSONPath string
+	// Err is the cause: seccomp's errors (several joined), ErrName,
+	// seccomp.ErrCompile or ErrForeign.
+	Err error
+}
+
+// Error names the profile and what is wrong with it, on one line.
+func (e *ProfileError) Error() string {
+	return fmt.Sprintf("seccomp profile %s: %s", e.Name, strings.ReplaceAll(e.Err.Error(), "\n", "; "))
+}
+
+// Unwrap returns the cause.
+func (e *ProfileError) Unwrap() error { return e.Err }
+
+// ErrForeign is wrapped when a configured profile's file exists and was not
+// installed by nodeshim: it is never replaced.
+var ErrForeign = errors.New("exists and was not installed by nodeshim")
+
+// Check validates and compiles every profile of set (for the native
+// architecture and the profile's own) and checks that none would replace
+// a file nodeshim did not install. It returns every problem, a
+// *ProfileError each, joined in name order; nil when set can be applied.
+func (in *Installer) Check(set map[string]string) error {
+	m, err := in.readManifest()
+	if err != nil {
+		return err
+	}
+	return in.check(set, m)
+}
+
+func (in *Installer) check(set map[string]string, m manifest) error {
+	owned := map[string]bool{}
+	for _, p := range m.Profiles {
+		owned[p.Path] = true
+	}
+	names := slices.Sorted(maps.Keys(set))
+	var errs []error
+	for i, name := range names {
+		if err := CheckName(name); err != nil {
+			errs = append(errs, &ProfileError{Name: name, Err: err})
+			continue
+		}
+		if i+1 < len(names) && strings.HasPrefix(names[i+1], name+"/") {
+			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%w: it is also the directory of %s", ErrName, names[i+1])})
+			continue
+		}
+		if err := compile(name, []byte(set[name]), in.Parse); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		path := in.path(name)
+		if _, err := os.Lstat(path); err == nil && !owned[path] {
+			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%s %w; remove it or give the profile another name", path, ErrForeign)})
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// compile parses and compiles one profile, as the runtime will.
+func compile(name string, data []byte, po seccomp.ParseOptions) error {
+	p, err := seccomp.Parse(data, po)
+	if err != nil {
+		pe := &ProfileError{Name: name, Err: err}
+		var fe *seccomp.FieldError
+		if errors.As(err, &fe) {
+			pe.JSONPath = fe.Path
+		}
+		return pe
+	}
+	if _, err := seccomp.Compile(p, seccomp.CompileOptions{}); err != nil {
+		return &ProfileError{Name: name, Err: err}
+	}
+	return nil
+}
+
+func (in *Installer) path(name string) string {
+	return filepath.Join(in.Root, filepath.FromSlash(name))
+}
+
+// Installed returns what the manifest lists: the profiles in place.
+func (in *Installer) Installed() ([]Installed, error) {
+	m, err := in.readManifest()
+	return m.Profiles, err
+}
+
+// Apply makes the installed profiles the set: it checks the whole set
+// first, and a set with any problem (Check's errors) installs nothing and
+// leaves the profiles installed before in place. Otherwise each new or
+// changed profile is written atomically (a container being created reads
+// the old or the new content, never a torn file), and each profile
+// nodeshim installed before that is not in set is removed, unless its
+// content changed since (it is then left in place and no longer owned).
+// It returns the installed profiles, as they are after the call, sorted
+// by path.
+//
+// Every new file is first staged beside its target (a hidden file), and
+// only when all are staged are they renamed into place, so that a full
+// disk leaves the previous set whole. The manifest is rewritten before the
+// first file is touched, owning everything about to change, and again at
+// the end.
+func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
+	log := in.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	clk := in.Clock
+	if clk == nil {
+		clk = clock.RealClock{}
+	}
+	m, err := in.readManifest()
+	if err != nil {
+		return nil, err
+	}
+	if err := in.check(set, m); err != nil {
+		return m.Profiles, err
+	}
+	in.cleanStaged(m)
+
+	prev := map[string]Installed{}
+	for _, p := range m.Profiles {
+		prev[p.Path] = p
+	}
+	now := clk.Now().UTC().Truncate(time.Second)
+	var next, write, remove []Installed
+	for _, name := range slices.Sorted(maps.Keys(set)) {
+		data := []byte(set[name])
+		e := Installed{Name: name, Path: in.path(name), SHA256: Hash(data), InstalledAt: now}
+		if old, ok := prev[e.Path]; ok && old.SHA256 == e.SHA256 && fileHash(e.Path) == e.SHA256 {
+			e.InstalledAt = old.InstalledAt
+		} else {
+			write = append(write, e)
+		}
+		next = append(next, e)
+	}
+	for _, p := range m.Profiles {
+		// Gone from the set, or installed under another root.
+		if !slices.ContainsFunc(next, func(e Installed) bool { return e.Path == p.Path }) {
+			remove = append(remove, p)
+		}
+	}
+	if len(write) == 0 && len(remove) == 0 {
+		return m.Profiles, nil
+	}
+
+	// Own everything about to change: the new contents, and the old
+	// entries of what is removed (their hash guards the removal).
+	intent := manifest{Profiles: append(slices.Clone(next), remove...)}
+	if err := in.writeManifest(intent); err != nil {
+		return m.Profiles, err
+	}
+	in.point("intent")
+
+	staged := make([]string, len(write))
+	for i, e := range write {
+		if err := os.MkdirAll(filepath.Dir(e.Path), 0o755); err != nil {
+			in.unstage(staged)
+			return m.Profiles, fmt.Errorf("install seccomp profile %s: %w", e.Name, err)
+		}
+		// Profiles are not secret, and the runtime may read them as
+		// another user.
+		staged[i] = stagedPath(e.Path)
+		if err := atomicfile.WriteFile(staged[i], []byte(set[e.Name]), 0o644); err != nil {
+			in.unstage(staged)
+			return m.Profiles, fmt.Errorf("install seccomp profile %s: %w", e.Name, err)
+		}
+		in.point("staged " + e.Name)
+	}
+	var errs []error
+	for i, e := range write {
+		if err := os.Rename(staged[i], e.Path); err != nil {
+			errs = append(errs, fmt.Errorf("install seccomp profile %s: %w", e.Name, err))
+			continue
+		}
+		if err := atomicfile.SyncDir(filepath.Dir(e.Path)); err != nil {
+			errs = append(errs, fmt.Errorf("install seccomp profile %s: %w", e.Name, err))
+		}
+		log.Info("seccomp profile installed", "name", e.Name, "path", e.Path, "sha256", e.SHA256)
+		in.point("renamed " + e.Name)
+	}
+	if len(errs) > 0 {
+		in.unstage(staged)
+		// The manifest still owns every path touched; the next Apply
+		// finishes the job.
+		return inPlace(intent.Profiles), errors.Join(errs...)
+	}
+	for _, p := range remove {
+		switch h := fileHash(p.Path); h {
+		case "":
+			// already gone
+		case p.SHA256:
+			if err := os.Remove(p.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				errs = append(errs, fmt.Errorf("remove seccomp profile %s: %w", p.Name, err))
+				next = append(next, p) // still ours
+				continue
+			}
+			if err := atomicfile.SyncDir(filepath.Dir(p.Path)); err != nil {
+				errs = append(errs, err)
+			}
+			log.Info("seccomp profile removed", "name", p.Name, "path", p.Path)
+		default:
+			log.Warn("seccomp profile no longer configured but changed since nodeshim installed it; left in place",
+				"name", p.Name, "path", p.Path, "installed", p.SHA256, "found", h)
+		}
+		in.point("removed " + p.Name)
+	}
+	slices.SortFunc(next, func(a, b Installed) int { return strings.Compare(a.Path, b.Path) })
+	if err := in.writeManifest(manifest{Profiles: next}); err != nil {
+		return inPlace(intent.Profiles), err
+	}
+	in.point("done")
+	return next, errors.Join(errs...)
+}
+
+func (in *Installer) point(step string) {
+	if in.crashPoint != nil {
+		in.crashPoint(step)
+	}
+}
+
+// stagedPath is where a profile is staged before it is renamed to path: a
+// hidden name beside it, which no profile name can have.
+func stagedPath(path string) string {
+	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".nodeshim-staged")
+}
+
+func (in *Installer) unstage(staged []string) {
+	for _, s := range staged {
+		if s != "" {
+			os.Remove(s)
+		}
+	}
+}
+
+// cleanStaged removes what an interrupted Apply staged: the staged files
+// of the paths the manifest owns, and atomicfile's temporary files of them.
+func (in *Installer) cleanStaged(m manifest) {
+	for _, p := range m.Profiles {
+		s := stagedPath(p.Path)
+		os.Remove(s)
+		tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(s), "."+filepath.Base(s)+".tmp-*"))
+		for _, t := range tmps {
+			os.Remove(t)
+		}
+	}
+}
+
+// inPlace returns the entries whose file holds the content they record.
+func inPlace(entries []Installed) []Installed {
+	var out []Installed
+	for _, e := range entries {
+		if fileHash(e.Path) == e.SHA256 {
+			out = append(out, e)
+		}
+	}
+	slices.SortFunc(out, func(a, b Installed) int { return strings.Compare(a.Path, b.Path) })
+	return out
+}
+
+// fileHash is the hash of the regular file at path, "" when there is none
+// or it cannot be read.
+func fileHash(path string) string {
+	st, err := os.Lstat(path)
+	if err != nil || !st.Mode().IsRegular() {
+		return ""
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ""
+	}
+	return Hash(data)
+}
+
+func (in *Installer) manifestPath() string { return filepath.Join(in.StateDir, ManifestFile) }
+
+// readManifest reads the manifest; none means nothing installed.
+func (in *Installer) readManifest() (manifest, error) {
+	data, err := os.ReadFile(in.manifestPath())
+	if errors.Is(err, fs.ErrNotExist) {
+		return manifest{}, nil
+	}
+	if err != nil {
+		return manifest{}, fmt.Errorf("read %s: %w", in.manifestPath(), err)
+	}
+	m, err := parseManifest(data)
+	if err != nil {
+		return manifest{}, fmt.Errorf("%s: %w", in.manifestPath(), err)
+	}
+	return m, nil
+}
+
+func (in *Installer) writeManifest(m manifest) error {
+	if err := os.MkdirAll(in.StateDir, 0o700); err != nil {
+		return fmt.Errorf("create %s: %w", in.StateDir, err)
+	}
+	if m.Profiles == nil {
+		m.Profiles = []Installed{}
+	}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", in.manifestPath(), err)
+	}
+	return atomicfile.WriteFile(in.manifestPath(), append(data, '\n'), 0o600)
+}
