@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vishvananda/netlink"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -177,7 +178,9 @@ func TestContainerdPods(t *testing.T) {
 	c := rt.Containerd(t)
 	for _, handler := range []string{RuntimeRunc, RuntimeCrun} {
 		t.Run(handler, func(t *testing.T) {
+			start := time.Now()
 			pod := c.RunPod(t, PodOptions{Namespace: "ns1", RuntimeHandler: handler})
+			podTime := time.Since(start)
 			st := pod.Status(t)
 			if st.State != runtimeapi.PodSandboxState_SANDBOX_READY {
 				t.Fatalf("pod state %v", st.State)
@@ -190,10 +193,12 @@ func TestContainerdPods(t *testing.T) {
 			}
 
 			// A container that runs to completion: its output in the log.
+			start = time.Now()
 			once := pod.Run(t, ContainerOptions{Name: "once", Command: []string{"sh", "-c", "echo ok; echo err >&2; exit 3"}})
 			if code := once.Wait(t); code != 3 {
 				t.Errorf("exit code %d, want 3", code)
 			}
+			t.Logf("RunPodSandbox %v; create, start and exit of a container %v", podTime, time.Since(start))
 			if got := once.Logs(t); got != "ok\nerr\n" && got != "err\nok\n" {
 				t.Errorf("logs %q", got)
 			}
@@ -230,7 +235,9 @@ func TestPodman(t *testing.T) {
 	p := rt.Podman(t)
 	for _, runtime := range []string{RuntimeRunc, RuntimeCrun} {
 		t.Run(runtime, func(t *testing.T) {
+			start := time.Now()
 			res := p.Run(t, RunOptions{Runtime: runtime, Command: []string{"sh", "-c", "echo ok; ulimit -n"}})
+			t.Logf("podman run --rm %v", time.Since(start))
 			if res.ExitCode != 0 || !strings.HasPrefix(res.Stdout, "ok\n") {
 				t.Fatalf("podman run: %+v", res)
 			}
