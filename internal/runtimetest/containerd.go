@@ -359,6 +359,14 @@ func (c *Containerd) Crictl(t testing.TB, args ...string) *exec.Cmd {
 	return exec.Command(bin, append([]string{"--config", c.crictlConfig()}, args...)...)
 }
 
+// RuntimeRoot returns the state root (--root) that containerd's shim passes
+// to runc or crun for the runtime handler, e.g. to run `runc --root R
+// state ID` on a CRI container: the handler's configured Root plus the
+// namespace (runtime/v2/runc: the shim appends it).
+func (c *Containerd) RuntimeRoot(handler string) string {
+	return filepath.Join(c.Dir, handler, CRINamespace)
+}
+
 // crictlConfig returns the path of a crictl.yaml naming this containerd.
 func (c *Containerd) crictlConfig() string {
 	return filepath.Join(c.Dir, "crictl.yaml")

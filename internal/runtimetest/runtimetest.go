@@ -64,7 +64,19 @@
 // under /run/containerd/s/ (a compiled-in path; 2.x has socket_dir), named
 // by a hash that includes the private address, so they never collide with
 // a machine's containerd; the CNI plugins' result cache is /var/lib/cni.
-// Close removes what the Env left in either.
+// Close removes what the Env left in either. The runtimes' state roots
+// (runc --root, crun --root) are Containerd.RuntimeRoot(handler).
+//
+// # crun on a hybrid cgroup layout
+//
+// crun refuses a hybrid layout whose unified hierarchy has any controller
+// ("cgroups in hybrid mode not supported, drop all controllers from
+// cgroupv2"), whatever its cgroup manager; this machine's unified hierarchy
+// has hugetlb. On such a layout both containerd and podman are given a
+// wrapper named crun that runs crun in a private mount namespace where
+// /sys/fs/cgroup/unified is unmounted: crun then sees the v1 layout and
+// places the container in the v1 hierarchies, as runc does. Nothing of the
+// host's mounts changes. On a pure v2 or a v1 layout crun runs as is.
 //
 // RunPod, Pod.CreateContainer, Container.Start, Exec, Logs, Wait, Stop and
 // Remove wrap the CRI calls with kubelet's labels
@@ -80,7 +92,11 @@
 // this machine's hard limits (without CAP_SYS_RESOURCE runc cannot raise
 // RLIMIT_NOFILE/NPROC, and podman's defaults make `runc create` fail).
 // Containers run with `--network none`; the OCI runtime is chosen per run.
-// BusyboxImage is loaded once with `podman load`.
+// BusyboxImage is loaded once with `podman load`. podman 4.3 still creates
+// /run/runc and /run/crun (the runtimes' default state roots, used by
+// conmon's exit command, which drops --runtime-flag) and its blob info
+// cache under /var/lib/containers/cache; Close removes them when the Env
+// created them.
 //
 // # Close
 //

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -212,6 +213,11 @@ func TestContainerdPods(t *testing.T) {
 			lst := long.Status(t)
 			if lst.State != runtimeapi.ContainerState_CONTAINER_RUNNING || lst.Labels[LabelContainerName] != "long" || lst.Labels[LabelPodUID] != pod.Config.Metadata.Uid {
 				t.Errorf("container state %v labels %v", lst.State, lst.Labels)
+			}
+			// The runtime's own view, through its state root.
+			state, err := exec.Command(handler, "--root", c.RuntimeRoot(handler), "state", long.ID).Output()
+			if err != nil || !strings.Contains(string(state), `"running"`) {
+				t.Errorf("%s --root %s state %s: %v: %s", handler, c.RuntimeRoot(handler), long.ID, err, state)
 			}
 			long.Stop(t, 0)
 			long.Remove(t)
