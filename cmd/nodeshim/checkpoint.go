@@ -19,7 +19,34 @@ import (
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/podman"
 )
+
+// podmanLockWait bounds the wait for a podman command that holds podman's
+// state database.
+const podmanLockWait = 10 * time.Second
+
+// podmanTarget describes the running podman container idOrName under
+// podman's storage root for a checkpoint that podman restores: runc's CRIU
+// options from the bundle's spec, podman's own config as config.dump, the
+// bundle spec as spec.dump and the writable layer's changes.
+func podmanTarget(procRoot, root, idOrName string, now time.Time) (criu.Target, error) {
+	c, err := podman.Lookup(podman.DBPath(root), idOrName, podmanLockWait)
+	if err != nil {
+		return criu.Target{}, err
+	}
+	if err := c.Running(); err != nil {
+		return criu.Target{}, err
+	}
+	t, err := criu.ContainerTarget(procRoot, c.Pid, c.Spec, filepath.Dir(c.SpecPath), now)
+	if err != nil {
+		return criu.Target{}, fmt.Errorf("podman container %s (%s): %w", c.Name, c.ID, err)
+	}
+	t.Ref = criu.ContainerRef{Namespace: "podman", Pod: c.Name, Container: c.Name}
+	t.ID, t.Runtime, t.Created = c.ID, c.Runtime, c.Created
+	t.Image, t.ImageRef, t.ConfigDump = c.Image, c.ImageID, c.Config
+	return t, nil
+}
 
 // criuFlags are the CRIU switches shared by checkpoint and restore.
 type criuFlags struct {
@@ -56,16 +83,18 @@ type checkpointOutput struct {
 
 func newCheckpointCommand() *cobra.Command {
 	var (
-		pid       int
-		ref       criu.ContainerRef
-		socket    string
-		rootDir   string
-		timeout   time.Duration
-		output    string
-		criuFlags criuFlags
+		pid        int
+		podmanID   string
+		podmanRoot string
+		ref        criu.ContainerRef
+		socket     string
+		rootDir    string
+		timeout    time.Duration
+		output     string
+		criuFlags  criuFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "checkpoint (--pid PID | --namespace NS --pod POD --container NAME)",
+		Use:   "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
 		Short: "Checkpoint a running process tree or container into a root-only archive",
 		Long: `Checkpoint dumps a running process tree with CRIU and leaves it running.
 
@@ -77,7 +106,15 @@ checkpoint of the same container in the same second gets "-1", "-2", ...
 after the time instead of overwriting the first. checkpointctl reads it.
 
 A process on this host is named pod "pid<PID>", namespace "host" and
-container after its command name. A container (--namespace/--pod/--container)
+container after its command name. A podman container (--container-id) is
+read from podman's state database under --podman-root and dumped with the
+options runc passes (its root, bind mounts, masked paths and devices as
+external mounts, joined network and PID namespaces as external, its
+cgroup); the archive is podman's layout (podman's config.dump, the bundle's
+spec.dump, rootfs-diff.tar and deleted.files of the writable layer,
+checkpoint/descriptors.json), named pod and container after the container
+in namespace "podman", and "podman container restore --import" restores it.
+A container (--namespace/--pod/--container)
 is checkpointed by the running nodeshim serve, which resolves it through the
 node's CRI runtime and answers as kubelet's checkpoint API does; its archive
 goes to the directory of the shim's configuration, and --root-dir and the
@@ -92,15 +129,24 @@ untraced, and no partial archive is left behind.`,
   # Into another kubelet root dir, with at most 2 minutes, as JSON
   nodeshim checkpoint --pid 4242 --root-dir /srv/kubelet --timeout 2m -o json
 
+  # A podman container (runc), restorable with podman container restore --import
+  nodeshim checkpoint --container-id web --podman-root /var/lib/containers/storage
+
   # A container of a pod, through the nodeshim serve on this node
   nodeshim checkpoint --namespace default --pod web-0 --container nginx`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pid <= 0 && ref == (criu.ContainerRef{}) {
-				return withExitCode(exitUsage, errors.New("give --pid PID, or --namespace, --pod and --container"))
+			given := 0
+			for _, g := range []bool{pid > 0, podmanID != "", ref != (criu.ContainerRef{})} {
+				if g {
+					given++
+				}
 			}
-			if pid > 0 && ref != (criu.ContainerRef{}) {
-				return withExitCode(exitUsage, errors.New("--pid and --namespace/--pod/--container exclude each other"))
+			if given == 0 {
+				return withExitCode(exitUsage, errors.New("give --pid PID, --container-id ID, or --namespace, --pod and --container"))
+			}
+			if given > 1 {
+				return withExitCode(exitUsage, errors.New("--pid, --container-id and --namespace/--pod/--container exclude each other"))
 			}
 			if ref != (criu.ContainerRef{}) {
 				return checkpointThroughDaemon(cmd, socket, ref, timeout, output)
@@ -112,7 +158,13 @@ untraced, and no partial archive is left behind.`,
 			if err != nil {
 				return err
 			}
-			target, err := criu.PIDTarget("/proc", pid, time.Now())
+			var target criu.Target
+			if podmanID != "" {
+				target, err = podmanTarget("/proc", podmanRoot, podmanID, time.Now())
+				pid = target.Pid
+			} else {
+				target, err = criu.PIDTarget("/proc", pid, time.Now())
+			}
 			if err != nil {
 				return err
 			}
@@ -157,6 +209,8 @@ untraced, and no partial archive is left behind.`,
 		},
 	}
 	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the process tree to checkpoint")
+	cmd.Flags().StringVar(&podmanID, "container-id", "", "id, id prefix or name of a podman container to checkpoint as runc does; podman container restore --import restores the archive")
+	cmd.Flags().StringVar(&podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose libpod/bolt_state.db names the containers")
 	cmd.Flags().StringVar(&ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Container, "container", "", "container name (needs the nodeshim daemon)")
