@@ -33,15 +33,35 @@ func ContainerTarget(procRoot string, pid int, spec *specs.Spec, bundle string, 
 	if err != nil {
 		return Target{}, err
 	}
+	if bundle == "" {
+		// A relative root with no bundle known (CRI gives none):
+		// the container's root as its init sees it.
+		bundle = filepath.Join(procRoot, strconv.Itoa(pid), "root")
+		if spec != nil && spec.Root != nil && !filepath.IsAbs(spec.Root.Path) {
+			s := *spec
+			r := *spec.Root
+			r.Path = "."
+			s.Root = &r
+			opts, err := ContainerOptionsFromSpec(&s, bundle, st)
+			if err != nil {
+				return Target{}, fmt.Errorf("container pid %d: %w", pid, err)
+			}
+			return finishContainerTarget(t, opts, spec, st), nil
+		}
+	}
 	opts, err := ContainerOptionsFromSpec(spec, bundle, st)
 	if err != nil {
 		return Target{}, fmt.Errorf("container pid %d: %w", pid, err)
 	}
+	return finishContainerTarget(t, opts, spec, st), nil
+}
+
+func finishContainerTarget(t Target, opts ContainerOptions, spec *specs.Spec, st ContainerState) Target {
 	t.Container, t.Spec, t.Layer = opts, spec, LayerOf(st.Mounts)
 	if spec.Process != nil {
 		t.Args = spec.Process.Args
 	}
-	return t, nil
+	return t
 }
 
 // nsFiles names the /proc/PID/ns entries of the namespace types CRIU can
