@@ -45,7 +45,7 @@ func TestWriteRootfsDiff(t *testing.T) {
 	if err := os.Symlink("motd", upper+"/etc/motd.link"); err != nil {
 		t.Fatal(err)
 	}
-	if err := unix.Mknod(upper+"/etc/shadow", unix.S_IFCHR|0o000, 0); err != nil {
+	if err := unix.Mknod(upper+"/etc/shadow", unix.S_IFCHR, 0); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Setxattr(upper+"/var/cache", overlayOpaque, []byte("y"), 0); err != nil {
