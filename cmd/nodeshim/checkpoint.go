@@ -22,32 +22,6 @@ import (
 	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
-// podmanLockWait bounds the wait for a podman command that holds podman's
-// state database.
-const podmanLockWait = 10 * time.Second
-
-// podmanTarget describes the running podman container idOrName under
-// podman's storage root for a checkpoint that podman restores: runc's CRIU
-// options from the bundle's spec, podman's own config as config.dump, the
-// bundle spec as spec.dump and the writable layer's changes.
-func podmanTarget(procRoot, root, idOrName string, now time.Time) (criu.Target, error) {
-	c, err := podman.Lookup(podman.DBPath(root), idOrName, podmanLockWait)
-	if err != nil {
-		return criu.Target{}, err
-	}
-	if err := c.Running(); err != nil {
-		return criu.Target{}, err
-	}
-	t, err := criu.ContainerTarget(procRoot, c.Pid, c.Spec, filepath.Dir(c.SpecPath), now)
-	if err != nil {
-		return criu.Target{}, fmt.Errorf("podman container %s (%s): %w", c.Name, c.ID, err)
-	}
-	t.Ref = criu.ContainerRef{Namespace: "podman", Pod: c.Name, Container: c.Name}
-	t.ID, t.Runtime, t.Created = c.ID, c.Runtime, c.Created
-	t.Image, t.ImageRef, t.ConfigDump = c.Image, c.ImageID, c.Config
-	return t, nil
-}
-
 // criuFlags are the CRIU switches shared by checkpoint and restore.
 type criuFlags struct {
 	path           string
@@ -160,7 +134,7 @@ untraced, and no partial archive is left behind.`,
 			}
 			var target criu.Target
 			if podmanID != "" {
-				target, err = podmanTarget("/proc", podmanRoot, podmanID, time.Now())
+				target, err = podman.Target("/proc", podmanRoot, podmanID, time.Now())
 				pid = target.Pid
 			} else {
 				target, err = criu.PIDTarget("/proc", pid, time.Now())
