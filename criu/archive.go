@@ -63,6 +63,8 @@ type ContainerConfig struct {
 	Namespace      string    `json:"namespace"`
 	Pid            int       `json:"pid"`
 	OCIRuntime     string    `json:"runtime"`
+	RootfsImage    string    `json:"rootfsImageName,omitempty"`
+	RootfsImageRef string    `json:"rootfsImageRef,omitempty"`
 	CreatedTime    time.Time `json:"createdTime"`
 	CheckpointedAt time.Time `json:"checkpointedTime"`
 	Restored       bool      `json:"restored"`
@@ -83,32 +85,62 @@ type SpecProcess struct {
 }
 
 // metadata returns config.dump and spec.dump for t checkpointed at at.
+// config.dump is t.ConfigDump when the runtime gave its own, else
+// nodeshim's ContainerConfig; spec.dump is t.Spec when set, else the parts
+// of a spec nodeshim knows of a plain process. The CRI annotations that
+// name the container are added where the spec does not have them.
 func metadata(t Target, at time.Time) (config, spec []byte, err error) {
-	cfg := ContainerConfig{
-		ID:             t.ID,
-		Name:           t.Ref.Container,
-		Pod:            t.Ref.Pod,
-		Namespace:      t.Ref.Namespace,
-		Pid:            t.Pid,
-		OCIRuntime:     t.Runtime,
-		CreatedTime:    t.Created.UTC(),
-		CheckpointedAt: at.UTC(),
+	config = t.ConfigDump
+	if config == nil {
+		cfg := ContainerConfig{
+			ID:             t.ID,
+			Name:           t.Ref.Container,
+			Pod:            t.Ref.Pod,
+			Namespace:      t.Ref.Namespace,
+			Pid:            t.Pid,
+			OCIRuntime:     t.Runtime,
+			RootfsImage:    t.Image,
+			RootfsImageRef: t.ImageRef,
+			CreatedTime:    t.Created.UTC(),
+			CheckpointedAt: at.UTC(),
+		}
+		if config, err = json.MarshalIndent(cfg, "", "  "); err != nil {
+			return nil, nil, fmt.Errorf("encode %s: %w", ConfigDump, err)
+		}
 	}
 	ann := map[string]string{}
+	if t.Spec != nil {
+		for k, v := range t.Spec.Annotations {
+			ann[k] = v
+		}
+	}
 	for k, v := range t.Annotations {
-		ann[k] = v
+		if _, ok := ann[k]; !ok {
+			ann[k] = v
+		}
 	}
-	ann[AnnotationContainerName] = t.Ref.Container
-	ann[AnnotationSandboxName] = t.Ref.Pod
-	ann[AnnotationSandboxNamespace] = t.Ref.Namespace
-	sp := Spec{OCIVersion: "1.0.2", Annotations: ann}
-	if len(t.Args) > 0 {
-		sp.Process = &SpecProcess{Args: t.Args}
+	for k, v := range map[string]string{
+		AnnotationContainerName:    t.Ref.Container,
+		AnnotationSandboxName:      t.Ref.Pod,
+		AnnotationSandboxNamespace: t.Ref.Namespace,
+	} {
+		if _, ok := ann[k]; !ok {
+			ann[k] = v
+		}
 	}
-	if config, err = json.MarshalIndent(cfg, "", "  "); err != nil {
-		return nil, nil, fmt.Errorf("encode %s: %w", ConfigDump, err)
+	var v any
+	if t.Spec != nil {
+		sp := *t.Spec
+		sp.Annotations = ann
+		v = sp
+	} else {
+		sp := Spec{OCIVersion: "1.0.2", Annotations: ann}
+		if len(t.Args) > 0 {
+			sp.Process = &SpecProcess{Args: t.Args}
+		}
+		v = sp
 	}
-	if spec, err = json.MarshalIndent(sp, "", "  "); err != nil {
+	if spec, err = json.MarshalIndent(v, "", "  "); err != nil {
 		return nil, nil, fmt.Errorf("encode %s: %w", SpecDump, err)
 	}
 	return config, spec, nil

@@ -190,6 +190,12 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, fmt.Errorf("create %s: %w", images, err)
 	}
 
+	if t.Container.Descriptors != nil {
+		if err := writeJSON(filepath.Join(images, DescriptorsFile), t.Container.Descriptors); err != nil {
+			return res, err
+		}
+	}
+
 	checkpointedAt := o.Now()
 	dumpStart := time.Now()
 	derr := dump(ctx, t, o, work, images)
@@ -214,6 +220,11 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	config, spec, err := metadata(t, checkpointedAt)
 	if err != nil {
 		return res, err
+	}
+	if t.Layer.Upper != "" {
+		if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
+			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t.Pid, before))
+		}
 	}
 	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
 		return ArchiveName(t.Ref, checkpointedAt, attempt)
@@ -259,6 +270,9 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		NotifyScripts:   proto.Bool(true),
 		OrphanPtsMaster: proto.Bool(t.Container.OrphanPtsMaster),
 		External:        t.Container.External,
+	}
+	for _, m := range t.Container.ExtMounts {
+		opts.ExtMnt = append(opts.ExtMnt, &rpc.ExtMountMap{Key: proto.String(m.Key), Val: proto.String(m.Val)})
 	}
 	if t.Container.Root != "" {
 		opts.Root = proto.String(t.Container.Root)
@@ -522,6 +536,7 @@ func addTree(aw *archiveWriter, work, images string, config, spec []byte) error 
 }
 
 // rest writes the members at the archive's root, config.dump, spec.dump,
+// rootfs-diff.tar and deleted.files when the work directory has them,
 // dump.log and stats-dump, and the end of the archive.
 func (a *archiveWriter) rest(work string, config, spec []byte) error {
 	now := time.Now()
@@ -536,6 +551,16 @@ func (a *archiveWriter) rest(work string, config, spec []byte) error {
 			return err
 		}
 		if err := a.pad(); err != nil {
+			return err
+		}
+	}
+	// The writable layer's changes, when the target is a container.
+	for _, n := range []string{RootfsDiffTar, DeletedFiles} {
+		src := filepath.Join(work, n)
+		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := a.file(src, n); err != nil {
 			return err
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 )
 
 // ContainerRef names a Kubernetes container the way kubelet's Checkpoint API
@@ -44,6 +46,27 @@ type Target struct {
 	// Container holds what CRIU needs to dump a container rather than a
 	// plain process; the zero value dumps a plain process tree.
 	Container ContainerOptions
+	// Spec, when set, is the container's OCI runtime spec: spec.dump is
+	// then the whole spec with the CRI annotations added, as CRI-O and
+	// podman write it.
+	Spec *specs.Spec
+	// ConfigDump, when set, is written as config.dump verbatim: the
+	// runtime's own record of the container (podman's ContainerConfig),
+	// which that runtime reads back to restore it.
+	ConfigDump []byte
+	// Image and ImageRef name the container's image for config.dump
+	// (rootfsImageName, rootfsImageRef).
+	Image, ImageRef string
+	// Layer is the container's writable layer; when its upper directory
+	// is set, the archive carries rootfs-diff.tar and deleted.files.
+	Layer Layer
+}
+
+// Layer is an overlay writable layer: the upper directory that holds the
+// container's changes and the lower directories (the image) under it.
+type Layer struct {
+	Upper string
+	Lower []string
 }
 
 // ContainerOptions are the CRIU options that a container runtime passes for
@@ -67,6 +90,13 @@ type ContainerOptions struct {
 	// OrphanPtsMaster lets CRIU dump a tree whose terminal master is
 	// outside it (a container with a tty).
 	OrphanPtsMaster bool
+	// ExtMounts are the external mounts (CriuOpts.ext_mnt): each bind
+	// mount of the container under its destination, as runc passes them.
+	ExtMounts []ExtMount
+	// Descriptors is what fds 0-2 of the init process point to; when set
+	// it is written to the images as descriptors.json, which runc restore
+	// needs to reconnect the stdio pipes.
+	Descriptors []string
 }
 
 // The naming rules of a Kubernetes object name part: kubelet puts these

@@ -19,6 +19,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
 // criuFlags are the CRIU switches shared by checkpoint and restore.
@@ -56,16 +57,18 @@ type checkpointOutput struct {
 
 func newCheckpointCommand() *cobra.Command {
 	var (
-		pid       int
-		ref       criu.ContainerRef
-		socket    string
-		rootDir   string
-		timeout   time.Duration
-		output    string
-		criuFlags criuFlags
+		pid        int
+		podmanID   string
+		podmanRoot string
+		ref        criu.ContainerRef
+		socket     string
+		rootDir    string
+		timeout    time.Duration
+		output     string
+		criuFlags  criuFlags
 	)
 	cmd := &cobra.Command{
-		Use:   "checkpoint (--pid PID | --namespace NS --pod POD --container NAME)",
+		Use:   "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
 		Short: "Checkpoint a running process tree or container into a root-only archive",
 		Long: `Checkpoint dumps a running process tree with CRIU and leaves it running.
 
@@ -77,7 +80,15 @@ checkpoint of the same container in the same second gets "-1", "-2", ...
 after the time instead of overwriting the first. checkpointctl reads it.
 
 A process on this host is named pod "pid<PID>", namespace "host" and
-container after its command name. A container (--namespace/--pod/--container)
+container after its command name. A podman container (--container-id) is
+read from podman's state database under --podman-root and dumped with the
+options runc passes (its root, bind mounts, masked paths and devices as
+external mounts, joined network and PID namespaces as external, its
+cgroup); the archive is podman's layout (podman's config.dump, the bundle's
+spec.dump, rootfs-diff.tar and deleted.files of the writable layer,
+checkpoint/descriptors.json), named pod and container after the container
+in namespace "podman", and "podman container restore --import" restores it.
+A container (--namespace/--pod/--container)
 is checkpointed by the running nodeshim serve, which resolves it through the
 node's CRI runtime and answers as kubelet's checkpoint API does; its archive
 goes to the directory of the shim's configuration, and --root-dir and the
@@ -92,15 +103,24 @@ untraced, and no partial archive is left behind.`,
   # Into another kubelet root dir, with at most 2 minutes, as JSON
   nodeshim checkpoint --pid 4242 --root-dir /srv/kubelet --timeout 2m -o json
 
+  # A podman container (runc), restorable with podman container restore --import
+  nodeshim checkpoint --container-id web --podman-root /var/lib/containers/storage
+
   # A container of a pod, through the nodeshim serve on this node
   nodeshim checkpoint --namespace default --pod web-0 --container nginx`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if pid <= 0 && ref == (criu.ContainerRef{}) {
-				return withExitCode(exitUsage, errors.New("give --pid PID, or --namespace, --pod and --container"))
+			given := 0
+			for _, g := range []bool{pid > 0, podmanID != "", ref != (criu.ContainerRef{})} {
+				if g {
+					given++
+				}
 			}
-			if pid > 0 && ref != (criu.ContainerRef{}) {
-				return withExitCode(exitUsage, errors.New("--pid and --namespace/--pod/--container exclude each other"))
+			if given == 0 {
+				return withExitCode(exitUsage, errors.New("give --pid PID, --container-id ID, or --namespace, --pod and --container"))
+			}
+			if given > 1 {
+				return withExitCode(exitUsage, errors.New("--pid, --container-id and --namespace/--pod/--container exclude each other"))
 			}
 			if ref != (criu.ContainerRef{}) {
 				return checkpointThroughDaemon(cmd, socket, ref, timeout, output)
@@ -112,7 +132,13 @@ untraced, and no partial archive is left behind.`,
 			if err != nil {
 				return err
 			}
-			target, err := criu.PIDTarget("/proc", pid, time.Now())
+			var target criu.Target
+			if podmanID != "" {
+				target, err = podman.Target("/proc", podmanRoot, podmanID, time.Now())
+				pid = target.Pid
+			} else {
+				target, err = criu.PIDTarget("/proc", pid, time.Now())
+			}
 			if err != nil {
 				return err
 			}
@@ -157,6 +183,8 @@ untraced, and no partial archive is left behind.`,
 		},
 	}
 	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the process tree to checkpoint")
+	cmd.Flags().StringVar(&podmanID, "container-id", "", "id, id prefix or name of a podman container to checkpoint as runc does; podman container restore --import restores the archive")
+	cmd.Flags().StringVar(&podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose libpod/bolt_state.db names the containers")
 	cmd.Flags().StringVar(&ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
 	cmd.Flags().StringVar(&ref.Container, "container", "", "container name (needs the nodeshim daemon)")

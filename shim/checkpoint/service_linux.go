@@ -223,11 +223,21 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	if err != nil {
 		return criu.Result{}, s.abortedOr(ctx, err)
 	}
-	target, err := criu.PIDTarget(s.opts.ProcRoot, proc.PID, started)
+	var target criu.Target
+	if proc.Spec != nil {
+		// A container the runtime describes: dump it as runc would.
+		target, err = criu.ContainerTarget(s.opts.ProcRoot, proc.PID, proc.Spec, "", started)
+	} else {
+		target, err = criu.PIDTarget(s.opts.ProcRoot, proc.PID, started)
+	}
 	if err != nil {
 		return criu.Result{}, fmt.Errorf("container %s (%s): %w", ref, proc.ContainerID, err)
 	}
 	target.Ref, target.ID, target.Runtime = ref, proc.ContainerID, "cri"
+	target.Image, target.ImageRef = proc.Image, proc.ImageRef
+	if !proc.Created.IsZero() {
+		target.Created = proc.Created
+	}
 	if target.ID == "" {
 		target.ID = fmt.Sprintf("pid-%d", proc.PID)
 	}

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
@@ -11,12 +12,26 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
+var rt runtimetest.Env
+
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if err := rt.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // resolverFunc is a CRI resolver for the error paths; the real runtime

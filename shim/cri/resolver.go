@@ -1,7 +1,7 @@
 // Package cri resolves a Kubernetes container (namespace, pod, container)
 // to the process that runs it, through the node's CRI runtime
 // (ListContainers by kubelet's labels, then ContainerStatus with verbose
-// info for the pid), or directly from a pid for the command line.
+// info for the pid and the OCI spec), or directly from a pid for the command line.
 package cri
 
 import (
@@ -10,6 +10,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 
@@ -48,6 +51,13 @@ type Process struct {
 	PodSandboxID string
 	// PID is the container's init process in the host pid namespace.
 	PID int
+	// Spec is the container's OCI runtime spec from the runtime's verbose
+	// info (containerd's "runtimeSpec"), nil when the runtime gives none.
+	Spec *specs.Spec
+	// Image and ImageRef name the container's image (ContainerStatus).
+	Image, ImageRef string
+	// Created is when the runtime created the container.
+	Created time.Time
 }
 
 // Resolver finds the process of a container.
@@ -121,7 +131,36 @@ func (r *RuntimeResolver) Resolve(ctx context.Context, t Target) (Process, error
 	if err != nil {
 		return Process{}, fmt.Errorf("container %s (%s): %w", t, best.Id, err)
 	}
-	return Process{ContainerID: best.Id, PodSandboxID: best.PodSandboxId, PID: pid}, nil
+	spec, err := SpecFromVerboseInfo(st.Info)
+	if err != nil {
+		return Process{}, fmt.Errorf("container %s (%s): %w", t, best.Id, err)
+	}
+	p := Process{ContainerID: best.Id, PodSandboxID: best.PodSandboxId, PID: pid, Spec: spec}
+	if s := st.GetStatus(); s != nil {
+		p.Image, p.ImageRef = s.GetImage().GetImage(), s.GetImageRef()
+		if ns := s.GetCreatedAt(); ns > 0 {
+			p.Created = time.Unix(0, ns).UTC()
+		}
+	}
+	return p, nil
+}
+
+// SpecFromVerboseInfo reads the container's OCI runtime spec from
+// ContainerStatus verbose info: the "runtimeSpec" member of the "info"
+// JSON object, as containerd returns it. It returns nil, nil when there is
+// none (CRI-O keeps the spec out of the verbose info).
+func SpecFromVerboseInfo(info map[string]string) (*specs.Spec, error) {
+	raw, ok := info["info"]
+	if !ok {
+		return nil, nil
+	}
+	var v struct {
+		Spec *specs.Spec `json:"runtimeSpec"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return nil, fmt.Errorf("decode verbose info: %w", err)
+	}
+	return v.Spec, nil
 }
 
 // ErrNoPID is returned, wrapped, when the runtime's verbose info has no pid.

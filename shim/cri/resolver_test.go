@@ -166,3 +166,41 @@ func FuzzPIDFromVerboseInfo(f *testing.F) {
 		}
 	})
 }
+
+func TestSpecFromVerboseInfo(t *testing.T) {
+	for _, tc := range []struct {
+		name, info string
+		wantRoot   string
+		wantErr    bool
+	}{
+		{"containerd", `{"pid":7,"runtimeSpec":{"ociVersion":"1.1.0","root":{"path":"rootfs"},"linux":{"namespaces":[{"type":"network","path":"/var/run/netns/cni-1"}]}}}`, "rootfs", false},
+		{"no spec", `{"pid":7}`, "", false},
+		{"not JSON", `{`, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := SpecFromVerboseInfo(map[string]string{"info": tc.info})
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v", err)
+			}
+			root := ""
+			if s != nil && s.Root != nil {
+				root = s.Root.Path
+			}
+			if root != tc.wantRoot {
+				t.Errorf("root = %q, want %q", root, tc.wantRoot)
+			}
+		})
+	}
+	if s, err := SpecFromVerboseInfo(nil); s != nil || err != nil {
+		t.Errorf("no info: %v, %v", s, err)
+	}
+}
+
+func FuzzSpecFromVerboseInfo(f *testing.F) {
+	f.Add(`{"runtimeSpec": {"root": {"path": "rootfs"}}, "pid": 1}`)
+	f.Add(`{"runtimeSpec": null}`)
+	f.Add(`[]`)
+	f.Fuzz(func(t *testing.T, s string) {
+		_, _ = SpecFromVerboseInfo(map[string]string{"info": s})
+	})
+}

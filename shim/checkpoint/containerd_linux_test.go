@@ -1,0 +1,53 @@
+package checkpoint
+
+import (
+	"context"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// TestCheckpointContainerdPod checkpoints a container of a real containerd
+// 1.6 CRI pod (its own network namespace on the CNI bridge, the pod's
+// IPC and UTS namespaces joined by path) through the service, as kubelet's
+// API asks: resolved by its Kubernetes names, dumped with the options runc
+// passes. The container runs on and checkpointctl reads the archive.
+func TestCheckpointContainerdPod(t *testing.T) {
+	c := rt.Containerd(t)
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "needs criu: %v", err)
+	}
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}})
+	ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
+	dir := t.TempDir()
+	svc := New(Options{
+		Settings: func() Settings {
+			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	res, err := svc.Checkpoint(context.Background(), ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint of %s: %s, %d bytes, frozen %s, total %s", ref, res.Path, res.Size, res.Frozen, res.Total)
+	if out, _, code := ctr.Exec(t, "cat", "/count"); code != 0 || strings.TrimSpace(out) == "" {
+		t.Errorf("container after the checkpoint: exec exit %d, /count %q", code, out)
+	}
+	ctl := testutil.RequireBinary(t, "checkpointctl")
+	out, err := exec.Command(ctl, "show", res.Path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "counter") {
+		t.Errorf("checkpointctl show: %v:\n%s", err, out)
+	}
+	t.Logf("%s", out)
+}

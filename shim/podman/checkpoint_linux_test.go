@@ -1,0 +1,137 @@
+package podman_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/podman"
+)
+
+var rt runtimetest.Env
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := rt.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// counter is a busybox shell loop that counts in its memory and writes the
+// count to /count in its writable layer and to its log.
+var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; echo $i; sleep 0.1; done"}
+
+// readCount reads /count in container name.
+func readCount(t *testing.T, p *runtimetest.Podman, name string) int {
+	t.Helper()
+	out, err := p.Command("exec", name, "cat", "/count").CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman exec %s cat /count: %v: %s", name, err, out)
+	}
+	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	if err != nil {
+		t.Fatalf("/count of %s: %v", name, err)
+	}
+	return n
+}
+
+// waitCount waits until container name has counted past n and returns
+// the count; go test's -timeout bounds the wait.
+func waitCount(t *testing.T, p *runtimetest.Podman, name string, n int) int {
+	t.Helper()
+	for {
+		if c := readCount(t, p, name); c > n {
+			return c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// criuFirstOnPath puts the criu that nodeshim uses first on PATH, so that
+// the runc podman runs for a restore finds the same CRIU.
+func criuFirstOnPath(t *testing.T) criu.Binary {
+	t.Helper()
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "needs criu: %v", err)
+	}
+	dir := filepath.Join(t.TempDir(), "criu-bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin.Path, filepath.Join(dir, "criu")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return bin
+}
+
+// TestCheckpointRestoredByPodman is the proof that nodeshim's archive of a
+// podman container is podman's format: nodeshim (not podman) checkpoints a
+// runc container started by podman, the container runs on, checkpointctl
+// reads the archive, and `podman container restore --import` of it, after
+// the original is removed, brings back a container whose counter continues
+// from where it was, not from 1.
+func TestCheckpointRestoredByPodman(t *testing.T) {
+	p := rt.Podman(t)
+	bin := criuFirstOnPath(t)
+	const name = "nodeshim-counter"
+	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
+		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	before := waitCount(t, p, name, 20)
+
+	target, err := podman.Target("/proc", p.Root, name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("checkpoint: %s, %d bytes, frozen %s, total %s", res.Path, res.Size, res.Frozen, res.Total)
+	// Left running: it counts on.
+	after := waitCount(t, p, name, before+5)
+
+	ctl := os.Getenv("NODESHIM_CHECKPOINTCTL")
+	if ctl == "" {
+		ctl = testutil.RequireBinary(t, "checkpointctl")
+	}
+	out, err := exec.Command(ctl, "show", res.Path).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), name) || !strings.Contains(string(out), "Podman") {
+		t.Errorf("checkpointctl show: %v:\n%s", err, out)
+	}
+
+	if out, err := p.Command("rm", "--force", "--time", "0", name).CombinedOutput(); err != nil {
+		t.Fatalf("podman rm: %v: %s", err, out)
+	}
+	start := time.Now()
+	out, err = p.Command("container", "restore", "--import", res.Path).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman container restore --import %s: %v: %s", res.Path, err, out)
+	}
+	t.Logf("podman restored %s in %s", strings.TrimSpace(string(out)), time.Since(start))
+	t.Cleanup(func() { _ = p.Command("rm", "--force", "--time", "0", name).Run() })
+	restored := readCount(t, p, name)
+	// A fresh start would count from 1; the restored loop goes on from
+	// its count at the checkpoint, which lies between before and after.
+	if restored < before {
+		t.Fatalf("restored container counts %d, below %d seen before the checkpoint: it was not restored", restored, before)
+	}
+	if next := waitCount(t, p, name, restored); next <= restored {
+		t.Fatalf("restored container does not count on: %d then %d", restored, next)
+	}
+	t.Logf("count %d before the checkpoint, %d after it in the original, %d in the restored container", before, after, restored)
+}

@@ -1,0 +1,37 @@
+package podman
+
+import (
+	"fmt"
+	"path/filepath"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+)
+
+// LockWait bounds the wait for a podman command that holds podman's state
+// database.
+const LockWait = 10 * time.Second
+
+// Target describes the running podman container idOrName under podman's
+// storage root graphRoot for a checkpoint that podman restores (`podman
+// container restore --import`): runc's CRIU options from the bundle's
+// spec, podman's own config as config.dump, the bundle spec as spec.dump
+// and the writable layer's changes. It is named pod and container after
+// the container, in namespace "podman".
+func Target(procRoot, graphRoot, idOrName string, now time.Time) (criu.Target, error) {
+	c, err := Lookup(DBPath(graphRoot), idOrName, LockWait)
+	if err != nil {
+		return criu.Target{}, err
+	}
+	if err := c.Running(); err != nil {
+		return criu.Target{}, err
+	}
+	t, err := criu.ContainerTarget(procRoot, c.Pid, c.Spec, filepath.Dir(c.SpecPath), now)
+	if err != nil {
+		return criu.Target{}, fmt.Errorf("podman container %s (%s): %w", c.Name, c.ID, err)
+	}
+	t.Ref = criu.ContainerRef{Namespace: "podman", Pod: c.Name, Container: c.Name}
+	t.ID, t.Runtime, t.Created = c.ID, c.Runtime, c.Created
+	t.Image, t.ImageRef, t.ConfigDump = c.Image, c.ImageID, c.Config
+	return t, nil
+}
