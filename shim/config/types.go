@@ -1,7 +1,7 @@
 // Package config is nodeshim's own configuration: the ShimConfiguration
 // document and its drop-in directory, merged with kubelet's --config-dir
 // semantics, and the lifecycle that keeps a configuration delivered at run
-// time safe (assigned, active and last-known-good checkpoints on disk, a
+// time safe (assigned, active and last-known-good snapshots on disk, a
 // soak period, rollback on a bad configuration), reported as a
 // NodeConfigStatus.
 package config
@@ -34,7 +34,7 @@ const DefaultSoakPeriod = 10 * time.Minute
 type ShimConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// RootDir holds nodeshim's state: config checkpoints, the API socket.
+	// RootDir holds nodeshim's state: config snapshots, the API socket.
 	// It is a start-up setting (serve's --root-dir): a payload may restate
 	// it, and one that names another directory is refused, since the
 	// configuration's own state lives there.
