@@ -75,13 +75,7 @@ func TestParseLayout(t *testing.T) {
 }
 
 func FuzzParseLayout(f *testing.F) {
-	for _, name := range []string{"unified.txt", "hybrid.txt", "legacy.txt", "container.txt"} {
-		data, err := os.ReadFile(filepath.Join("testdata", "mountinfo", name))
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
+	addMountinfoSeeds(f)
 	f.Add([]byte("1 0 0:1 / /a rw - cgroup x rw,memory\n2 0 0:1 / /b rw - cgroup x rw,memory,cpu\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		l, err := ParseLayout(data)
