@@ -2,8 +2,11 @@
 // pressure conditions kubelet reports, detected through PSI as pressure
 // happens instead of on a 10 s loop.
 //
-// It finds the cgroup2 mount (unified, or hybrid beside v1 hierarchies) in
-// /proc/self/mountinfo under an injected proc root (mount.go), the kubepods
+// It owns the cgroup layout of a mount table, for nodeshim and for the
+// kernel report: where cgroup2 and each v1 controller are mounted and the
+// mode (unified, hybrid, legacy) that follows (layout.go). It finds the
+// node's cgroup2 mount in /proc/self/mountinfo under an injected proc root
+// (mount.go) or by statfs under a sysfs root (sysfs_linux.go), the kubepods
 // tree with cgroupfs or systemd naming (pods.go), and reads per-cgroup
 // memory, memory.events, pids, cpu.stat, io.stat and PSI with a reused
 // buffer (stats.go). containerd's cgroup2 reader is the reference the tests

@@ -4,10 +4,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-
 	"github.com/nodeshim/nodeshim/internal/mountinfo"
 )
 
@@ -58,47 +56,20 @@ func FindMount(procRoot string) (Mount, error) {
 var ErrMountinfoSyntax = mountinfo.ErrSyntax
 
 // ParseMountinfo finds the cgroup2 mount in the contents of a mountinfo file
-// (proc(5)). When several cgroup2 filesystems are mounted, the first one
-// whose root is the hierarchy's root ("/") wins, which is the node's own
-// mount rather than a bind of a sub-tree.
+// (proc(5)), as LayoutOf chooses it, and fails with ErrNoCgroup2 when no
+// cgroup2 filesystem is mounted or only a sub-tree of one is (a container's
+// own cgroup, not the node's hierarchy).
 func ParseMountinfo(data []byte) (Mount, error) {
-	entries, err := mountinfo.Parse(data)
+	l, err := ParseLayout(data)
 	if err != nil {
 		return Mount{}, err
 	}
-	var (
-		m     Mount
-		found bool
-		v1    []string
-	)
-	for _, e := range entries {
-		switch e.FSType {
-		case "cgroup2":
-			if !found && e.Root == "/" {
-				m.Path = e.Point
-				found = true
-			}
-		case "cgroup":
-			for _, o := range e.SuperOptions {
-				switch {
-				case o == "rw" || o == "ro" || strings.HasPrefix(o, "release_agent=") || o == "clone_children" ||
-					o == "noprefix" || o == "xattr" || o == "cpuset_v2_mode" || o == "favordynmods" || o == "nofavordynmods" ||
-					o == "none" || strings.HasPrefix(o, "name="):
-					// Mount options and named hierarchies (name=systemd), which
-					// bind no controller.
-				default:
-					v1 = append(v1, o)
-				}
-			}
-		}
-	}
-	if !found {
+	if l.V2 == "" || l.V2Root != "/" {
 		return Mount{}, ErrNoCgroup2
 	}
-	m.Mode = Unified
-	if len(v1) > 0 {
-		m.Mode = Hybrid
-		m.V1Controllers = v1
+	m := Mount{Path: l.V2, Mode: l.Mode()}
+	if m.Mode == Hybrid {
+		m.V1Controllers = l.V1Names()
 	}
 	return m, nil
 }

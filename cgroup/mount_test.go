@@ -63,7 +63,10 @@ func TestFindMountUnderRoot(t *testing.T) {
 	}
 }
 
-func FuzzParseMountinfo(f *testing.F) {
+// addMountinfoSeeds adds the recorded mount tables of testdata/mountinfo
+// to f's seed corpus.
+func addMountinfoSeeds(f *testing.F) {
+	f.Helper()
 	for _, name := range []string{"unified.txt", "hybrid.txt", "legacy.txt", "container.txt"} {
 		data, err := os.ReadFile(filepath.Join("testdata", "mountinfo", name))
 		if err != nil {
@@ -71,6 +74,10 @@ func FuzzParseMountinfo(f *testing.F) {
 		}
 		f.Add(data)
 	}
+}
+
+func FuzzParseMountinfo(f *testing.F) {
+	addMountinfoSeeds(f)
 	f.Add([]byte(`1 2 0:3 / /a\134b\040c\07 rw - cgroup2 x rw` + "\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := ParseMountinfo(data)

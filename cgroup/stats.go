@@ -157,21 +157,9 @@ func (r *Reader) Read(dir string, mask Mask, out *Stats) error {
 	if mask&StatMemoryEvents != 0 {
 		out.MemoryEvents = MemoryEvents{}
 		ev := &out.MemoryEvents
-		ev.Err = r.readKV(fd, dir, fMemoryEvents, func(k []byte, v uint64) {
-			switch string(k) {
-			case "low":
-				ev.Low = v
-			case "high":
-				ev.High = v
-			case "max":
-				ev.Max = v
-			case "oom":
-				ev.OOM = v
-			case "oom_kill":
-				ev.OOMKill = v
-			case "oom_group_kill":
-				ev.OOMGroup = v
-			}
+		ev.Err = r.readFields(fd, dir, fMemoryEvents, []field{
+			{"low", &ev.Low}, {"high", &ev.High}, {"max", &ev.Max},
+			{"oom", &ev.OOM}, {"oom_kill", &ev.OOMKill}, {"oom_group_kill", &ev.OOMGroup},
 		})
 	}
 	if mask&StatPids != 0 {
@@ -187,21 +175,9 @@ func (r *Reader) Read(dir string, mask Mask, out *Stats) error {
 	if mask&StatCPU != 0 {
 		out.CPU = CPUStats{}
 		c := &out.CPU
-		c.Err = r.readKV(fd, dir, fCPUStat, func(k []byte, v uint64) {
-			switch string(k) {
-			case "usage_usec":
-				c.UsageUsec = v
-			case "user_usec":
-				c.UserUsec = v
-			case "system_usec":
-				c.SystemUsec = v
-			case "nr_periods":
-				c.NrPeriods = v
-			case "nr_throttled":
-				c.NrThrottled = v
-			case "throttled_usec":
-				c.ThrottledUsec = v
-			}
+		c.Err = r.readFields(fd, dir, fCPUStat, []field{
+			{"usage_usec", &c.UsageUsec}, {"user_usec", &c.UserUsec}, {"system_usec", &c.SystemUsec},
+			{"nr_periods", &c.NrPeriods}, {"nr_throttled", &c.NrThrottled}, {"throttled_usec", &c.ThrottledUsec},
 		})
 		if c.Err != nil {
 			*c = CPUStats{Err: c.Err}
@@ -338,6 +314,26 @@ func (r *Reader) readKV(fd int, dir string, name cname, f func(k []byte, v uint6
 		return fmt.Errorf("%s/%s: %w", dir, name.s, err)
 	}
 	return nil
+}
+
+// field is where readFields stores the value of one key.
+type field struct {
+	key string
+	dst *uint64
+}
+
+// readFields reads the flat-keyed file name and stores the value of each
+// key of fields in its dst; keys not in fields are skipped, since the
+// kernel adds keys over time.
+func (r *Reader) readFields(fd int, dir string, name cname, fields []field) error {
+	return r.readKV(fd, dir, name, func(k []byte, v uint64) {
+		for _, f := range fields {
+			if f.key == string(k) {
+				*f.dst = v
+				return
+			}
+		}
+	})
 }
 
 // ParseFlatKeyed parses a cgroup v2 flat-keyed file ("KEY VALUE\n" lines, as

@@ -11,49 +11,33 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
-// cgroupRoot is where the kubelet and runc expect cgroups.
-const cgroupRoot = "/sys/fs/cgroup"
-
-// v1Controllers are the cgroup v1 controller names that can appear in the
-// super options of a cgroup mount.
-var v1Controllers = []string{
-	"blkio", "cpu", "cpuacct", "cpuset", "devices", "freezer", "hugetlb",
-	"memory", "misc", "net_cls", "net_prio", "perf_event", "pids", "rdma",
-}
-
-// CgroupLayoutOf works out the cgroup layout from a mount table.
-func CgroupLayoutOf(mounts []Mount) capability.CgroupLayout {
-	l := capability.CgroupLayout{V1: map[string]string{}}
-	for _, m := range mounts {
-		switch m.FSType {
-		case "cgroup2":
-			if l.V2 == "" || m.Point == cgroupRoot {
-				l.V2 = m.Point
-			}
-		case "cgroup":
-			for _, o := range m.SuperOptions {
-				if slices.Contains(v1Controllers, o) {
-					if _, seen := l.V1[o]; !seen {
-						l.V1[o] = m.Point
-					}
-				}
-			}
-		}
-	}
-	switch {
-	case l.V2 != "" && len(l.V1) == 0:
-		l.Mode = capability.CgroupUnified
-	case l.V2 != "":
-		l.Mode = capability.CgroupHybrid
-	case len(l.V1) > 0:
-		l.Mode = capability.CgroupLegacy
-	default:
-		l.Mode = capability.CgroupNone
+// CgroupLayoutOf works out the cgroup layout from a mount table, as package
+// cgroup does for nodeshim's own readers, in the report's terms.
+func CgroupLayoutOf(mounts []mountinfo.Entry) capability.CgroupLayout {
+	cl := cgroup.LayoutOf(mounts)
+	l := capability.CgroupLayout{Mode: cgroupMode(cl.Mode()), V2: cl.V2, V1: map[string]string{}}
+	for _, c := range cl.V1 {
+		l.V1[c.Name] = c.Point
 	}
 	return l
+}
+
+func cgroupMode(m cgroup.Mode) capability.CgroupMode {
+	switch m {
+	case cgroup.Unified:
+		return capability.CgroupUnified
+	case cgroup.Hybrid:
+		return capability.CgroupHybrid
+	case cgroup.Legacy:
+		return capability.CgroupLegacy
+	default:
+		return capability.CgroupNone
+	}
 }
 
 func v1Names(l capability.CgroupLayout) []string {
@@ -90,8 +74,8 @@ func probeCgroupV2(_ context.Context, h *Host) capability.Finding {
 	}
 	switch l.Mode {
 	case capability.CgroupUnified:
-		if l.V2 != cgroupRoot {
-			return capability.Findingf(capability.Degraded, "cgroup2 mounted at %s, not at %s where the kubelet and runc look", l.V2, cgroupRoot)
+		if l.V2 != cgroup.DefaultMountPoint {
+			return capability.Findingf(capability.Degraded, "cgroup2 mounted at %s, not at %s where the kubelet and runc look", l.V2, cgroup.DefaultMountPoint)
 		}
 		return capability.Findingf(capability.Supported, "cgroup2 mounted at %s, no v1 hierarchies", l.V2)
 	case capability.CgroupHybrid:

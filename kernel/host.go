@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
@@ -43,7 +44,7 @@ type Host struct {
 	ConfigErr error
 	// Mounts is the node's mount table (/proc/1/mountinfo, else
 	// /proc/self/mountinfo), filled in by Load.
-	Mounts []Mount
+	Mounts []mountinfo.Entry
 	// MountsErr is why Mounts could not be read, if it could not.
 	MountsErr error
 
@@ -80,12 +81,12 @@ func (h *Host) Load(ctx context.Context) {
 // readHostMounts reads the mount table of pid 1, which is the node's when
 // nodeshim shares the host's pid namespace (a DaemonSet with hostPID and
 // the host's /proc at --proc-root), and falls back to the process's own.
-func readHostMounts(procRoot string) ([]Mount, error) {
-	m, err := ReadMountInfo(filepath.Join(procRoot, "1/mountinfo"))
+func readHostMounts(procRoot string) ([]mountinfo.Entry, error) {
+	m, err := readMountInfo(filepath.Join(procRoot, "1/mountinfo"))
 	if err == nil {
 		return m, nil
 	}
-	return ReadMountInfo(filepath.Join(procRoot, "self/mountinfo"))
+	return readMountInfo(filepath.Join(procRoot, "self/mountinfo"))
 }
 
 // Describe loads the host's shared facts and returns the report's account

@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 
 	"golang.org/x/sys/unix"
@@ -263,8 +264,8 @@ func TestLiveCgroupLayout(t *testing.T) {
 		if got := statfsMagic(t, l.V2); got != unix.CGROUP2_SUPER_MAGIC {
 			t.Errorf("cgroup2 at %s has magic %#x, want %#x", l.V2, got, unix.CGROUP2_SUPER_MAGIC)
 		}
-		if statfsMagic(t, cgroupRoot) == unix.CGROUP2_SUPER_MAGIC && l.V2 != cgroupRoot {
-			t.Errorf("cgroup2 at %s, want %s where it is mounted", l.V2, cgroupRoot)
+		if statfsMagic(t, cgroup.DefaultMountPoint) == unix.CGROUP2_SUPER_MAGIC && l.V2 != cgroup.DefaultMountPoint {
+			t.Errorf("cgroup2 at %s, want %s where it is mounted", l.V2, cgroup.DefaultMountPoint)
 		}
 	}
 	if len(l.V1) != len(m.v1) {
@@ -308,8 +309,8 @@ func TestLiveCgroupProbes(t *testing.T) {
 
 	f := probeCgroupV2(ctx, h)
 	switch {
-	case l.Mode == capability.CgroupUnified && l.V2 == cgroupRoot:
-		mustVerdict(t, "cgroup.v2", f, capability.Supported, "cgroup2 mounted at "+cgroupRoot)
+	case l.Mode == capability.CgroupUnified && l.V2 == cgroup.DefaultMountPoint:
+		mustVerdict(t, "cgroup.v2", f, capability.Supported, "cgroup2 mounted at "+cgroup.DefaultMountPoint)
 	case l.Mode == capability.CgroupNone:
 		mustVerdict(t, "cgroup.v2", f, capability.Unsupported, "no cgroup")
 	case l.Mode == capability.CgroupHybrid:

@@ -29,7 +29,7 @@ func newServeCommand() *cobra.Command {
 
 serve takes the single-instance lock, collects the capability report (the
 same catalogue as ` + "`nodeshim report`" + `) and prints it, keeps its configuration
-safe with assigned / active / last-known-good checkpoints under --root-dir,
+safe with assigned / active / last-known-good snapshots under --root-dir,
 watches cgroup pressure and PSI, OOM kills (eBPF), the network and kubelet's
 plugin registry, prints one line per condition transition on stdout, and
 serves the node API on <root-dir>/nodeshim.sock (mode 0600, root only;

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -18,33 +17,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/checkpointtest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-// fakeCheckpointer answers by container name; the real service is tested
-// end to end in shim/daemon. It records the timeouts it was given.
-type fakeCheckpointer struct {
-	mu       sync.Mutex
-	timeouts []time.Duration
-}
-
-func (f *fakeCheckpointer) Checkpoint(_ context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error) {
-	f.mu.Lock()
-	f.timeouts = append(f.timeouts, timeout)
-	f.mu.Unlock()
-	switch ref.Container {
-	case "app":
-		return criu.Result{Path: "/var/lib/kubelet/checkpoints/checkpoint-" + ref.Pod + "_" + ref.Namespace + "-app-2026-11-23T12:00:00Z.tar"}, nil
-	case "disabled":
-		return criu.Result{}, checkpoint.ErrDisabled
-	case "missing":
-		return criu.Result{}, fmt.Errorf("%s: container not found: %w", ref, checkpoint.ErrNotFound)
-	}
-	return criu.Result{}, errors.New("criu failed: Dumping FAILED")
-}
 
 func serveWith(t *testing.T, opts Options) string {
 	t.Helper()
@@ -72,7 +48,7 @@ func serveWith(t *testing.T, opts Options) string {
 // and response body.
 func TestCheckpointHandler(t *testing.T) {
 	testutil.RequireRoot(t)
-	f := &fakeCheckpointer{}
+	f := &checkpointtest.Fake{}
 	sock := serveWith(t, Options{Checkpoint: f})
 	none := serveWith(t, Options{})
 	tests := []struct {
@@ -85,7 +61,7 @@ func TestCheckpointHandler(t *testing.T) {
 		wantTimeout time.Duration // -1: not called
 	}{
 		{"success", sock, "POST", "/checkpoint/default/web-0/app", 200,
-			`"items": [` + "\n" + `    "/var/lib/kubelet/checkpoints/checkpoint-web-0_default-app-2026-11-23T12:00:00Z.tar"`, 0},
+			`"items": [` + "\n" + `    "` + checkpointtest.ArchivePath("default", "web-0") + `"`, 0},
 		{"timeout in seconds", sock, "POST", "/checkpoint/default/web-0/app?timeout=30", 200, "items", 30 * time.Second},
 		{"the last timeout wins", sock, "POST", "/checkpoint/default/web-0/app?timeout=5&timeout=7", 200, "items", 7 * time.Second},
 		{"timeout that does not parse", sock, "POST", "/checkpoint/default/web-0/app?timeout=1.5", 500, "cannot parse value of timeout parameter", -1},
@@ -97,9 +73,7 @@ func TestCheckpointHandler(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			f.mu.Lock()
-			f.timeouts = nil
-			f.mu.Unlock()
+			f.Reset()
 			req, _ := http.NewRequest(tt.method, "http://nodeshim"+tt.path, nil)
 			resp, err := testutil.UnixHTTPClient(tt.sock).Do(req)
 			if err != nil {
@@ -110,13 +84,11 @@ func TestCheckpointHandler(t *testing.T) {
 			if resp.StatusCode != tt.wantCode || !strings.Contains(string(b), tt.wantBody) {
 				t.Errorf("%s %s = %d %s, want %d with %q", tt.method, tt.path, resp.StatusCode, b, tt.wantCode, tt.wantBody)
 			}
-			f.mu.Lock()
-			defer f.mu.Unlock()
-			switch {
-			case tt.wantTimeout < 0 && len(f.timeouts) != 0:
-				t.Errorf("checkpointer called with %v", f.timeouts)
-			case tt.wantTimeout >= 0 && tt.sock == sock && (len(f.timeouts) != 1 || f.timeouts[0] != tt.wantTimeout):
-				t.Errorf("timeouts %v, want [%v]", f.timeouts, tt.wantTimeout)
+			switch timeouts := f.Timeouts(); {
+			case tt.wantTimeout < 0 && len(timeouts) != 0:
+				t.Errorf("checkpointer called with %v", timeouts)
+			case tt.wantTimeout >= 0 && tt.sock == sock && (len(timeouts) != 1 || timeouts[0] != tt.wantTimeout):
+				t.Errorf("timeouts %v, want [%v]", timeouts, tt.wantTimeout)
 			}
 		})
 	}

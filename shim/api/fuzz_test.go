@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/shim/checkpoint/checkpointtest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -21,7 +22,7 @@ func FuzzCheckpointRequest(f *testing.F) {
 	} {
 		f.Add(s[0], s[1])
 	}
-	fc := &fakeCheckpointer{}
+	fc := &checkpointtest.Fake{}
 	h := NewHandler(status.New(nil), Options{Checkpoint: fc, Auth: func(*http.Request) (Access, string) { return FullAccess, "fuzz" }})
 	f.Fuzz(func(t *testing.T, path, query string) {
 		u, err := url.Parse("http://nodeshim" + path)
@@ -31,17 +32,13 @@ func FuzzCheckpointRequest(f *testing.F) {
 		u.RawQuery = query
 		req := &http.Request{Method: http.MethodPost, URL: u, Header: http.Header{}, Host: "nodeshim"}
 		req = req.WithContext(t.Context())
-		fc.mu.Lock()
-		fc.timeouts = nil
-		fc.mu.Unlock()
+		fc.Reset()
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, req)
 		if !slices.Contains([]int{200, 301, 307, 404, 405, 500}, w.Code) {
 			t.Fatalf("POST %s?%s = %d %s", path, query, w.Code, w.Body)
 		}
-		fc.mu.Lock()
-		defer fc.mu.Unlock()
-		for _, d := range fc.timeouts {
+		for _, d := range fc.Timeouts() {
 			if d < 0 {
 				t.Fatalf("POST %s?%s gave the checkpointer timeout %v", path, query, d)
 			}

@@ -3,44 +3,21 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
-	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/checkpointtest"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-// checkpointer answers by container name, as a node's runtime would for
-// the error paths; the real CRI and CRIU path is tested in shim/daemon.
-type checkpointer struct {
-	mu       sync.Mutex
-	timeouts []time.Duration
-}
-
-func (c *checkpointer) Checkpoint(_ context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error) {
-	c.mu.Lock()
-	c.timeouts = append(c.timeouts, timeout)
-	c.mu.Unlock()
-	switch ref.Container {
-	case "app":
-		return criu.Result{Path: "/var/lib/kubelet/checkpoints/checkpoint-" + ref.Pod + "_" + ref.Namespace + "-app.tar"}, nil
-	case "missing":
-		return criu.Result{}, fmt.Errorf("%s: %w", ref, checkpoint.ErrNotFound)
-	}
-	return criu.Result{}, errors.New("criu failed: Dumping FAILED")
-}
 
 // serve runs the real node API handler over a unix socket.
 func serve(t *testing.T, model *status.Model, opts api.Options) string {
@@ -84,7 +61,7 @@ func TestStatus(t *testing.T) {
 
 func TestCheckpoint(t *testing.T) {
 	testutil.RequireRoot(t)
-	cp := &checkpointer{}
+	cp := &checkpointtest.Fake{}
 	c := New(serve(t, status.New(nil), api.Options{Checkpoint: cp}))
 	off := New(serve(t, status.New(nil), api.Options{}))
 	tests := []struct {
@@ -97,9 +74,9 @@ func TestCheckpoint(t *testing.T) {
 		wantSentTimeout    time.Duration
 	}{
 		{name: "archive path", client: c, ns: "default", pod: "web", container: "app", timeout: 90 * time.Second,
-			wantPath: "/var/lib/kubelet/checkpoints/checkpoint-web_default-app.tar", wantSentTimeout: 90 * time.Second},
+			wantPath: checkpointtest.ArchivePath("default", "web"), wantSentTimeout: 90 * time.Second},
 		{name: "sub-second timeout rounds up, never to the default", client: c, ns: "default", pod: "web", container: "app", timeout: 300 * time.Millisecond,
-			wantPath: "/var/lib/kubelet/checkpoints/checkpoint-web_default-app.tar", wantSentTimeout: time.Second},
+			wantPath: checkpointtest.ArchivePath("default", "web"), wantSentTimeout: time.Second},
 		{name: "unknown container is NotFound", client: c, ns: "default", pod: "web", container: "missing",
 			wantErr: "404", wantNotFound: true},
 		{name: "CRIU's error comes back", client: c, ns: "default", pod: "web", container: "broken",
@@ -110,9 +87,7 @@ func TestCheckpoint(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			cp.mu.Lock()
-			cp.timeouts = nil
-			cp.mu.Unlock()
+			cp.Reset()
 			path, err := tc.client.Checkpoint(t.Context(), tc.ns, tc.pod, tc.container, tc.timeout)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
@@ -126,10 +101,8 @@ func TestCheckpoint(t *testing.T) {
 			if err != nil || path != tc.wantPath {
 				t.Fatalf("Checkpoint = %q, %v; want %q", path, err, tc.wantPath)
 			}
-			cp.mu.Lock()
-			defer cp.mu.Unlock()
-			if len(cp.timeouts) != 1 || cp.timeouts[0] != tc.wantSentTimeout {
-				t.Fatalf("the API got timeouts %v, want [%v]", cp.timeouts, tc.wantSentTimeout)
+			if timeouts := cp.Timeouts(); len(timeouts) != 1 || timeouts[0] != tc.wantSentTimeout {
+				t.Fatalf("the API got timeouts %v, want [%v]", timeouts, tc.wantSentTimeout)
 			}
 		})
 	}

@@ -119,10 +119,10 @@ func crashRun(t *testing.T, state, source string, gen, crashAt int, killAfter ti
 }
 
 // lkgGen returns the generation number (the GenN feature gate) of a
-// checkpointed payload.
+// payload kept as a snapshot.
 func lkgGen(t *testing.T, s *store, uid string) int {
 	t.Helper()
-	p, err := s.loadCheckpoint(uid)
+	p, err := s.loadSnapshot(uid)
 	if err != nil {
 		t.Fatalf("last-known-good %s lost: %v", short(uid), err)
 	}
@@ -163,8 +163,8 @@ func checkRestart(t *testing.T, iter int, state, source string, prevLKG int) int
 		t.Fatalf("iteration %d: last-known-good without assigned", iter)
 	}
 	if st.Assigned != nil {
-		if _, err := os.Stat(c.store.checkpointPath(st.Assigned.UID)); err != nil {
-			t.Fatalf("iteration %d: assigned checkpoint missing: %v", iter, err)
+		if _, err := os.Stat(c.store.snapshotPath(st.Assigned.UID)); err != nil {
+			t.Fatalf("iteration %d: assigned snapshot missing: %v", iter, err)
 		}
 	}
 	lkg := -1
@@ -174,7 +174,7 @@ func checkRestart(t *testing.T, iter int, state, source string, prevLKG int) int
 	if prevLKG >= 0 && lkg < prevLKG {
 		t.Fatalf("iteration %d: last-known-good went from generation %d to %d", iter, prevLKG, lkg)
 	}
-	for _, d := range []string{state, filepath.Join(state, checkpointsDir)} {
+	for _, d := range []string{state, filepath.Join(state, snapshotsDir)} {
 		entries, _ := os.ReadDir(d)
 		for _, e := range entries {
 			if strings.Contains(e.Name(), tempInfix) {

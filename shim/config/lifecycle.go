@@ -42,7 +42,7 @@ const (
 )
 
 // RetryableError marks a failure before a payload could be tried (reading
-// the source, writing a checkpoint or the record): nothing is rolled back
+// the source, writing a snapshot or the record): nothing is rolled back
 // and the caller retries with backoff.
 type RetryableError struct {
 	Err error
@@ -56,7 +56,7 @@ func (e *RetryableError) Unwrap() error { return e.Err }
 
 // Options configure a Controller.
 type Options struct {
-	// StateDir holds the checkpoints and the state record, normally
+	// StateDir holds the snapshots and the state record, normally
 	// <root-dir>/config. It is created with mode 0700.
 	StateDir string
 	// SourceDir is the directory the configuration is delivered in (a
@@ -185,7 +185,7 @@ func (c *Controller) activate() {
 }
 
 func (c *Controller) loadRef(ref *SourceRef) (ShimConfiguration, error) {
-	p, err := c.store.loadCheckpoint(ref.UID)
+	p, err := c.store.loadSnapshot(ref.UID)
 	if err != nil {
 		return ShimConfiguration{}, err
 	}
@@ -211,7 +211,7 @@ func (c *Controller) soakPeriod() time.Duration {
 }
 
 // Sync reads the source once and moves the lifecycle on: a new payload is
-// checkpointed, then recorded as assigned (only then reported), then tried;
+// snapshotted, then recorded as assigned (only then reported), then tried;
 // a payload that has soaked long enough becomes last-known-good; no source
 // resets to the defaults and clears last-known-good at once. Errors before
 // a payload can be tried are *RetryableError and roll nothing back.
@@ -239,8 +239,8 @@ func (c *Controller) Sync() error {
 	}
 	uid := payload.UID()
 	if c.rec.Assigned == nil || c.rec.Assigned.UID != uid {
-		if err := c.store.saveCheckpoint(payload); err != nil {
-			return c.retryable(fmt.Errorf("checkpoint config %s: %w", short(uid), err))
+		if err := c.store.saveSnapshot(payload); err != nil {
+			return c.retryable(fmt.Errorf("snapshot config %s: %w", short(uid), err))
 		}
 		next := record{
 			Assigned:      &SourceRef{UID: uid, AssignedAt: metav1.NewTime(c.clock.Now().UTC().Truncate(time.Second))},
@@ -287,7 +287,7 @@ func (c *Controller) promote() error {
 
 func (c *Controller) gc() {
 	if err := c.store.cleanup(c.rec); err != nil {
-		c.log.Warn("config checkpoint cleanup", "err", err)
+		c.log.Warn("config snapshot cleanup", "err", err)
 	}
 }
 

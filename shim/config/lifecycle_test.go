@@ -179,7 +179,7 @@ func TestLifecycle(t *testing.T) {
 	if got := f.c.Active(); !slices.Equal(got.Plugins.Expected, []string{"driver-1"}) || got.Network.CNIConfDir != "/opt/cni" || got.RootDir != Defaults().RootDir {
 		t.Errorf("Active after A = %+v", got)
 	}
-	for _, p := range []string{filepath.Join(f.state, stateFile), filepath.Join(f.state, checkpointsDir, uidOf(t, a)+".json")} {
+	for _, p := range []string{filepath.Join(f.state, stateFile), filepath.Join(f.state, snapshotsDir, uidOf(t, a)+".json")} {
 		fi, err := os.Stat(p)
 		if err != nil {
 			t.Errorf("%s: %v", p, err)
@@ -242,8 +242,8 @@ func TestLifecycle(t *testing.T) {
 	}
 	st = f.expect("C good", C, C, A, "")
 	cAssignedAt := st.Assigned.AssignedAt.Time
-	if _, err := os.Stat(filepath.Join(f.state, checkpointsDir, uidOf(t, b)+".json")); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("checkpoint of B not collected: %v", err)
+	if _, err := os.Stat(filepath.Join(f.state, snapshotsDir, uidOf(t, b)+".json")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("snapshot of B not collected: %v", err)
 	}
 
 	// Restart well after C's soak period: the soak is measured from the
@@ -281,8 +281,8 @@ func TestLifecycle(t *testing.T) {
 	}
 	f.expect("read error over", C, C, C, "")
 
-	// A checkpoint write error: the new payload is not reported as assigned.
-	cp := filepath.Join(f.state, checkpointsDir)
+	// A snapshot write error: the new payload is not reported as assigned.
+	cp := filepath.Join(f.state, snapshotsDir)
 	if err := os.Rename(cp, cp+".away"); err != nil {
 		t.Fatal(err)
 	}
@@ -293,9 +293,9 @@ func TestLifecycle(t *testing.T) {
 	D := short(uidOf(t, d))
 	writeSource(t, f.source, d)
 	if err := f.c.Sync(); !errors.As(err, &re) {
-		t.Fatalf("Sync with checkpoint dir broken = %v, want RetryableError", err)
+		t.Fatalf("Sync with snapshot dir broken = %v, want RetryableError", err)
 	}
-	f.expect("checkpoint error", C, C, C, "checkpoint config "+D)
+	f.expect("snapshot error", C, C, C, "snapshot config "+D)
 	os.Remove(cp)
 	if err := os.Rename(cp+".away", cp); err != nil {
 		t.Fatal(err)
@@ -318,7 +318,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(cp)
 	if len(entries) != 0 {
-		t.Errorf("checkpoints left after reset: %v", entries)
+		t.Errorf("snapshots left after reset: %v", entries)
 	}
 	f.open()
 	f.expect("reset survives restart", none, none, none, "")
@@ -349,13 +349,13 @@ func TestLifecycleBrokenState(t *testing.T) {
 		b := map[string]string{BaseFile: badUnknownField}
 		writeSource(t, f.source, b)
 		f.c.Sync()
-		if err := os.WriteFile(filepath.Join(f.state, checkpointsDir, uidOf(t, a)+".json"), []byte(`{"files":[]}`), 0o600); err != nil {
+		if err := os.WriteFile(filepath.Join(f.state, snapshotsDir, uidOf(t, a)+".json"), []byte(`{"files":[]}`), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		f.open()
 		st := f.expect("both bad", short(uidOf(t, b)), "<none>", short(uidOf(t, a)), "last-known-good")
-		if !errors.Is(ErrCheckpointCorrupt, ErrCheckpointCorrupt) || !strings.Contains(st.Error, ErrCheckpointCorrupt.Error()) {
-			t.Errorf("error %q does not name the corrupt checkpoint", st.Error)
+		if !errors.Is(ErrSnapshotCorrupt, ErrSnapshotCorrupt) || !strings.Contains(st.Error, ErrSnapshotCorrupt.Error()) {
+			t.Errorf("error %q does not name the corrupt snapshot", st.Error)
 		}
 	})
 	t.Run("interrupted write leftovers are removed", func(t *testing.T) {
@@ -364,7 +364,7 @@ func TestLifecycleBrokenState(t *testing.T) {
 		if err := os.WriteFile(leftover, []byte("partial"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		orphan := filepath.Join(f.state, checkpointsDir, strings.Repeat("a", 64)+".json")
+		orphan := filepath.Join(f.state, snapshotsDir, strings.Repeat("a", 64)+".json")
 		if err := os.WriteFile(orphan, []byte("{}"), 0o600); err != nil {
 			t.Fatal(err)
 		}

@@ -14,7 +14,8 @@ import (
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
 
-// SourceRef names one checkpointed configuration payload.
+// SourceRef names one configuration payload, kept on disk as a snapshot
+// under its UID.
 type SourceRef struct {
 	// UID is the payload's content hash (Payload.UID).
 	UID string `json:"uid"`
@@ -30,11 +31,16 @@ type record struct {
 	LastKnownGood *SourceRef `json:"lastKnownGood,omitempty"`
 }
 
-// Layout of the state directory (<root-dir>/config).
+// Layout of the state directory (<root-dir>/config): the record in
+// state.json, one snapshot of each payload it references in snapshots/.
 const (
-	stateFile      = "state.json"
-	checkpointsDir = "checkpoints"
-	tempInfix      = ".tmp-"
+	stateFile    = "state.json"
+	snapshotsDir = "snapshots"
+	tempInfix    = ".tmp-"
+	// legacySnapshotsDir is where the snapshots were kept before they had
+	// their own name (a name CRIU's checkpoints also use); init moves them
+	// to snapshotsDir.
+	legacySnapshotsDir = "checkpoints"
 )
 
 var uidPattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
@@ -55,13 +61,55 @@ func (s *store) point(step string) {
 	}
 }
 
+// init creates the state directory and moves the snapshots of a store
+// written in the legacy layout into snapshots/.
 func (s *store) init() error {
-	for _, d := range []string{s.dir, filepath.Join(s.dir, checkpointsDir)} {
+	for _, d := range []string{s.dir, filepath.Join(s.dir, snapshotsDir)} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
 			return fmt.Errorf("create state directory %s: %w", d, err)
 		}
 	}
-	return nil
+	return s.migrate()
+}
+
+// migrate moves each snapshot in the legacy directory to snapshots/ and
+// removes the legacy directory. Each move is one rename(2) within the state
+// directory, so a snapshot is in one of the two places at every instant and
+// an interrupted migration resumes at the next Open. A snapshot present in
+// both (content-addressed, so the same payload) is kept in snapshots/ only;
+// leftovers of an interrupted write are dropped.
+func (s *store) migrate() error {
+	legacy := filepath.Join(s.dir, legacySnapshotsDir)
+	entries, err := os.ReadDir(legacy)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("read legacy snapshot directory %s: %w", legacy, err)
+	}
+	dir := filepath.Join(s.dir, snapshotsDir)
+	for _, e := range entries {
+		from, to := filepath.Join(legacy, e.Name()), filepath.Join(dir, e.Name())
+		uid, ok := strings.CutSuffix(e.Name(), ".json")
+		if _, err := os.Lstat(to); !ok || !uidPattern.MatchString(uid) || err == nil {
+			if err := os.Remove(from); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return fmt.Errorf("remove %s: %w", from, err)
+			}
+			continue
+		}
+		if err := os.Rename(from, to); err != nil {
+			return fmt.Errorf("move snapshot %s to %s: %w", from, to, err)
+		}
+	}
+	for _, d := range []string{dir, legacy} {
+		if err := atomicfile.SyncDir(d); err != nil {
+			return err
+		}
+	}
+	if err := os.Remove(legacy); err != nil {
+		return fmt.Errorf("remove legacy snapshot directory %s: %w", legacy, err)
+	}
+	return atomicfile.SyncDir(s.dir)
 }
 
 // writeFile replaces dir/name atomically with data.
@@ -100,39 +148,39 @@ func (s *store) writeFile(dir, name string, data []byte) error {
 	return nil
 }
 
-func (s *store) checkpointPath(uid string) string {
-	return filepath.Join(s.dir, checkpointsDir, uid+".json")
+func (s *store) snapshotPath(uid string) string {
+	return filepath.Join(s.dir, snapshotsDir, uid+".json")
 }
 
-// saveCheckpoint writes the payload under its UID unless it is there already.
-func (s *store) saveCheckpoint(p Payload) error {
+// saveSnapshot writes the payload under its UID unless it is there already.
+func (s *store) saveSnapshot(p Payload) error {
 	uid := p.UID()
-	if _, err := os.Stat(s.checkpointPath(uid)); err == nil {
+	if _, err := os.Stat(s.snapshotPath(uid)); err == nil {
 		return nil
 	}
 	data, err := json.Marshal(p)
 	if err != nil {
-		return fmt.Errorf("encode checkpoint %s: %w", uid, err)
+		return fmt.Errorf("encode snapshot %s: %w", uid, err)
 	}
-	return s.writeFile(filepath.Join(s.dir, checkpointsDir), uid+".json", data)
+	return s.writeFile(filepath.Join(s.dir, snapshotsDir), uid+".json", data)
 }
 
-// ErrCheckpointCorrupt is returned, wrapped, when a checkpoint's content
-// does not match its UID.
-var ErrCheckpointCorrupt = errors.New("checkpoint content does not match its uid")
+// ErrSnapshotCorrupt is returned, wrapped, when a snapshot's content does
+// not match its UID.
+var ErrSnapshotCorrupt = errors.New("snapshot content does not match its uid")
 
-func (s *store) loadCheckpoint(uid string) (Payload, error) {
-	path := s.checkpointPath(uid)
+func (s *store) loadSnapshot(uid string) (Payload, error) {
+	path := s.snapshotPath(uid)
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return Payload{}, fmt.Errorf("read checkpoint %s: %w", path, err)
+		return Payload{}, fmt.Errorf("read snapshot %s: %w", path, err)
 	}
 	var p Payload
 	if err := json.Unmarshal(data, &p); err != nil {
-		return Payload{}, fmt.Errorf("decode checkpoint %s: %w", path, err)
+		return Payload{}, fmt.Errorf("decode snapshot %s: %w", path, err)
 	}
 	if p.UID() != uid {
-		return Payload{}, fmt.Errorf("%s: %w", path, ErrCheckpointCorrupt)
+		return Payload{}, fmt.Errorf("%s: %w", path, ErrSnapshotCorrupt)
 	}
 	return p, nil
 }
@@ -167,7 +215,7 @@ func (s *store) writeRecord(r record) error {
 }
 
 // cleanup removes temp files left by a write that was interrupted and the
-// checkpoints that the record no longer references. Failures are returned
+// snapshots that the record no longer references. Failures are returned
 // for logging; they never affect the configuration in use.
 func (s *store) cleanup(r record) error {
 	var errs []error
@@ -177,7 +225,7 @@ func (s *store) cleanup(r record) error {
 			keep[ref.UID+".json"] = true
 		}
 	}
-	for _, d := range []string{s.dir, filepath.Join(s.dir, checkpointsDir)} {
+	for _, d := range []string{s.dir, filepath.Join(s.dir, snapshotsDir)} {
 		entries, err := os.ReadDir(d)
 		if err != nil {
 			errs = append(errs, fmt.Errorf("read %s: %w", d, err))

@@ -1,7 +1,7 @@
 // Package config is nodeshim's own configuration: the ShimConfiguration
 // document and its drop-in directory, merged with kubelet's --config-dir
 // semantics, and the lifecycle that keeps a configuration delivered at run
-// time safe (assigned, active and last-known-good checkpoints on disk, a
+// time safe (assigned, active and last-known-good snapshots on disk, a
 // soak period, rollback on a bad configuration), reported as a
 // NodeConfigStatus.
 package config
@@ -34,7 +34,7 @@ const DefaultSoakPeriod = 10 * time.Minute
 type ShimConfiguration struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// RootDir holds nodeshim's state: config checkpoints, the API socket.
+	// RootDir holds nodeshim's state: config snapshots, the API socket.
 	// It is a start-up setting (serve's --root-dir): a payload may restate
 	// it, and one that names another directory is refused, since the
 	// configuration's own state lives there.
@@ -59,17 +59,17 @@ type ShimConfiguration struct {
 	// Kubelet names the node's kubelet configuration, whose eviction
 	// thresholds, seccompDefault and containerRuntimeEndpoint nodeshim
 	// then follows.
-	Kubelet KubeletConfig `json:"kubelet,omitzero"`
+	Kubelet Kubelet `json:"kubelet,omitzero"`
 	// Pressure configures the pressure conditions.
-	Pressure PressureConfig `json:"pressure,omitzero"`
+	Pressure Pressure `json:"pressure,omitzero"`
 	// API configures the node API.
-	API APIConfig `json:"api,omitzero"`
+	API API `json:"api,omitzero"`
 	// Checkpoint configures container checkpoints.
-	Checkpoint CheckpointConfig `json:"checkpoint,omitzero"`
+	Checkpoint Checkpoints `json:"checkpoint,omitzero"`
 	// Plugins configures the plugin registry watcher.
-	Plugins PluginsConfig `json:"plugins,omitzero"`
+	Plugins Plugins `json:"plugins,omitzero"`
 	// Network configures the NetworkReady condition.
-	Network NetworkConfig `json:"network,omitzero"`
+	Network Network `json:"network,omitzero"`
 	// SeccompProfiles are the Localhost seccomp profiles nodeshim installs
 	// under the kubelet's seccomp root (<kubeletRootDir>/seccomp): each key
 	// is a profile's name as pods reference it in localhostProfile (e.g.
@@ -78,8 +78,8 @@ type ShimConfiguration struct {
 	SeccompProfiles map[string]string `json:"seccompProfiles,omitempty"`
 }
 
-// APIConfig configures the node API listeners.
-type APIConfig struct {
+// API configures the node API listeners.
+type API struct {
 	// TCPAddress, when set, serves the API over TLS on host:port too.
 	TCPAddress string `json:"tcpAddress,omitempty"`
 	// TLSCertFile and TLSKeyFile are the TCP listener's certificate.
@@ -97,8 +97,9 @@ type APIConfig struct {
 	ReadOnlyGIDs []uint32 `json:"readOnlyGIDs,omitempty"`
 }
 
-// CheckpointConfig configures the checkpoint endpoint.
-type CheckpointConfig struct {
+// Checkpoints configures container checkpoints (CRIU dumps taken through
+// POST /checkpoint).
+type Checkpoints struct {
 	// Enabled turns POST /checkpoint on; off, it answers 404 as kubelet does.
 	Enabled bool `json:"enabled,omitempty"`
 	// Dir receives the checkpoint archives.
@@ -107,8 +108,8 @@ type CheckpointConfig struct {
 	DefaultTimeout metav1.Duration `json:"defaultTimeout,omitzero"`
 }
 
-// PluginsConfig configures the plugin registry watcher.
-type PluginsConfig struct {
+// Plugins configures the plugin registry watcher.
+type Plugins struct {
 	// AcceptedVersions lists, per plugin type (CSIPlugin, DevicePlugin,
 	// DRAPlugin), the versions this node's kubelet accepts.
 	AcceptedVersions map[string][]string `json:"acceptedVersions,omitempty"`
@@ -116,9 +117,9 @@ type PluginsConfig struct {
 	Expected []string `json:"expected,omitempty"`
 }
 
-// KubeletConfig locates the node's KubeletConfiguration, read with the
+// Kubelet locates the node's KubeletConfiguration, read with the
 // drop-in rules kubelet itself applies (--config, then --config-dir).
-type KubeletConfig struct {
+type Kubelet struct {
 	// ConfigFile is kubelet's --config file; empty when nodeshim does not
 	// follow the kubelet's configuration.
 	ConfigFile string `json:"configFile,omitempty"`
@@ -126,8 +127,8 @@ type KubeletConfig struct {
 	ConfigDir string `json:"configDir,omitempty"`
 }
 
-// PressureConfig configures the pressure conditions.
-type PressureConfig struct {
+// Pressure configures the pressure conditions.
+type Pressure struct {
 	// EvictionHard are the thresholds of MemoryPressure, DiskPressure and
 	// PIDPressure, in KubeletConfiguration's evictionHard form (signal ->
 	// quantity or percentage). When empty, the kubelet's own thresholds
@@ -140,8 +141,8 @@ type PressureConfig struct {
 // so every gate a configuration names is refused rather than ignored.
 func KnownFeatureGates() map[string]bool { return map[string]bool{} }
 
-// NetworkConfig configures the NetworkReady condition.
-type NetworkConfig struct {
+// Network configures the NetworkReady condition.
+type Network struct {
 	// CNIConfDir is where CNI network configurations are expected.
 	CNIConfDir string `json:"cniConfDir,omitempty"`
 }
@@ -156,18 +157,18 @@ func Defaults() ShimConfiguration {
 		LockFile:                 "/var/run/nodeshim.lock",
 		ContainerRuntimeEndpoint: "unix:///run/containerd/containerd.sock",
 		ConfigSoakPeriod:         metav1.Duration{Duration: DefaultSoakPeriod},
-		Checkpoint: CheckpointConfig{
+		Checkpoint: Checkpoints{
 			Dir:            "/var/lib/nodeshim/checkpoints",
 			DefaultTimeout: metav1.Duration{Duration: time.Minute},
 		},
-		Plugins: PluginsConfig{
+		Plugins: Plugins{
 			AcceptedVersions: map[string][]string{
 				"CSIPlugin":    {"1.0.0"},
 				"DevicePlugin": {"v1beta1"},
 				"DRAPlugin":    {"v1.DRAPlugin", "v1beta1.DRAPlugin"},
 			},
 		},
-		Network: NetworkConfig{CNIConfDir: "/etc/cni/net.d"},
+		Network: Network{CNIConfDir: "/etc/cni/net.d"},
 	}
 }
 

@@ -250,7 +250,7 @@ type daemon struct {
 	mu        sync.Mutex
 	settings  config.NodeSettings
 	api       *apiGroup
-	apiConfig config.APIConfig
+	apiConfig config.API
 }
 
 // openConfig opens the configuration lifecycle. Its defaults carry the

@@ -18,7 +18,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// apiGroup is the API's listeners for one APIConfig: the unix socket
+// apiGroup is the API's listeners for one config.API: the unix socket
 // first, then TLS on TCP when configured.
 type apiGroup struct {
 	servers []server
@@ -34,7 +34,7 @@ type server struct {
 
 // startAPI opens the listeners of c and serves on them. A listener that
 // fails while serving sends its error to d.fatal.
-func (d *daemon) startAPI(c config.APIConfig) (*apiGroup, error) {
+func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
 	servers, err := listen(d.opts, c, d.model, d.apiOpts)
 	if err != nil {
 		return nil, err
@@ -81,7 +81,7 @@ func (g *apiGroup) shutdown() error {
 // the first gid as group; with reporter uids only it is 0666, and
 // SO_PEERCRED is what keeps everyone else out (401). With reporters the
 // root dir becomes 0711 so that they can reach the socket by its name.
-func listen(opts Options, c config.APIConfig, model *status.Model, apiOpts api.Options) (out []server, err error) {
+func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options) (out []server, err error) {
 	defer func() {
 		if err != nil {
 			for _, s := range out {

@@ -20,46 +20,9 @@ import (
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-// waitModel polls the model until ok holds; go test's -timeout bounds it.
-func waitModel(t *testing.T, m *status.Model, ok func(status.Document) bool) status.Document {
-	t.Helper()
-	for {
-		if d := m.Snapshot(); ok(d) {
-			return d
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// cond returns the condition of type typ in d.
-func cond(d status.Document, typ string) (condition.Condition, bool) {
-	for _, c := range d.Conditions {
-		if c.Type == typ {
-			return c, true
-		}
-	}
-	return condition.Condition{}, false
-}
-
-// runSource runs src on its own goroutine until the test's cleanup, which
-// cancels it and waits for it to return.
-func runSource(t *testing.T, m *status.Model, src interface {
-	Run(context.Context, *status.Model) error
-}) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, m) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("source returned %v", err)
-		}
-	})
-}
 
 const envHog = "NODESHIM_OOM_TEST_HOG"
 
@@ -99,9 +62,9 @@ func TestOOMWatcherSource(t *testing.T) {
 	const memcgV1 = "/sys/fs/cgroup/memory"
 	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
 	m := status.New(nil)
-	runSource(t, m, &Source{Logger: discard})
-	d := waitModel(t, m, func(d status.Document) bool { _, ok := cond(d, status.TypeOOMWatcher); return ok })
-	if c, _ := cond(d, status.TypeOOMWatcher); c.Status != condition.True || c.Reason != ReasonAttached || !d.OOMKills.Watching || d.OOMKills.Hook == "" {
+	sourcetest.Run(t, m, &Source{Logger: discard})
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypeOOMWatcher); return ok })
+	if c, _ := d.Condition(status.TypeOOMWatcher); c.Status != condition.True || c.Reason != ReasonAttached || !d.OOMKills.Watching || d.OOMKills.Hook == "" {
 		t.Fatalf("OOM watcher: %+v, %+v", c, d.OOMKills)
 	}
 
@@ -122,7 +85,7 @@ func TestOOMWatcherSource(t *testing.T) {
 		t.Fatal(err)
 	}
 	hog := startHog(t, dir)
-	d = waitModel(t, m, func(d status.Document) bool {
+	d = sourcetest.WaitFor(t, m, func(d status.Document) bool {
 		for _, k := range d.OOMKills.Recent {
 			if k.TGID == uint32(hog) || (k.TGID == 0 && k.PID == uint32(hog)) {
 				return true
@@ -168,7 +131,7 @@ func TestOOMWatcherUnavailable(t *testing.T) {
 				t.Fatal(err)
 			}
 			d := m.Snapshot()
-			c, _ := cond(d, status.TypeOOMWatcher)
+			c, _ := d.Condition(status.TypeOOMWatcher)
 			if string(c.Status) != tt.wantStatus || c.Reason != tt.wantReason || c.Severity != tt.wantSev || !strings.Contains(c.Message, tt.wantMsg) {
 				t.Errorf("%s = %+v, want %s %s %q", status.TypeOOMWatcher, c, tt.wantStatus, tt.wantReason, tt.wantMsg)
 			}
@@ -176,7 +139,7 @@ func TestOOMWatcherUnavailable(t *testing.T) {
 				t.Errorf("oomKills = %+v, want not watching, with a reason and an empty list", d.OOMKills)
 			}
 			// Ready is never True with the watcher missing.
-			if r, _ := cond(d, condition.TypeReady); r.Status == condition.True {
+			if r, _ := d.Condition(condition.TypeReady); r.Status == condition.True {
 				t.Errorf("Ready = %+v", r)
 			}
 		})

@@ -1,7 +1,6 @@
 package pressure
 
 import (
-	"context"
 	"log/slog"
 	"strings"
 	"testing"
@@ -9,46 +8,9 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-// waitModel polls the model until ok holds; go test's -timeout bounds it.
-func waitModel(t *testing.T, m *status.Model, ok func(status.Document) bool) status.Document {
-	t.Helper()
-	for {
-		if d := m.Snapshot(); ok(d) {
-			return d
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
-// cond returns the condition of type typ in d.
-func cond(d status.Document, typ string) (condition.Condition, bool) {
-	for _, c := range d.Conditions {
-		if c.Type == typ {
-			return c, true
-		}
-	}
-	return condition.Condition{}, false
-}
-
-// runSource runs src on its own goroutine until the test's cleanup, which
-// cancels it and waits for it to return.
-func runSource(t *testing.T, m *status.Model, src interface {
-	Run(context.Context, *status.Model) error
-}) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- src.Run(ctx, m) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("source returned %v", err)
-		}
-	})
-}
 
 var discard = slog.New(slog.DiscardHandler)
 
@@ -60,24 +22,24 @@ func TestPressureSource(t *testing.T) {
 	testutil.RequireFile(t, "/proc/pressure/memory")
 	m := status.New(nil)
 	kubelet := t.TempDir() // nodefs: an existing directory
-	runSource(t, m, &Source{ProcRoot: "/proc", KubeletRoot: kubelet, Interval: 50 * time.Millisecond, Logger: discard})
-	d := waitModel(t, m, func(d status.Document) bool {
-		_, mem := cond(d, "MemoryPressure")
-		_, psi := cond(d, "MemoryContentionFree")
+	sourcetest.Run(t, m, &Source{ProcRoot: "/proc", KubeletRoot: kubelet, Interval: 50 * time.Millisecond, Logger: discard})
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool {
+		_, mem := d.Condition("MemoryPressure")
+		_, psi := d.Condition("MemoryContentionFree")
 		return mem && psi && d.Pressure != nil
 	})
-	c, _ := cond(d, status.TypePressureMonitor)
+	c, _ := d.Condition(status.TypePressureMonitor)
 	if c.Status != condition.True || c.Reason != ReasonWatching || !strings.Contains(c.Message, "memory.pressure") {
 		t.Errorf("%s = %+v", status.TypePressureMonitor, c)
 	}
 	for _, typ := range []string{"MemoryPressure", "DiskPressure", "PIDPressure"} {
-		c, ok := cond(d, typ)
+		c, ok := d.Condition(typ)
 		if !ok || c.Polarity != condition.PolarityKubelet || c.Status == condition.Unknown {
 			t.Errorf("%s = %+v, want a known status with kubelet's polarity", typ, c)
 		}
 	}
 	for _, typ := range []string{"MemoryContentionFree", "IOContentionFree"} {
-		if c, ok := cond(d, typ); !ok || c.Polarity != "" || c.Status == condition.Unknown {
+		if c, ok := d.Condition(typ); !ok || c.Polarity != "" || c.Status == condition.Unknown {
 			t.Errorf("%s = %+v, want a known positive-polarity view", typ, c)
 		}
 	}
@@ -105,7 +67,7 @@ func TestPressureSource(t *testing.T) {
 	}
 	// Readings are live: a later evaluation replaces them.
 	at := d.Pressure.ObservedAt
-	waitModel(t, m, func(d status.Document) bool { return d.Pressure.ObservedAt.After(at) })
+	sourcetest.WaitFor(t, m, func(d status.Document) bool { return d.Pressure.ObservedAt.After(at) })
 }
 
 // TestPressureSourceFails: without a readable mount table the monitor
@@ -114,15 +76,15 @@ func TestPressureSource(t *testing.T) {
 func TestPressureSourceFails(t *testing.T) {
 	m := status.New(nil)
 	logs := &testutil.Buffer{}
-	runSource(t, m, &Source{ProcRoot: t.TempDir(), KubeletRoot: t.TempDir(), Retry: time.Millisecond,
+	sourcetest.Run(t, m, &Source{ProcRoot: t.TempDir(), KubeletRoot: t.TempDir(), Retry: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
-	d := waitModel(t, m, func(d status.Document) bool { _, ok := cond(d, status.TypePressureMonitor); return ok })
-	c, _ := cond(d, status.TypePressureMonitor)
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypePressureMonitor); return ok })
+	c, _ := d.Condition(status.TypePressureMonitor)
 	if c.Status != condition.False || c.Reason != ReasonMonitorFailed || !strings.Contains(c.Message, "mountinfo") {
 		t.Errorf("%s = %+v", status.TypePressureMonitor, c)
 	}
 	for _, typ := range []string{"MemoryPressure", "DiskPressure", "PIDPressure", "MemoryContentionFree", "IOContentionFree"} {
-		if c, _ := cond(d, typ); c.Status != condition.Unknown || c.Reason != ReasonPressureMonitorDown {
+		if c, _ := d.Condition(typ); c.Status != condition.Unknown || c.Reason != ReasonPressureMonitorDown {
 			t.Errorf("%s = %+v, want Unknown %s", typ, c, ReasonPressureMonitorDown)
 		}
 	}

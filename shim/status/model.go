@@ -128,6 +128,17 @@ func (m *Model) Set(conds ...condition.Condition) bool {
 	return true
 }
 
+// Condition returns the condition of type typ in d, and false when d has
+// none of that type.
+func (d Document) Condition(typ string) (condition.Condition, bool) {
+	for _, c := range d.Conditions {
+		if c.Type == typ {
+			return c, true
+		}
+	}
+	return condition.Condition{}, false
+}
+
 // Snapshot returns the current document, Ready last.
 func (m *Model) Snapshot() Document {
 	m.mu.Lock()

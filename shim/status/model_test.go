@@ -117,3 +117,26 @@ func TestSlowSubscriber(t *testing.T) {
 	cancel()
 	cancel() // idempotent
 }
+
+func TestDocumentCondition(t *testing.T) {
+	m := New(clocktesting.NewFakeClock(time.Unix(0, 0)))
+	m.Set(condition.Condition{Type: TypePressureMonitor, Status: condition.True, Reason: "Running"})
+	d := m.Snapshot()
+	tests := []struct {
+		typ    string
+		ok     bool
+		reason string
+	}{
+		{TypePressureMonitor, true, "Running"},
+		{condition.TypeReady, true, ""},
+		{TypeOOMWatcher, false, ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.typ, func(t *testing.T) {
+			c, ok := d.Condition(tc.typ)
+			if ok != tc.ok || (ok && (c.Type != tc.typ || (tc.reason != "" && c.Reason != tc.reason))) {
+				t.Errorf("Condition(%s) = %+v, %v; want found %v", tc.typ, c, ok, tc.ok)
+			}
+		})
+	}
+}

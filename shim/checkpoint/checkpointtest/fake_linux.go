@@ -1,0 +1,61 @@
+// Package checkpointtest is a fake container checkpointer for the tests of
+// the checkpoint API and its client, which need the error paths of a node's
+// runtime without one; the real CRI and CRIU path is tested in shim/daemon.
+package checkpointtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+)
+
+// Fake answers by container name: "app" succeeds with the archive
+// ArchivePath names, "disabled" fails with checkpoint.ErrDisabled,
+// "missing" with checkpoint.ErrNotFound, and any other name with CRIU's
+// "Dumping FAILED". It records the timeouts it is given. The zero value is
+// ready to use and safe for concurrent use.
+type Fake struct {
+	mu       sync.Mutex
+	timeouts []time.Duration
+}
+
+// ArchivePath is the archive Fake reports for container app of pod in ns.
+func ArchivePath(ns, pod string) string {
+	return "/var/lib/kubelet/checkpoints/checkpoint-" + pod + "_" + ns + "-app-2026-11-23T12:00:00Z.tar"
+}
+
+// Checkpoint answers by ref.Container and records timeout.
+func (f *Fake) Checkpoint(_ context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error) {
+	f.mu.Lock()
+	f.timeouts = append(f.timeouts, timeout)
+	f.mu.Unlock()
+	switch ref.Container {
+	case "app":
+		return criu.Result{Path: ArchivePath(ref.Namespace, ref.Pod)}, nil
+	case "disabled":
+		return criu.Result{}, checkpoint.ErrDisabled
+	case "missing":
+		return criu.Result{}, fmt.Errorf("%s: container not found: %w", ref, checkpoint.ErrNotFound)
+	}
+	return criu.Result{}, errors.New("criu failed: Dumping FAILED")
+}
+
+// Timeouts returns the timeouts given since the last Reset, in order.
+func (f *Fake) Timeouts() []time.Duration {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.timeouts)
+}
+
+// Reset forgets the timeouts given so far.
+func (f *Fake) Reset() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.timeouts = nil
+}
