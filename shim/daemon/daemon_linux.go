@@ -460,9 +460,18 @@ func (d *daemon) apply(c config.ShimConfiguration) {
 		return
 	}
 	d.log.Info("api settings changed, restarting the listeners")
-	if err := old.shutdown(); err != nil {
-		d.log.Warn("shut down the previous listeners", "err", err)
+	// A local client never finds the socket without a listener: the new
+	// unix listener takes the path over (a rename) while the old one still
+	// serves, and the old one stops after. The old TCP listener stops
+	// first, since the new one may bind the same address.
+	if err := old.shutdownTCP(); err != nil {
+		d.log.Warn("shut down the previous TCP listener", "err", err)
 	}
+	defer func() {
+		if err := old.shutdown(); err != nil {
+			d.log.Warn("shut down the previous listeners", "err", err)
+		}
+	}()
 	g, err := d.startAPI(c.API)
 	if err != nil {
 		// The configuration's files were loadable when it was checked; a

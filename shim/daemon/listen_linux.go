@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/shim/api"
@@ -22,14 +21,15 @@ import (
 // first, then TLS on TCP when configured.
 type apiGroup struct {
 	servers []server
-	wg      sync.WaitGroup
 }
 
-// server is one API listener and its HTTP server.
+// server is one API listener and its HTTP server; done closes when Serve
+// has returned.
 type server struct {
 	addr string
 	ln   net.Listener
 	srv  *http.Server
+	done chan struct{}
 }
 
 // startAPI opens the listeners of c and serves on them. A listener that
@@ -40,10 +40,11 @@ func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
 		return nil, err
 	}
 	g := &apiGroup{servers: servers}
-	for _, s := range servers {
-		g.wg.Add(1)
+	for i := range g.servers {
+		s := &g.servers[i]
+		s.done = make(chan struct{})
 		go func() {
-			defer g.wg.Done()
+			defer close(s.done)
 			if err := s.srv.Serve(s.ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 				select {
 				case d.fatal <- fmt.Errorf("serve %s: %w", s.addr, err):
@@ -61,18 +62,31 @@ func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
 // socket is the unix socket's path.
 func (g *apiGroup) socket() string { return g.servers[0].addr }
 
-// shutdown stops accepting, waits for the requests in flight (up to
-// shutdownTimeout) and for the servers to return.
-func (g *apiGroup) shutdown() error {
+// shutdown stops accepting on every listener, waits for the requests in
+// flight (up to shutdownTimeout) and for the servers to return.
+func (g *apiGroup) shutdown() error { return g.shutdownServers(g.servers) }
+
+// shutdownTCP does the same for the TCP listeners only: the unix socket
+// goes on serving.
+func (g *apiGroup) shutdownTCP() error {
+	if len(g.servers) < 2 {
+		return nil
+	}
+	return g.shutdownServers(g.servers[1:])
+}
+
+func (g *apiGroup) shutdownServers(servers []server) error {
 	ctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
 	defer cancel()
 	var errs []error
-	for _, s := range g.servers {
+	for _, s := range servers {
 		if err := s.srv.Shutdown(ctx); err != nil {
 			errs = append(errs, fmt.Errorf("shut down API on %s: %w", s.addr, err))
 		}
 	}
-	g.wg.Wait()
+	for _, s := range servers {
+		<-s.done
+	}
 	return errors.Join(errs...)
 }
 
