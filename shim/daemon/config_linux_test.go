@@ -201,7 +201,7 @@ func TestConfigInForce(t *testing.T) {
 		}
 	})
 	t.Run("configSoakPeriod", func(t *testing.T) {
-		doc := d.assign(t, typeMeta+"configSoakPeriod: 1s\n", true)
+		doc := d.assign(t, typeMeta+"configSoakPeriod: 5s\n", true)
 		if c, _ := cond(doc, config.ConditionConfigHealthy); c.Status != condition.True || c.Reason != config.ReasonConfigTrial {
 			t.Errorf("ConfigHealthy on trial = %+v, want True %s", c, config.ReasonConfigTrial)
 		}

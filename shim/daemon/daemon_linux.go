@@ -462,12 +462,15 @@ func (d *daemon) apply(c config.ShimConfiguration) {
 	d.log.Info("api settings changed, restarting the listeners")
 	// A local client never finds the socket without a listener: the new
 	// unix listener takes the path over (a rename) while the old one still
-	// serves, and the old one stops after. The old TCP listener stops
-	// first, since the new one may bind the same address.
+	// serves, and the old one stops handoffGrace after, once it has
+	// accepted the connections that reached it before the rename (closing
+	// a listener resets those still in its backlog). The old TCP listener
+	// stops first, since the new one may bind the same address.
 	if err := old.shutdownTCP(); err != nil {
 		d.log.Warn("shut down the previous TCP listener", "err", err)
 	}
 	defer func() {
+		time.Sleep(handoffGrace)
 		if err := old.shutdown(); err != nil {
 			d.log.Warn("shut down the previous listeners", "err", err)
 		}

@@ -17,6 +17,10 @@ import (
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
+// handoffGrace is how long the previous unix listener goes on accepting
+// after a new one has taken its path over.
+const handoffGrace = time.Second
+
 // apiGroup is the API's listeners for one config.API: the unix socket
 // first, then TLS on TCP when configured.
 type apiGroup struct {
