@@ -24,6 +24,9 @@ import (
 // workload counts to /count while a shell variable holds mib MiB, so that
 // CRIU has that much memory to write and the dump lasts a while.
 func workload(mib int) []string {
+	if mib == 0 {
+		return []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}
+	}
 	return []string{"sh", "-c", fmt.Sprintf(
 		"x=$(head -c %d /dev/zero | tr '\\0' a); i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done", mib<<20)}
 }
