@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
@@ -25,6 +26,11 @@ type restoreOutput struct {
 	ContainerID string `json:"containerID,omitempty"`
 	Name        string `json:"name,omitempty"`
 	WorkDir     string `json:"workDir,omitempty"`
+	// RuncRoot, Bundle and Rootfs locate a runc container restored from a
+	// containerd CRI archive.
+	RuncRoot string `json:"runcRoot,omitempty"`
+	Bundle   string `json:"bundle,omitempty"`
+	Rootfs   string `json:"rootfs,omitempty"`
 	// UnpackSeconds is nodeshim's validation and unpacking; RestoreSeconds
 	// CRIU's restore, or the runtime's whole restore.
 	UnpackSeconds  float64 `json:"unpackSeconds"`
@@ -45,11 +51,16 @@ func newRestoreCommand() *cobra.Command {
 		podmanBin     string
 		podmanRoot    string
 		podmanRunRoot string
+		runcBin       string
+		runcRoot      string
+		ctrBin        string
+		containerd    string
+		restoreDir    string
 		criuFlags     criuFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ARCHIVE",
-		Short: "Restore a process tree or a podman container from a checkpoint archive",
+		Short: "Restore a process tree, a podman or a containerd CRI container from a checkpoint archive",
 		Long: `Restore validates a checkpoint archive and brings back what it holds on this
 node, by the engine its config.dump and spec.dump name:
 
@@ -63,10 +74,19 @@ node, by the engine its config.dump and spec.dump name:
            applies its writable layer's changes and has runc restore it with
            the CRIU nodeshim finds. The original container must be gone.
            Prints the container's name, id and pid.
+  containerd
+           a container of a containerd CRI pod (nodeshim checkpoint
+           --namespace/--pod/--container): its image is mounted by
+           containerd (ctr images mount --rw) as a fresh root, the archive's
+           writable-layer changes are applied, and runc restore has CRIU
+           bring the process tree back in a runc container of its own
+           (--runc-root) in its pod's namespaces and mounts; the pod must
+           still exist. containerd and kubelet do not know the restored
+           container: it is stopped with runc --root RUNC_ROOT delete --force
+           ID, and its root unmounted with ctr images unmount --rm ROOTFS.
+           Prints the runc container id, pid and bundle.
 
-Archives of CRI containers (containerd, CRI-O) are refused: containerd 1.6
-cannot restore one, and restoring outside the runtime would leave a
-container that kubelet does not know (see docs/checkpoint.md).
+Archives of CRI-O containers are refused (see docs/checkpoint.md).
 
 An archive with absolute paths, ".." entries, symlinks that point out of it,
 entries other than directories, files and symlinks, or without checkpoint/,
@@ -87,8 +107,8 @@ runtime runs.`,
 			if err != nil {
 				return err
 			}
-			if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman {
-				return fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid and podman containers",
+			if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
+				return fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid, podman and containerd CRI containers",
 					archive, meta.Engine, meta.Config.Name, meta.Config.OCIRuntime, errEngineNotRestorable)
 			}
 			bin, err := criu.Find(criuFlags.path, nil)
@@ -139,6 +159,16 @@ runtime runs.`,
 				}
 				out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
 				table = fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid)
+			case criu.EngineContainerd:
+				r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
+					Criu: bin, Runc: runcBin, RuncRoot: runcRoot, Ctr: ctrBin, ContainerdAddress: containerd, Dir: restoreDir,
+				})
+				if err != nil {
+					return err
+				}
+				out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
+				out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
+				table = fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle)
 			}
 			return writeOutput(cmd.OutOrStdout(), output, out, func() string { return table })
 		},
@@ -150,6 +180,11 @@ runtime runs.`,
 	cmd.Flags().StringVar(&podmanBin, "podman", "podman", "podman binary that restores podman archives")
 	cmd.Flags().StringVar(&podmanRoot, "podman-root", "", "podman's storage root (podman --root); podman's own default when empty")
 	cmd.Flags().StringVar(&podmanRunRoot, "podman-runroot", "", "podman's run root (podman --runroot); podman's own default when empty")
+	cmd.Flags().StringVar(&runcBin, "runc", "runc", "runc binary that restores containerd CRI archives")
+	cmd.Flags().StringVar(&runcRoot, "runc-root", checkpoint.DefaultRuncRoot, "runc --root of containers restored from containerd CRI archives")
+	cmd.Flags().StringVar(&ctrBin, "ctr", "ctr", "containerd's ctr binary, which mounts a containerd archive's image")
+	cmd.Flags().StringVar(&containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
+	cmd.Flags().StringVar(&restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
 	criuFlags.add(cmd)
 	addOutputFlag(cmd, &output)
 	return cmd

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -12,6 +14,8 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/status"
 )
 
 var rt runtimetest.Env
@@ -99,5 +103,69 @@ func TestRestorePodmanCLI(t *testing.T) {
 	}
 	if next := waitPast(restored); next <= restored {
 		t.Fatalf("restored container does not count on: %d then %d", restored, next)
+	}
+}
+
+// TestRestoreContainerdCLI is `nodeshim restore` of an archive that the
+// checkpoint service wrote for a containerd CRI container: it comes back
+// as a runc container in its pod, where restore says, and counts on.
+func TestRestoreContainerdCLI(t *testing.T) {
+	c := rt.Containerd(t)
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "needs criu: %v", err)
+	}
+	runc := testutil.RequireBinary(t, "runc")
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter",
+		Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}})
+	for {
+		if out, _, code := ctr.Exec(t, "cat", "/count"); code == 0 && strings.TrimSpace(out) != "" {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	dir := t.TempDir()
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
+	res, err := svc.Checkpoint(context.Background(), ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctr.Stop(t, 0)
+	ctr.Remove(t)
+
+	runcRoot := t.TempDir()
+	out, stderr, err := runSplit(t, "restore", "--runc", runc, "--runc-root", runcRoot, "--ctr", c.Ctr().Path,
+		"--containerd-address", c.Address, "--restore-dir", t.TempDir(), "-o", "json", res.Path)
+	if err != nil {
+		t.Fatalf("restore: %v\n%s", err, stderr)
+	}
+	var rs restoreOutput
+	if err := json.Unmarshal([]byte(out), &rs); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command(runc, "--root", runcRoot, "delete", "--force", rs.ContainerID).CombinedOutput(); err != nil {
+			t.Errorf("runc delete %s: %v: %s", rs.ContainerID, err, out)
+		}
+		if out, err := c.Ctr("images", "unmount", "--rm", rs.Rootfs).CombinedOutput(); err != nil {
+			t.Errorf("ctr images unmount %s: %v: %s", rs.Rootfs, err, out)
+		}
+	})
+	t.Logf("restore: %+v", rs)
+	if rs.Engine != string(criu.EngineContainerd) || rs.Pid <= 0 || rs.RuncRoot != runcRoot {
+		t.Fatalf("restore output %+v", rs)
+	}
+	st, err := exec.Command(runc, "--root", runcRoot, "state", rs.ContainerID).Output()
+	if err != nil || !strings.Contains(string(st), `"status": "running"`) || !strings.Contains(string(st), fmt.Sprintf(`"pid": %d`, rs.Pid)) {
+		t.Errorf("runc state %s: %v: %s", rs.ContainerID, err, st)
 	}
 }
