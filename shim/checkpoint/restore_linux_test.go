@@ -95,7 +95,8 @@ func TestRestoreContainerd(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Logf("count %d before the checkpoint, %d then %d in the restored container", before, restored, next)
-	// It runs in its pod's network namespace, as the original did.
+	// It runs in the namespaces it shared with its pod (network, IPC,
+	// UTS), as the original did.
 	b, err := os.ReadFile(filepath.Join(r.Bundle, "config.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -104,20 +105,27 @@ func TestRestoreContainerd(t *testing.T) {
 	if err := json.Unmarshal(b, &spec); err != nil {
 		t.Fatal(err)
 	}
+	nsFile := map[specs.LinuxNamespaceType]string{specs.NetworkNamespace: "net", specs.IPCNamespace: "ipc", specs.UTSNamespace: "uts"}
+	joined := 0
 	for _, ns := range spec.Linux.Namespaces {
-		if ns.Type != specs.NetworkNamespace || ns.Path == "" {
+		name, ok := nsFile[ns.Type]
+		if !ok || ns.Path == "" {
 			continue
 		}
+		joined++
 		var want, got unix.Stat_t
 		if err := unix.Stat(ns.Path, &want); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Stat(filepath.Join("/proc", strconv.Itoa(r.Pid), "ns", "net"), &got); err != nil {
+		if err := unix.Stat(filepath.Join("/proc", strconv.Itoa(r.Pid), "ns", name), &got); err != nil {
 			t.Fatal(err)
 		}
 		if got.Ino != want.Ino {
-			t.Errorf("restored container in network namespace %d, its pod's is %d (%s)", got.Ino, want.Ino, ns.Path)
+			t.Errorf("restored container in %s namespace %d, its pod's is %d (%s)", ns.Type, got.Ino, want.Ino, ns.Path)
 		}
+	}
+	if joined != len(nsFile) {
+		t.Errorf("spec joins %d of the pod's network, IPC and UTS namespaces by path, want all", joined)
 	}
 }
 
