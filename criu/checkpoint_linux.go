@@ -108,14 +108,35 @@ func (o *Options) defaults() {
 	}
 }
 
-// Progress is a snapshot of a running checkpoint.
+// Progress is a snapshot of a running checkpoint or restore.
 type Progress struct {
-	// Phase is "dumping" (CRIU writes images), "archiving" (the tar is
-	// written) or "done".
+	// Phase is one of the Phase constants.
 	Phase string
 	// Bytes is what has been written so far in this phase.
 	Bytes int64
+	// Total, while dumping, is the tree's resident memory when the dump
+	// started: about what CRIU's pages images will hold; 0 when unknown.
+	Total int64
 }
+
+// The phases a Progress reports, in order.
+const (
+	// PhaseFreezing: CRIU is started and freezes and collects the tree; it
+	// has written no pages yet.
+	PhaseFreezing = "freezing"
+	// PhaseDumping: CRIU writes the images (Bytes of about Total).
+	PhaseDumping = "dumping"
+	// PhaseArchiving: the tar is written.
+	PhaseArchiving = "archiving"
+	// PhaseSyncing: the archive is fsynced before it is published.
+	PhaseSyncing = "syncing"
+	// PhaseDone: the archive is published (Bytes is its size).
+	PhaseDone = "done"
+	// PhaseUnpacking and PhaseRestoring are a restore's: the archive is
+	// validated and unpacked, then CRIU restores the tree.
+	PhaseUnpacking = "unpacking"
+	PhaseRestoring = "restoring"
+)
 
 // Result describes a finished checkpoint.
 type Result struct {
@@ -234,7 +255,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, errors.Join(err, ensureRunning(o, t.Pid, before))
 	}
 	if o.Progress != nil {
-		o.Progress(Progress{Phase: "done", Bytes: res.Size})
+		o.Progress(Progress{Phase: PhaseDone, Bytes: res.Size})
 	}
 	res.Total = time.Since(start)
 	o.Logger.Info("checkpoint written", "pid", t.Pid, "path", res.Path, "bytes", res.Size,
@@ -289,7 +310,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	if err != nil {
 		return err
 	}
-	stopProgress := watchProgress(o, images)
+	stopProgress := watchProgress(o, images, treeRSS(o.ProcRoot, t.Pid))
 	stopWriteback := func() {}
 	if o.EarlyWriteback > 0 {
 		stopWriteback = startWriteback(images, o.EarlyWriteback)
@@ -318,10 +339,11 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 
 // watchProgress reports the bytes CRIU has written to images until the
 // returned function is called.
-func watchProgress(o Options, images string) func() {
+func watchProgress(o Options, images string, total int64) func() {
 	if o.Progress == nil {
 		return func() {}
 	}
+	o.Progress(Progress{Phase: PhaseFreezing, Total: total})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -334,7 +356,9 @@ func watchProgress(o Options, images string) func() {
 			case <-done:
 				return
 			case <-tick.C:
-				o.Progress(Progress{Phase: "dumping", Bytes: dirSize(images)})
+				if n := dirSize(images); n > 0 {
+					o.Progress(Progress{Phase: PhaseDumping, Bytes: n, Total: total})
+				}
 			}
 		}
 	}()
@@ -488,6 +512,9 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 	if err := addTree(aw, work, images, config, spec); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
+	if o.Progress != nil {
+		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.off})
+	}
 	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
 		return "", 0, 0, fmt.Errorf("fsync %s: %w", tmp, err)
@@ -638,7 +665,7 @@ func (a *archiveWriter) advance(n int64) {
 	}
 	if a.progress != nil && time.Since(a.last) >= a.every {
 		a.last = time.Now()
-		a.progress(Progress{Phase: "archiving", Bytes: a.off})
+		a.progress(Progress{Phase: PhaseArchiving, Bytes: a.off})
 	}
 }
 
