@@ -57,6 +57,7 @@ func newRestoreCommand() *cobra.Command {
 		containerd    string
 		restoreDir    string
 		criuFlags     criuFlags
+		progressAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ARCHIVE",
@@ -103,16 +104,21 @@ runtime runs.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			archive := args[0]
 			start := time.Now()
+			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
+			prog.update(criu.Progress{Phase: criu.PhaseUnpacking})
 			meta, err := readArchive(archive)
 			if err != nil {
+				prog.done("restore failed")
 				return err
 			}
 			if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
+				prog.done("restore failed")
 				return fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid, podman and containerd CRI containers",
 					archive, meta.Engine, meta.Config.Name, meta.Config.OCIRuntime, errEngineNotRestorable)
 			}
 			bin, err := criu.Find(criuFlags.path, nil)
 			if err != nil {
+				prog.done("restore failed")
 				return err
 			}
 			if timeout <= 0 {
@@ -122,54 +128,65 @@ runtime runs.`,
 			defer cancel()
 			out := restoreOutput{Engine: string(meta.Engine), Archive: archive}
 			var table string
-			switch meta.Engine {
-			case criu.EngineProcess:
-				res, err := criu.Restore(ctx, archive, criu.RestoreOptions{
-					Binary:              bin,
-					RootDir:             rootDir,
-					WorkRoot:            workRoot,
-					KeepWorkDir:         keep,
-					TCPEstablished:      criuFlags.tcpEstablished,
-					ExtUnixSockets:      criuFlags.extUnixSk,
-					FileLocks:           criuFlags.fileLocks,
-					ShellJob:            criuFlags.shellJob,
-					HardwareBreakpoints: criuFlags.breakpoints,
-					Logger:              slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
-				})
-				if err != nil {
-					return err
+			err = func() error {
+				switch meta.Engine {
+				case criu.EngineProcess:
+					res, err := criu.Restore(ctx, archive, criu.RestoreOptions{
+						Binary:              bin,
+						RootDir:             rootDir,
+						WorkRoot:            workRoot,
+						KeepWorkDir:         keep,
+						TCPEstablished:      criuFlags.tcpEstablished,
+						ExtUnixSockets:      criuFlags.extUnixSk,
+						FileLocks:           criuFlags.fileLocks,
+						ShellJob:            criuFlags.shellJob,
+						HardwareBreakpoints: criuFlags.breakpoints,
+						Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
+						Progress:            prog.update,
+					})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
+					if keep {
+						out.WorkDir = res.WorkDir
+					}
+					table = fmt.Sprintf("%d\n", res.Pid)
+				case criu.EnginePodman:
+					var global []string
+					if podmanRoot != "" {
+						global = append(global, "--root", podmanRoot)
+					}
+					if podmanRunRoot != "" {
+						global = append(global, "--runroot", podmanRunRoot)
+					}
+					out.UnpackSeconds = time.Since(start).Seconds()
+					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+					r, err := podman.Restore(ctx, archive, podman.RestoreOptions{Podman: podmanBin, GlobalFlags: global, Criu: bin})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
+					table = fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid)
+				case criu.EngineContainerd:
+					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+					r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
+						Criu: bin, Runc: runcBin, RuncRoot: runcRoot, Ctr: ctrBin, ContainerdAddress: containerd, Dir: restoreDir,
+					})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
+					out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
+					table = fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle)
 				}
-				out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
-				if keep {
-					out.WorkDir = res.WorkDir
-				}
-				table = fmt.Sprintf("%d\n", res.Pid)
-			case criu.EnginePodman:
-				var global []string
-				if podmanRoot != "" {
-					global = append(global, "--root", podmanRoot)
-				}
-				if podmanRunRoot != "" {
-					global = append(global, "--runroot", podmanRunRoot)
-				}
-				out.UnpackSeconds = time.Since(start).Seconds()
-				r, err := podman.Restore(ctx, archive, podman.RestoreOptions{Podman: podmanBin, GlobalFlags: global, Criu: bin})
-				if err != nil {
-					return err
-				}
-				out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
-				table = fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid)
-			case criu.EngineContainerd:
-				r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
-					Criu: bin, Runc: runcBin, RuncRoot: runcRoot, Ctr: ctrBin, ContainerdAddress: containerd, Dir: restoreDir,
-				})
-				if err != nil {
-					return err
-				}
-				out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
-				out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
-				table = fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle)
+				return nil
+			}()
+			if err != nil {
+				prog.done("restore failed")
+				return err
 			}
+			prog.done(fmt.Sprintf("restored in %s, pid %d", time.Since(start).Round(time.Millisecond), out.Pid))
 			return writeOutput(cmd.OutOrStdout(), output, out, func() string { return table })
 		},
 	}
@@ -186,6 +203,7 @@ runtime runs.`,
 	cmd.Flags().StringVar(&containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
 	cmd.Flags().StringVar(&restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
 	criuFlags.add(cmd)
+	addProgressFlag(cmd, &progressAfter)
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -21,6 +22,10 @@ import (
 var rt runtimetest.Env
 
 func TestMain(m *testing.M) {
+	if os.Getenv(testworkload.EnvKind) == "count" {
+		testworkload.RunCounter(os.Getenv(testworkload.EnvDir), os.Getenv(testworkload.EnvMiB), false)
+		return
+	}
 	code := m.Run()
 	if err := rt.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
