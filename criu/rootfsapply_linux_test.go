@@ -92,3 +92,40 @@ func TestApplyRootfsDiff(t *testing.T) {
 		})
 	}
 }
+
+// FuzzApplyRootfsDiff: whatever rootfs-diff.tar and deleted.files hold,
+// nothing is written or removed outside the root.
+func FuzzApplyRootfsDiff(f *testing.F) {
+	f.Add(makeTar(f, []member{{name: "a/", typ: tar.TypeDir}, {name: "a/b", typ: tar.TypeReg, body: "x"}}), []byte(`["/etc/gone"]`))
+	f.Add(makeTar(f, []member{{name: "up", typ: tar.TypeSymlink, link: "../.."}, {name: "up/escape", typ: tar.TypeReg, body: "x"}}), []byte(`["/../outside"]`))
+	f.Fuzz(func(t *testing.T, diff, deleted []byte) {
+		base := t.TempDir()
+		dir, root := filepath.Join(base, "archive"), filepath.Join(base, "root")
+		for _, d := range []string{dir, filepath.Join(root, "etc")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		outside := filepath.Join(base, "outside")
+		if err := os.WriteFile(outside, []byte("keep"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, RootfsDiffTar), diff, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, DeletedFiles), deleted, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_ = ApplyRootfsDiff(dir, root)
+		ents, err := os.ReadDir(base)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 3 {
+			t.Errorf("%d entries beside the root, want archive, outside and root", len(ents))
+		}
+		if b, err := os.ReadFile(outside); err != nil || string(b) != "keep" {
+			t.Errorf("a file outside the root changed: %q %v", b, err)
+		}
+	})
+}
