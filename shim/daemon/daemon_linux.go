@@ -389,7 +389,8 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 		{source.Follow("network", netmon, func() []condition.Condition { return []condition.Condition{netmon.Condition()} }),
 			c.Network},
 		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom}},
-		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log}, nil},
+		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log, ProcRoot: d.opts.ProcRoot,
+			RuntimeEndpoint: ns.ContainerRuntimeEndpoint}, ns.ContainerRuntimeEndpoint},
 		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
 			[]any{seccompRoot, c.SeccompProfiles}},
 	}
