@@ -169,3 +169,15 @@ func TestCgroupIndexLookup(t *testing.T) {
 		})
 	}
 }
+
+func FuzzCgroupRelPath(f *testing.F) {
+	f.Add("/kubepods/burstable/pod1/abc")
+	f.Add("kubepods-burstable-pod1_2.slice:cri-containerd:abc")
+	f.Add("::")
+	f.Fuzz(func(t *testing.T, s string) {
+		p := CgroupRelPath(s)
+		if !strings.HasPrefix(p, "/") {
+			t.Fatalf("CgroupRelPath(%q) = %q, not absolute", s, p)
+		}
+	})
+}
