@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/kernel/capability"
@@ -33,8 +34,22 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the hog was not killed")
 		os.Exit(2)
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if err := rtEnv.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
+
+// rtEnv runs the real container runtimes of the package's tests.
+var rtEnv runtimetest.Env
 
 var discard = slog.New(slog.DiscardHandler)
 

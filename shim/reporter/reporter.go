@@ -107,6 +107,8 @@ type Reporter struct {
 	haveDoc     bool
 	pending     []corev1.Event
 	statusRetry Backoff
+	oomSeen     uint64
+	oomLimiter  flowcontrol.PassiveRateLimiter
 
 	// Owned by the lease loop.
 	lease      *coordinationv1.Lease
@@ -186,6 +188,7 @@ func New(opts Options) (*Reporter, error) {
 		m:           opts.Metrics,
 		clk:         opts.Clock,
 		limiter:     flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
+		oomLimiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
 		statusRetry: Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		leaseRetry:  Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 	}
@@ -252,6 +255,9 @@ func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
 		return r.statusRetry.Next()
 	}
 	r.statusRetry.Reset()
+	if shimErr == nil {
+		r.queueOOMEvents(doc.OOMKills)
+	}
 	r.flushEvents(ctx)
 	return r.opts.PollInterval
 }
@@ -396,7 +402,14 @@ func (r *Reporter) flushEvents(ctx context.Context) {
 		cancel()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			r.m.failures.WithLabelValues(kindEvent).Inc()
-			r.log.Warn("create event", "reason", e.Reason, "err", err)
+			r.log.Warn("create event", "reason", e.Reason, "namespace", e.Namespace, "err", err)
+			if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+				// A Pod's namespace that is gone, or an Event the API
+				// server will never take: retrying would block the rest.
+				r.m.eventsDropped.Inc()
+				r.pending = r.pending[1:]
+				continue
+			}
 			return
 		}
 		r.m.writes.WithLabelValues(kindEvent).Inc()
