@@ -9,6 +9,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -50,9 +51,9 @@ func TestOOMKillInContainer(t *testing.T) {
 	c := rtEnv.Containerd(t)
 	m := status.New(nil)
 	// Through the CRI socket, as serve connects to the node's runtime.
-	runSource(t, m, &Source{Logger: discard, RuntimeEndpoint: c.Address})
-	d := waitModel(t, m, func(d status.Document) bool { _, ok := cond(d, status.TypeOOMWatcher); return ok })
-	if cnd, _ := cond(d, status.TypeOOMWatcher); cnd.Status != condition.True {
+	sourcetest.Run(t, m, &Source{Logger: discard, RuntimeEndpoint: c.Address})
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypeOOMWatcher); return ok })
+	if cnd, _ := d.Condition(status.TypeOOMWatcher); cnd.Status != condition.True {
 		t.Fatalf("OOM watcher: %+v", cnd)
 	}
 	for _, h := range []string{runtimetest.RuntimeRunc, runtimetest.RuntimeCrun} {
@@ -62,7 +63,7 @@ func TestOOMKillInContainer(t *testing.T) {
 			// allocation grows past the limit and the kernel kills tail
 			// (the largest task in the memory cgroup), not the shell.
 			ctr := runLimited(t, c, pod, "hog", 32<<20, "sh", "-c", "head -c 200m /dev/zero | tail; sleep 3600")
-			d := waitModel(t, m, func(d status.Document) bool {
+			d := sourcetest.WaitFor(t, m, func(d status.Document) bool {
 				for _, k := range d.OOMKills.Recent {
 					if k.Container != nil && k.Container.ContainerID == ctr.ID {
 						return true

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -64,9 +65,9 @@ func TestPodPressure(t *testing.T) {
 	}
 
 	m := status.New(nil)
-	runSource(t, m, &Source{ProcRoot: "/proc", KubeletRoot: t.TempDir(), Interval: 50 * time.Millisecond, PodInterval: 50 * time.Millisecond,
+	sourcetest.Run(t, m, &Source{ProcRoot: "/proc", KubeletRoot: t.TempDir(), Interval: 50 * time.Millisecond, PodInterval: 50 * time.Millisecond,
 		PodParent: c.CgroupRoot, RuntimeEndpoint: c.Address, Logger: discard})
-	d := waitModel(t, m, func(d status.Document) bool {
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool {
 		if d.Pressure == nil || d.Pressure.Pods == nil {
 			return false
 		}
