@@ -1,0 +1,104 @@
+package controller
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshim/nodeshim/shim/reporter"
+)
+
+// Message is what a marked condition says: which Lease went silent and
+// when it was last renewed. It depends only on the Lease, so that every
+// replica, before and after a restart, writes the same words and a node
+// that is marked already is not written again.
+func Message(namespace, name string, lease *coordinationv1.Lease) string {
+	switch {
+	case lease == nil:
+		return fmt.Sprintf("the nodeshim reporter has no Lease %s/%s", namespace, name)
+	case lease.Spec.RenewTime == nil:
+		return fmt.Sprintf("the nodeshim reporter never renewed its Lease %s/%s", namespace, name)
+	}
+	return fmt.Sprintf("the nodeshim reporter stopped renewing its Lease %s/%s; last renewal at %s",
+		namespace, name, lease.Spec.RenewTime.UTC().Format(metav1.RFC3339Micro))
+}
+
+// Unknown returns what marking a node silent changes among its conditions
+// conds: each nodeshim condition (reporter.Owned, never kubelet's) that is
+// not already Unknown with reason ReporterStopped and message, as it must
+// become. lastTransitionTime moves to now only for a condition whose status
+// was not Unknown already; lastHeartbeatTime is left out (it is the
+// reporter's). The result is sorted by type; empty when there is nothing to
+// write.
+func Unknown(conds []corev1.NodeCondition, message string, now metav1.Time) []corev1.NodeCondition {
+	var out []corev1.NodeCondition
+	for _, c := range reporter.Published(conds) {
+		if c.Status == corev1.ConditionUnknown && c.Reason == reporter.ReasonReporterStopped && c.Message == message {
+			continue
+		}
+		m := corev1.NodeCondition{Type: c.Type, Status: corev1.ConditionUnknown, Reason: reporter.ReasonReporterStopped,
+			Message: message, LastTransitionTime: c.LastTransitionTime}
+		if c.Status != corev1.ConditionUnknown || c.LastTransitionTime.IsZero() {
+			m.LastTransitionTime = now
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// Stale reports whether a Lease whose renewal was last seen to change at
+// seen is stale at now for grace, and otherwise how long until it would be.
+func Stale(seen, now time.Time, grace time.Duration) (bool, time.Duration) {
+	if left := seen.Add(grace).Sub(now); left > 0 {
+		return false, left
+	}
+	return true, 0
+}
+
+// observation is what the controller last saw of a node's Lease and when
+// it first saw it so, on its own clock.
+type observation struct {
+	present bool
+	renew   time.Time
+	seen    time.Time
+}
+
+// observations are the controller's sightings of the reporters' Leases by
+// node name, kept by every replica, leader or not.
+type observations struct {
+	mu sync.Mutex
+	m  map[string]observation
+}
+
+// observe records l (nil: no Lease) for name at now, and returns the time
+// since which the controller has seen the Lease as it is: now when its
+// presence or renewTime changed, the earlier sighting otherwise.
+func (o *observations) observe(name string, l *coordinationv1.Lease, now time.Time) time.Time {
+	cur := observation{present: l != nil}
+	if l != nil && l.Spec.RenewTime != nil {
+		cur.renew = l.Spec.RenewTime.Time
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.m == nil {
+		o.m = map[string]observation{}
+	}
+	prev, ok := o.m[name]
+	if ok && prev.present == cur.present && prev.renew.Equal(cur.renew) {
+		return prev.seen
+	}
+	cur.seen = now
+	o.m[name] = cur
+	return now
+}
+
+// forget drops name (its Node is gone).
+func (o *observations) forget(name string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	delete(o.m, name)
+}
