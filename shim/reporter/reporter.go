@@ -281,8 +281,11 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 		r.reportSent = node.Annotations[AnnotationReportDigest]
 		r.seeded = true
 	} else if r.recheckDue() {
-		if err := r.recheck(ctx); err != nil {
-			return err
+		// Best effort: without an answer this sync goes on with what it
+		// knows (a change is still stamped when seen), and the recheck
+		// is tried again on the next one.
+		if err := r.recheck(ctx); err != nil && ctx.Err() == nil {
+			r.log.Debug("read the node back", "err", err)
 		}
 	}
 	known := make([]corev1.NodeConditionType, 0, len(r.observed))
@@ -318,7 +321,7 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 	}
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": annotations},
-		"status":   map[string]any{"conditions": observed},
+		"status":   map[string]any{"conditions": patchConditions(observed)},
 	})
 	if err != nil {
 		return err
@@ -389,6 +392,22 @@ func (r *Reporter) recheck(ctx context.Context) error {
 	}
 	r.observed = observed
 	return nil
+}
+
+// patchConditions spells out every field of conds for a strategic-merge
+// patch, which merges each condition's fields into the one of the same
+// type: an empty reason or message must be sent as "" (the API types omit
+// it) so that it replaces the one on the Node, such as the nodeshim
+// controller's ReporterStopped message.
+func patchConditions(conds []corev1.NodeCondition) []map[string]any {
+	out := make([]map[string]any, 0, len(conds))
+	for _, c := range conds {
+		out = append(out, map[string]any{
+			"type": c.Type, "status": c.Status, "reason": c.Reason, "message": c.Message,
+			"lastHeartbeatTime": c.LastHeartbeatTime, "lastTransitionTime": c.LastTransitionTime,
+		})
+	}
+	return out
 }
 
 // sameConditions reports whether a and b agree on everything but the
