@@ -196,7 +196,7 @@ func (c *cluster) startController(t *testing.T, id string) *instance {
 	return in
 }
 
-func (in *instance) leading() bool { return testutil.ToFloat64(in.m.leader) == 1 }
+func (in *instance) leading() bool   { return testutil.ToFloat64(in.m.leader) == 1 }
 func (in *instance) marked() float64 { return testutil.ToFloat64(in.m.marked) }
 
 // waitFor polls cond until it holds; go test's -timeout bounds the wait.
@@ -278,7 +278,9 @@ func testSilentAndRecover(t *testing.T, c *cluster) {
 
 	stopReporter()
 	lastRenew := c.lastRenewal(t, name)
-	waitFor(func() bool { return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped) })
+	waitFor(func() bool {
+		return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped)
+	})
 	n := c.node(t, name)
 	checkMarkTime(t, n, lastRenew, time.Second)
 	l, err := c.admin.CoordinationV1().Leases(reporterNamespace).Get(context.Background(), name, metav1.GetOptions{})
@@ -357,7 +359,9 @@ func testLeaderChange(t *testing.T, c *cluster) {
 	lastRenew := c.lastRenewal(t, name)
 	a.stop() // steps down: releases the election's Lease
 	waitFor(b.leading)
-	waitFor(func() bool { return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped) })
+	waitFor(func() bool {
+		return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped)
+	})
 	n := c.node(t, name)
 	// The standby's own sightings carried over: no grace period restarts.
 	checkMarkTime(t, n, lastRenew, time.Second)

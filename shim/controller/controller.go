@@ -208,6 +208,7 @@ func (c *Controller) nodeChanged(obj any) {
 	if !ok || len(reporter.Published(n.Status.Conditions)) == 0 {
 		return
 	}
+	c.observed.observeHeartbeat(n.Name, heartbeat(n.Status.Conditions), c.clk.Now())
 	c.enqueue(n.Name)
 }
 
@@ -221,12 +222,12 @@ func (c *Controller) leaseChanged(obj any, deleted bool) {
 	if !ok {
 		return
 	}
+	name := l.Name
 	if deleted {
-		c.observed.observe(l.Name, nil, c.clk.Now())
-	} else {
-		c.observed.observe(l.Name, l, c.clk.Now())
+		l = nil
 	}
-	c.enqueue(l.Name)
+	c.observed.observeLease(name, l, c.clk.Now())
+	c.enqueue(name)
 }
 
 func (c *Controller) enqueue(name string) {
@@ -410,8 +411,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	} else if err != nil {
 		return 0, err
 	}
+	// The caches may be ahead of the event handlers: record what they
+	// hold before deciding.
 	now := c.clk.Now()
-	seen := c.observed.observe(name, lease, now)
+	c.observed.observeHeartbeat(name, heartbeat(node.Status.Conditions), now)
+	seen := c.observed.observeLease(name, lease, now)
 	stale, left := Stale(seen, now, c.opts.GracePeriod)
 	c.setSilent(name, stale)
 	if !stale {

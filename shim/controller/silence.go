@@ -59,12 +59,14 @@ func Stale(seen, now time.Time, grace time.Duration) (bool, time.Duration) {
 	return true, 0
 }
 
-// observation is what the controller last saw of a node's Lease and when
-// it first saw it so, on its own clock.
+// observation is what the controller last saw of a node's reporter (its
+// Lease, and the heartbeat time of the conditions it published) and when it
+// first saw it so, on its own clock.
 type observation struct {
-	present bool
-	renew   time.Time
-	seen    time.Time
+	present   bool
+	renew     time.Time
+	heartbeat time.Time
+	seen      time.Time
 }
 
 // observations are the controller's sightings of the reporters' Leases by
@@ -74,26 +76,61 @@ type observations struct {
 	m  map[string]observation
 }
 
-// observe records l (nil: no Lease) for name at now, and returns the time
-// since which the controller has seen the Lease as it is: now when its
-// presence or renewTime changed, the earlier sighting otherwise.
-func (o *observations) observe(name string, l *coordinationv1.Lease, now time.Time) time.Time {
-	cur := observation{present: l != nil}
+// observeLease records l (nil: no Lease) for name at now, and returns the
+// time since which the controller has seen the reporter as it is: now when
+// the Lease's presence or renewTime changed, the earlier sighting
+// otherwise.
+func (o *observations) observeLease(name string, l *coordinationv1.Lease, now time.Time) time.Time {
+	var renew time.Time
 	if l != nil && l.Spec.RenewTime != nil {
-		cur.renew = l.Spec.RenewTime.Time
+		renew = l.Spec.RenewTime.Time
 	}
+	return o.update(name, now, func(ob *observation) bool {
+		changed := ob.present != (l != nil) || !ob.renew.Equal(renew)
+		ob.present, ob.renew = l != nil, renew
+		return changed
+	})
+}
+
+// observeHeartbeat records the lastHeartbeatTime of the nodeshim conditions
+// on the Node name, which only the reporter writes, as observeLease records
+// the Lease: a reporter whose status patch arrives before its Lease renewal
+// (one just restarted) is alive, as kube-controller-manager counts a
+// kubelet's status update as well as its Lease.
+func (o *observations) observeHeartbeat(name string, heartbeat, now time.Time) time.Time {
+	return o.update(name, now, func(ob *observation) bool {
+		changed := !ob.heartbeat.Equal(heartbeat)
+		ob.heartbeat = heartbeat
+		return changed
+	})
+}
+
+// update applies change to name's observation; the sighting moves to now
+// when change reports a change, or when name is new.
+func (o *observations) update(name string, now time.Time, change func(*observation) bool) time.Time {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.m == nil {
 		o.m = map[string]observation{}
 	}
-	prev, ok := o.m[name]
-	if ok && prev.present == cur.present && prev.renew.Equal(cur.renew) {
-		return prev.seen
+	ob, ok := o.m[name]
+	if change(&ob) || !ok {
+		ob.seen = now
 	}
-	cur.seen = now
-	o.m[name] = cur
-	return now
+	o.m[name] = ob
+	return ob.seen
+}
+
+// heartbeat is the latest lastHeartbeatTime among the nodeshim conditions
+// of conds.
+func heartbeat(conds []corev1.NodeCondition) time.Time {
+	var hb time.Time
+	for _, c := range reporter.Published(conds) {
+		if c.LastHeartbeatTime.After(hb) {
+			hb = c.LastHeartbeatTime.Time
+		}
+	}
+	return hb
 }
 
 // forget drops name (its Node is gone).

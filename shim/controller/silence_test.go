@@ -134,15 +134,29 @@ func TestObservations(t *testing.T) {
 	}
 	var o observations
 	for _, s := range steps {
-		if got := o.observe("n1", s.lease, s.now); !got.Equal(s.want) {
+		if got := o.observeLease("n1", s.lease, s.now); !got.Equal(s.want) {
 			t.Errorf("%s: seen %v, want %v", s.name, got, s.want)
 		}
 	}
-	if got := o.observe("n2", nil, t0); !got.Equal(t0) {
+	if got := o.observeLease("n2", nil, t0); !got.Equal(t0) {
 		t.Errorf("another node: seen %v, want %v", got, t0)
 	}
+	// A status patch from the reporter counts as a sighting too.
+	hb := t0.Add(-time.Hour)
+	if got := o.observeHeartbeat("n2", hb, t0.Add(time.Second)); !got.Equal(t0.Add(time.Second)) {
+		t.Errorf("first heartbeat: seen %v, want %v", got, t0.Add(time.Second))
+	}
+	if got := o.observeHeartbeat("n2", hb, t0.Add(2*time.Second)); !got.Equal(t0.Add(time.Second)) {
+		t.Errorf("same heartbeat: seen %v, want %v", got, t0.Add(time.Second))
+	}
+	if got := o.observeLease("n2", nil, t0.Add(3*time.Second)); !got.Equal(t0.Add(time.Second)) {
+		t.Errorf("still no Lease: seen %v, want %v", got, t0.Add(time.Second))
+	}
+	if got := o.observeHeartbeat("n2", hb.Add(time.Minute), t0.Add(4*time.Second)); !got.Equal(t0.Add(4 * time.Second)) {
+		t.Errorf("new heartbeat: seen %v, want %v", got, t0.Add(4*time.Second))
+	}
 	o.forget("n1")
-	if got := o.observe("n1", lease(skewed), t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+	if got := o.observeLease("n1", lease(skewed), t0.Add(time.Hour)); !got.Equal(t0.Add(time.Hour)) {
 		t.Errorf("after forget: seen %v, want a new sighting", got)
 	}
 }
