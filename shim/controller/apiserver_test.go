@@ -281,6 +281,7 @@ func testSilentAndRecover(t *testing.T, c *cluster) {
 	waitFor(func() bool {
 		return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped)
 	})
+	t.Logf("marked Unknown %v after the last renewal (seen by the test, polling every 50 ms)", time.Since(lastRenew))
 	n := c.node(t, name)
 	checkMarkTime(t, n, lastRenew, time.Second)
 	l, err := c.admin.CoordinationV1().Leases(reporterNamespace).Get(context.Background(), name, metav1.GetOptions{})
@@ -362,6 +363,7 @@ func testLeaderChange(t *testing.T, c *cluster) {
 	waitFor(func() bool {
 		return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped)
 	})
+	t.Logf("marked Unknown %v after the last renewal (seen by the test, polling every 50 ms)", time.Since(lastRenew))
 	n := c.node(t, name)
 	// The standby's own sightings carried over: no grace period restarts.
 	checkMarkTime(t, n, lastRenew, time.Second)
