@@ -404,15 +404,16 @@ func testConflict(t *testing.T, c *cluster) {
 	waitFor(func() bool { return allStatus(c.node(t, name), corev1.ConditionTrue, "") })
 	stop()
 	stale := c.node(t, name)
-	c.startReporter(t, name) // writes again (the recheck after its first renewal)...
-	n := c.node(t, name)
-	for n.ResourceVersion == stale.ResourceVersion {
-		// ...or else an annotation moves the resourceVersion.
-		n.Annotations = map[string]string{"test": "moved"}
-		if _, err := c.admin.CoreV1().Nodes().Update(context.Background(), n, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		n = c.node(t, name)
+	// The Node changes after the decision (as when the reporter comes
+	// back and publishes).
+	moved := stale.DeepCopy()
+	if moved.Annotations == nil {
+		moved.Annotations = map[string]string{}
+	}
+	moved.Annotations["test"] = "moved"
+	n, err := c.admin.CoreV1().Nodes().Update(context.Background(), moved, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
 	ctrl, err := New(Options{Client: c.controller, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace, Identity: "x"})
 	if err != nil {
