@@ -338,6 +338,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("events rate-limited", func(t *testing.T) { testEventRateLimit(t, c, sa) })
 	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
 	t.Run("OOM kill events name the pod", func(t *testing.T) { testOOMEvents(t, c, sa) })
+	t.Run("recovers from the controller's ReporterStopped", func(t *testing.T) { testRecoverReporterStopped(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -676,6 +677,58 @@ func testOutage(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	n = e.getNode()
 	e.checkKubelet(n)
 	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
+}
+
+// testRecoverReporterStopped marks the reporter's conditions Unknown with
+// ReasonReporterStopped as the nodeshim controller does when the Lease
+// goes stale, while the reporter, frozen on its fake clock, renews nothing.
+// Its first renewal after the gap makes it read the Node back, and its next
+// publish restores the conditions with a new transition time and an Event,
+// without a resync period's wait; kubelet's conditions stay untouched.
+func testRecoverReporterStopped(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-stopped")
+	// Past the rechecks of the reporter's first renewal.
+	e.step(12*time.Second, time.Second)
+	n := e.getNode()
+	before := Published(n.Status.Conditions)
+	if len(before) != 3 {
+		t.Fatalf("published %+v, want 3 conditions", before)
+	}
+	mark := metav1.NewTime(e.clock.Now()).Rfc3339Copy()
+	var conds []map[string]any
+	for _, c := range before {
+		conds = append(conds, map[string]any{"type": c.Type, "status": corev1.ConditionUnknown, "reason": ReasonReporterStopped,
+			"message": "stopped", "lastTransitionTime": mark})
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CoreV1().Nodes().Patch(context.Background(), e.node, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "nodeshim-controller"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A gap in the heartbeat: 25 s of the fake clock at once, one renewal
+	// more than 2 renewal intervals after the last.
+	e.step(25*time.Second, 25*time.Second)
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	for _, b := range before {
+		got := e.mustCondition(n, b.Type, b.Status, b.Reason)
+		if got.LastTransitionTime.Time.Before(mark.Time) || got.Message != b.Message {
+			t.Errorf("%s after recovery: %+v, want a transition after the mark (%v)", b.Type, got, mark)
+		}
+	}
+	e.checkKubelet(n)
+	var recovered int
+	for _, x := range e.events() {
+		if strings.Contains(x.Message, "changed from Unknown to True") {
+			recovered++
+		}
+	}
+	if recovered != 3 {
+		t.Errorf("%d recovery events, want 3: %+v", recovered, e.events())
+	}
 }
 
 // BenchmarkIdleAPIWrites runs the reporter, with its default random
