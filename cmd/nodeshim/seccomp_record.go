@@ -60,7 +60,9 @@ detached.
 
 Record unconfined: a seccomp filter runs before the tracepoint, so a syscall
 that the workload's current filter denies is never seen. A table of the
-recorded syscalls and their counts goes to stdout.`,
+recorded syscalls and their counts goes to stderr, after the logs: stdout
+belongs to the recorded command, so that its output can be redirected and
+compared with a run under the profile.`,
 		Example: `  # Record a command and its children
   nodeshim seccomp record -o /tmp/curl.json -- curl -sI https://example.com
 
@@ -228,7 +230,8 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 }
 
 func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount) error {
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	// The table goes to stderr: stdout is the recorded command's.
+	tw := tabwriter.NewWriter(cmd.ErrOrStderr(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SYSCALL\tNR\tCOUNT")
 	for _, n := range named {
 		name := n.Name
