@@ -166,6 +166,9 @@ func TestSeccompRecordUsage(t *testing.T) {
 		{"no workload", []string{"seccomp", "record", "-o", out}, 2, "exactly one of"},
 		{"two workloads", []string{"seccomp", "record", "-o", out, "--pid", "1", "--", "true"}, 2, "exactly one of"},
 		{"duration with a command", []string{"seccomp", "record", "-o", out, "--duration", "1s", "--", "true"}, 2, "--duration applies"},
+		{"two workloads, one a container", []string{"seccomp", "record", "-o", out, "--container-id", "x", "--pid", "1"}, 2, "exactly one of"},
+		{"pod without container", []string{"seccomp", "record", "-o", out, "--pod", "web-0"}, 2, "--pod needs --container"},
+		{"unknown container id", []string{"seccomp", "record", "-o", out, "--container-id", "nosuch", "--runtime-root", dir}, 1, "runc state nosuch"},
 		{"bad base", []string{"seccomp", "record", "-o", out, "--base", filepath.Join(dir, "missing.json"), "--", "true"}, 1, "read base profile"},
 	}
 	for _, tc := range cases {
