@@ -44,6 +44,7 @@ libc falls back to older calls instead of failing with the default errno.`,
 		newSeccompVerifyCommand(),
 		newSeccompExecCommand(),
 		newSeccompRecordCommand(),
+		newSeccompEffectiveCommand(),
 	)
 	return cmd
 }
