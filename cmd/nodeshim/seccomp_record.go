@@ -108,7 +108,9 @@ compared with a run under the profile.`,
   nodeshim seccomp record -o app.json --pid 4242
 
   # Record a podman container from before its start until it exits
-  id=$(podman create --security-opt no-new-privileges busybox sh -c 'ls /')
+  # (unconfined while recorded; start it once nodeshim logs "recording")
+  id=$(podman create --security-opt seccomp=unconfined \
+    --security-opt no-new-privileges busybox ls /)
   podman container init $id
   nodeshim seccomp record -o ls.json --container-id $id &
   podman start --attach $id
@@ -124,7 +126,7 @@ compared with a run under the profile.`,
 	fl.StringVar(&f.base, "base", "", "an OCI seccomp profile to merge the recorded syscalls into")
 	fl.StringVar(&f.cgroup, "cgroup", "", "record this running cgroup (a path under the cgroup v2 mount, or a cgroup v1 path)")
 	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
-	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup or --pid, stop after this long (default: until interrupted)")
+	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup, --pid or a container, stop after this long (default: until interrupted, or the container's end)")
 	fl.StringVar(&f.containerID, "container-id", "", "record this OCI runtime container (see --runtime, --runtime-root)")
 	fl.StringVar(&f.runtime, "runtime", "runc", "with --container-id, the OCI runtime binary that runs the container (runc, crun or a path)")
 	fl.StringVar(&f.runtimeRoot, "runtime-root", "", "with --container-id, the runtime's state root (its --root; default: the runtime's own)")
