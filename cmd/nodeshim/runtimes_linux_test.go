@@ -1,7 +1,6 @@
 package main
 
 import (
-	"fmt"
 	"os"
 	"testing"
 
@@ -14,11 +13,4 @@ var rt runtimetest.Env
 
 // TestMain closes rt after the tests; a runtime that left anything on the
 // host fails the package.
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := rt.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(rt.Main(m)) }

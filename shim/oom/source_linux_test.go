@@ -13,8 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
@@ -34,18 +32,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the hog was not killed")
 		os.Exit(2)
 	}
-	code := m.Run()
-	if err := rtEnv.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(rtEnv.Main(m))
 }
 
 // rtEnv runs the real container runtimes of the package's tests.

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
@@ -20,20 +18,7 @@ import (
 // rtEnv runs the real container runtimes of the package's tests.
 var rtEnv runtimetest.Env
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := rtEnv.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, "goleak:", err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(rtEnv.Main(m)) }
 
 // TestPodPressure runs real CRI pods under runc and crun in a kubepods
 // tree with kubelet's cgroupfs naming below the harness's cgroup parent,
