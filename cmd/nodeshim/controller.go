@@ -1,22 +1,18 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeshim/nodeshim/shim/controller"
@@ -86,27 +82,8 @@ ServiceAccount token).`,
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", metricsAddr, err)
 			}
-			mux := http.NewServeMux()
-			mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 			opts.Logger.Info("controller", "identity", id, "metrics", ln.Addr().String(), "apiServer", cfg.Host)
-
-			g, gctx := errgroup.WithContext(cmd.Context())
-			g.Go(func() error { return c.Run(gctx) })
-			g.Go(func() error {
-				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					return fmt.Errorf("serve metrics on %s: %w", metricsAddr, err)
-				}
-				return nil
-			})
-			g.Go(func() error {
-				<-gctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				return srv.Shutdown(sctx)
-			})
-			return g.Wait()
+			return runServingMetrics(cmd.Context(), ln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), c.Run)
 		},
 	}
 	f := cmd.Flags()
