@@ -16,6 +16,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
@@ -26,6 +27,53 @@ import (
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/reporter"
 )
+
+// TestNodeReady: this machine registers as a Node with kubelet's own
+// conditions, all healthy, and kubelet's Lease.
+func TestNodeReady(t *testing.T) {
+	c := cluster.Cluster(t)
+	t.Logf("control plane %v, node Ready %v after kubelet start", c.Timings.ControlPlane, c.Timings.NodeReady)
+	cs := c.API.AdminClient(t)
+	ctx := context.Background()
+	n, err := cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[corev1.NodeConditionType]corev1.ConditionStatus{
+		corev1.NodeReady:          corev1.ConditionTrue,
+		corev1.NodeMemoryPressure: corev1.ConditionFalse,
+		corev1.NodeDiskPressure:   corev1.ConditionFalse,
+		corev1.NodePIDPressure:    corev1.ConditionFalse,
+	}
+	for _, cond := range n.Status.Conditions {
+		if w, ok := want[cond.Type]; ok {
+			if cond.Status != w {
+				t.Errorf("condition %s = %s (%s: %s), want %s", cond.Type, cond.Status, cond.Reason, cond.Message, w)
+			}
+			delete(want, cond.Type)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("kubelet's conditions missing: %v", want)
+	}
+	if v := n.Status.NodeInfo.KubeletVersion; v == "" || v == "v0.0.0-master" {
+		t.Errorf("kubelet version %q: not stamped", v)
+	}
+	// kubelet creates its Lease right after the Node is registered.
+	for {
+		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err == nil {
+			if l.Spec.RenewTime == nil {
+				t.Error("kubelet's Lease has no renew time")
+			}
+			break
+		}
+		if !apierrors.IsNotFound(err) {
+			t.Fatalf("kubelet's Lease: %v", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // nodeshimImage is the image the test builds from the static binary and
 // imports into the node's containerd.
@@ -212,8 +260,13 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	t.Cleanup(func() {
 		// The namespace and the cluster-scoped RBAC objects, so that other
 		// tests of the package find the cluster as it was.
-		if out, err := runKubectl(t, kubeconfig, nil, "delete", "--ignore-not-found", "--wait=false", "-k", overlay); err != nil {
+		if out, err := runKubectl(t, kubeconfig, nil, "delete", "--ignore-not-found", "--wait=true", "--timeout=2m", "-k", overlay); err != nil {
 			t.Errorf("kubectl delete -k: %v\n%s", err, out)
+		}
+		// Nothing removes a stopped reporter's conditions: take them off,
+		// so that a later test sees only what its own reporter publishes.
+		if err := removeNodeShimConditions(ctx, cs, c.NodeName); err != nil {
+			t.Error(err)
 		}
 	})
 	diag := func() string {
@@ -292,6 +345,28 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	checkNoMounts(t, p.state, string(pod.UID))
 }
 
+// removeNodeShimConditions removes the NodeShim* conditions from the Node,
+// leaving kubelet's.
+func removeNodeShimConditions(ctx context.Context, cs kubernetes.Interface, node string) error {
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		kept := n.Status.Conditions[:0]
+		for _, cond := range n.Status.Conditions {
+			if !strings.HasPrefix(string(cond.Type), reporter.TypePrefix) {
+				kept = append(kept, cond)
+			}
+		}
+		n.Status.Conditions = kept
+		_, err = cs.CoreV1().Nodes().UpdateStatus(ctx, n, metav1.UpdateOptions{})
+		if !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+}
+
 // waitPodRunning waits for the DaemonSet's one pod to run with both
 // containers ready.
 func waitPodRunning(t *testing.T, cs kubernetes.Interface, diag func() string) *corev1.Pod {
@@ -359,23 +434,30 @@ func waitNodeConditions(t *testing.T, cs kubernetes.Interface, node string, want
 	}
 }
 
-// getStatus reads GET /status from the shim's socket, as root.
+// getStatus reads GET /status from the shim's socket, as root, waiting
+// for the shim to listen: a running container is not yet a serving shim.
 func getStatus(t *testing.T, sock string) []byte {
 	t.Helper()
 	hc := testutil.UnixHTTPClient(sock)
-	resp, err := hc.Get("http://nodeshim/status")
-	if err != nil {
-		t.Fatalf("GET /status on %s: %v", sock, err)
+	deadline := time.Now().Add(time.Minute)
+	for {
+		resp, err := hc.Get("http://nodeshim/status")
+		if err == nil {
+			body, err := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode != http.StatusOK {
+				t.Fatalf("GET /status: %s: %s", resp.Status, body)
+			}
+			return body
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("GET /status on %s: %v", sock, err)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET /status: %s: %s", resp.Status, body)
-	}
-	return body
 }
 
 // checkNoContainers fails t if containerd still runs a container of the

@@ -52,6 +52,13 @@
 // volume plugin directories) when they did not exist, and the
 // mounts under its root dir (its own bind mount, pods' volumes). Pods that
 // kubelet left in containerd are removed before runtimetest's Close.
+//
+// # One cluster per machine at a time
+//
+// kubelet's sysctls, its device-plugin socket and the node name are the
+// machine's: two clusters at once (two test packages, two checkouts) would
+// restore each other's sysctls wrongly. A cluster holds an flock on
+// LockPath from its start to its Close; another waits for it.
 package clustertest
 
 import (
@@ -67,6 +74,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -84,6 +92,10 @@ const (
 	EnvControllerManager = "NODESHIM_KUBE_CONTROLLER_MANAGER"
 	EnvScheduler         = "NODESHIM_KUBE_SCHEDULER"
 )
+
+// LockPath is the machine-wide lock a cluster holds while it runs. The
+// file stays (an unheld flock on an empty file).
+var LockPath = filepath.Join(os.TempDir(), "nodeshim-clustertest.lock")
 
 // readyTimeout bounds the wait for the Node to turn Ready.
 const readyTimeout = 3 * time.Minute
@@ -141,6 +153,7 @@ type Cluster struct {
 	// Timings of the start.
 	Timings Timings
 
+	lock    *os.File
 	sysctls map[string]string
 	created []string // host directories that did not exist at start
 	procs   []*proc
@@ -203,11 +216,21 @@ func start(bins nodeBinaries, ctrd *runtimetest.Containerd, img *runtimetest.Ima
 	if err != nil {
 		return nil, fmt.Errorf("clustertest: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "nsct-")
+	lock, err := os.OpenFile(LockPath, os.O_RDWR|os.O_CREATE, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("clustertest: %w", err)
 	}
+	if err := unix.Flock(int(lock.Fd()), unix.LOCK_EX); err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("clustertest: lock %s: %w", LockPath, err)
+	}
+	dir, err := os.MkdirTemp("", "nsct-")
+	if err != nil {
+		lock.Close()
+		return nil, fmt.Errorf("clustertest: %w", err)
+	}
 	c = &Cluster{
+		lock:           lock,
 		Containerd:     ctrd,
 		Images:         img,
 		NodeName:       strings.ToLower(host),
@@ -424,6 +447,9 @@ func (c *Cluster) close() error {
 	errs = append(errs, unmountUnder(c.Dir))
 	if err := os.RemoveAll(c.Dir); err != nil {
 		errs = append(errs, fmt.Errorf("clustertest: %w", err))
+	}
+	if c.lock != nil {
+		c.lock.Close() // releases the flock
 	}
 	return errors.Join(errs...)
 }
