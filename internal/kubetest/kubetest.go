@@ -12,7 +12,8 @@
 //
 // There is no controller manager: namespaces, ServiceAccounts and RBAC
 // objects a test needs are created by the test (ServiceAccountConfig and
-// Apply help), and nothing is garbage-collected.
+// Apply help), and nothing is garbage-collected. internal/clustertest adds
+// the controller manager, the scheduler and a kubelet over StartIn.
 package kubetest
 
 import (
