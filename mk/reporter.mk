@@ -33,7 +33,7 @@ KUBE_STAGING    := api apiextensions-apiserver apimachinery apiserver cli-runtim
 	sample-apiserver sample-cli-plugin sample-controller
 KUBE_TOOLS_MOD  := $(TOOLS)/kube-$(KUBE_VERSION)
 KUBE_APISERVER  := $(TOOLS)/bin/kube-apiserver-$(KUBE_VERSION)
-KUBE_COMMANDS   := kube-apiserver kubelet kube-controller-manager kube-scheduler
+KUBE_COMMANDS   := kube-apiserver kube-controller-manager kube-scheduler kubelet
 KUBE_NODE_BINS  := $(foreach c,kubelet kube-controller-manager kube-scheduler,$(TOOLS)/bin/$(c)-$(KUBE_VERSION))
 KUBE_TOOLS_SUM  := $(KUBE_TOOLS_MOD)/go.sum
 # What Kubernetes' own build stamps in (hack/lib/version.sh), so that
