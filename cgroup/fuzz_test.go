@@ -76,3 +76,14 @@ func FuzzParseThresholds(f *testing.F) {
 		}
 	})
 }
+
+func FuzzParseV1Mount(f *testing.F) {
+	f.Add([]byte("31 25 0:28 / /sys/fs/cgroup/memory rw - cgroup cgroup rw,memory\n"), "memory")
+	f.Add([]byte("26 25 0:23 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n"), "memory")
+	f.Fuzz(func(t *testing.T, data []byte, ctrl string) {
+		p, err := ParseV1Mount(data, ctrl)
+		if (err == nil) == (p == "") {
+			t.Fatalf("ParseV1Mount = %q, %v", p, err)
+		}
+	})
+}

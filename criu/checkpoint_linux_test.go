@@ -30,12 +30,7 @@ var kubeletName = regexp.MustCompile(`^checkpoint-[^_/]+_[^/]+-\d{4}-\d\d-\d\dT\
 // checkpointctl returns the checkpointctl that make installs, or one on PATH.
 func checkpointctl(t *testing.T) string {
 	t.Helper()
-	if p := os.Getenv("NODESHIM_CHECKPOINTCTL"); p != "" {
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return testutil.RequireBinary(t, "checkpointctl")
+	return testutil.RequireTool(t, "NODESHIM_CHECKPOINTCTL", "checkpointctl")
 }
 
 // verifyArchive checks everything nodeshim promises about an archive: its

@@ -1,7 +1,6 @@
 package criu
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +12,7 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )
@@ -44,27 +44,9 @@ type swrk struct {
 	mu     sync.Mutex
 	closed bool
 	sk     *os.File
-	stderr lockedBuffer
+	stderr syncbuf.Buffer // the child's output, read by error paths
 	done   chan struct{}
 	err    error
-}
-
-// lockedBuffer collects the child's output while error paths read it.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func startSwrk(bin Binary, breakpoints bool) (*swrk, error) {

@@ -47,10 +47,12 @@ func TestServerDryRun(t *testing.T) {
 	cs := c.AdminClient(t)
 
 	// A server dry run stores nothing, so the namespaced objects of a
-	// first install cannot find their Namespace: it must exist, bare, as
+	// first install cannot find their Namespaces: they must exist, bare, as
 	// after `kubectl create namespace nodeshim`.
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: namespace}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	for _, ns := range []string{namespace, controllerNamespace} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	out, err := runKubectl(t, admin, nil, "apply", "--dry-run=server", "--validate=strict", "-k", ".")
 	if err != nil {
@@ -58,9 +60,9 @@ func TestServerDryRun(t *testing.T) {
 	}
 	t.Logf("kubectl apply --dry-run=server --validate=strict -k deploy/:\n%s", out)
 	created := regexp.MustCompile(`(?m)^\S+ created \(server dry run\)$`).FindAllString(out, -1)
-	configured := regexp.MustCompile(`(?m)^namespace/nodeshim configured \(server dry run\)$`).FindAllString(out, -1)
-	if want := len(objects(t)) - 1; len(created) != want || len(configured) != 1 {
-		t.Errorf("%d objects created and %d configured (server dry run), want %d and the Namespace", len(created), len(configured), want)
+	configured := regexp.MustCompile(`(?m)^namespace/nodeshim(-controller)? configured \(server dry run\)$`).FindAllString(out, -1)
+	if want := len(objects(t)) - 2; len(created) != want || len(configured) != 2 {
+		t.Errorf("%d objects created and %d configured (server dry run), want %d and the 2 Namespaces", len(created), len(configured), want)
 	}
 	ns, err := cs.CoreV1().Namespaces().Get(ctx, namespace, metav1.GetOptions{})
 	if err != nil {
@@ -129,7 +131,7 @@ func TestReporterRBACOnAPIServer(t *testing.T) {
 	if _, err := c.AdminClient(t).CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	sa := only[*corev1.ServiceAccount](t, objects(t))
+	sa := only[*corev1.ServiceAccount](t, reporterObjects(t))
 	reporter := c.Kubeconfig(t, "reporter", c.ServiceAccountConfig(t, sa.Namespace, sa.Name))
 
 	for _, tc := range []struct {

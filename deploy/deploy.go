@@ -1,6 +1,7 @@
 // Package deploy holds nodeshim's Kubernetes manifests (a kustomize
 // directory: Namespace, ServiceAccount, RBAC, the shim's ConfigMap and the
-// DaemonSet) and embeds them, so that tests and tools read exactly the
+// DaemonSet; the controller's Namespace, ServiceAccount, RBAC and
+// Deployment) and embeds them, so that tests and tools read exactly the
 // files `kubectl apply -k deploy/` applies.
 package deploy
 
@@ -150,6 +151,8 @@ func newObject(tm metav1.TypeMeta) (runtime.Object, error) {
 		return &rbacv1.RoleBinding{}, nil
 	case "apps/v1, Kind=DaemonSet":
 		return &appsv1.DaemonSet{}, nil
+	case "apps/v1, Kind=Deployment":
+		return &appsv1.Deployment{}, nil
 	}
 	return nil, fmt.Errorf("%w: apiVersion %q kind %q", ErrUnknownKind, tm.APIVersion, tm.Kind)
 }
@@ -173,12 +176,32 @@ func unmarshalStrict(doc []byte, v any) error {
 // and rights: its Namespace, ServiceAccount and RBAC.
 var ReporterAccessFiles = []string{"namespace.yaml", "serviceaccount.yaml", "rbac.yaml"}
 
+// ControllerFiles are the controller's manifests: its identity and rights
+// (Namespace, ServiceAccount, RBAC), then its Deployment.
+var ControllerFiles = []string{"controller.yaml", "controller-deployment.yaml"}
+
+// ControllerAccessFiles are the manifests that give the controller its
+// identity and rights, with the reporters' Namespace where it reads their
+// Leases.
+var ControllerAccessFiles = []string{"namespace.yaml", "controller.yaml"}
+
 // ReporterAccess returns ReporterAccessFiles as one multi-document YAML
 // stream, for tests that run the reporter with exactly the rights it is
 // deployed with.
 func ReporterAccess() ([]byte, error) {
+	return concat(ReporterAccessFiles)
+}
+
+// ControllerAccess returns ControllerAccessFiles as one multi-document YAML
+// stream, for tests that run the controller with exactly the rights it is
+// deployed with.
+func ControllerAccess() ([]byte, error) {
+	return concat(ControllerAccessFiles)
+}
+
+func concat(files []string) ([]byte, error) {
 	var out []byte
-	for _, f := range ReporterAccessFiles {
+	for _, f := range files {
 		data, err := Manifests.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("read deploy/%s: %w", f, err)

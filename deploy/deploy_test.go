@@ -22,7 +22,10 @@ import (
 	"github.com/nodeshim/nodeshim/shim/config"
 )
 
-const namespace = "nodeshim"
+const (
+	namespace           = "nodeshim"
+	controllerNamespace = "nodeshim-controller"
+)
 
 // objects decodes the kustomization's resources or fails the test.
 func objects(t *testing.T) []Object {
@@ -32,6 +35,18 @@ func objects(t *testing.T) []Object {
 		t.Fatal(err)
 	}
 	return objs
+}
+
+// reporterObjects are the objects of every file but the controller's.
+func reporterObjects(t *testing.T) []Object {
+	t.Helper()
+	return slices.DeleteFunc(objects(t), func(o Object) bool { return slices.Contains(ControllerFiles, o.File) })
+}
+
+// controllerObjects are the objects of the controller's files.
+func controllerObjects(t *testing.T) []Object {
+	t.Helper()
+	return slices.DeleteFunc(objects(t), func(o Object) bool { return !slices.Contains(ControllerFiles, o.File) })
 }
 
 // only returns the single object of type T, failing unless there is
@@ -66,6 +81,11 @@ func daemonSet(t *testing.T) *appsv1.DaemonSet {
 	return only[*appsv1.DaemonSet](t, objects(t))
 }
 
+func deployment(t *testing.T) *appsv1.Deployment {
+	t.Helper()
+	return only[*appsv1.Deployment](t, objects(t))
+}
+
 func container(t *testing.T, ds *appsv1.DaemonSet, name string) corev1.Container {
 	t.Helper()
 	for _, c := range ds.Spec.Template.Spec.Containers {
@@ -96,8 +116,8 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 	if k.APIVersion != "kustomize.config.k8s.io/v1beta1" || k.Kind != "Kustomization" {
 		t.Errorf("kustomization is %s %s", k.APIVersion, k.Kind)
 	}
-	if k.Namespace != namespace {
-		t.Errorf("kustomization namespace %q, want %q", k.Namespace, namespace)
+	if k.Namespace != "" {
+		t.Errorf("kustomization namespace %q would move the controller into the privileged namespace: every manifest names its own", k.Namespace)
 	}
 	files, err := fs.Glob(Manifests, "*.yaml")
 	if err != nil {
@@ -125,8 +145,8 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		kinds[typeName(o.Object)]++
 	}
 	want := map[string]int{
-		"Namespace": 1, "ServiceAccount": 1, "ConfigMap": 1, "ClusterRole": 1,
-		"ClusterRoleBinding": 1, "Role": 1, "RoleBinding": 1, "DaemonSet": 1,
+		"Namespace": 2, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 2,
+		"ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "DaemonSet": 1, "Deployment": 1,
 	}
 	for k, n := range want {
 		if kinds[k] != n {
@@ -148,8 +168,14 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		if _, ok := o.Object.(*rbacv1.ClusterRoleBinding); ok {
 			continue
 		}
-		if ns := namespaceOf(o.Object); ns != namespace {
-			t.Errorf("%s: %s in namespace %q, want %q", o.File, typeName(o.Object), ns, namespace)
+		want := namespace
+		// The controller's objects live in its own namespace, but for
+		// its read access to the reporters' Leases.
+		if slices.Contains(ControllerFiles, o.File) && !strings.HasSuffix(o.Object.(metav1.Object).GetName(), "-reporter-leases") {
+			want = controllerNamespace
+		}
+		if ns := namespaceOf(o.Object); ns != want {
+			t.Errorf("%s: %s in namespace %q, want %q", o.File, typeName(o.Object), ns, want)
 		}
 	}
 }
@@ -459,7 +485,7 @@ func TestReporterContainer(t *testing.T) {
 }
 
 func TestPodScheduling(t *testing.T) {
-	objs := objects(t)
+	objs := reporterObjects(t)
 	ds := only[*appsv1.DaemonSet](t, objs)
 	sa := only[*corev1.ServiceAccount](t, objs)
 	spec := ds.Spec.Template.Spec
@@ -577,7 +603,7 @@ func TestResources(t *testing.T) {
 // TestRBACLeastPrivilege compares the reporter's rights with exactly the
 // list it needs: no wildcard, no extra verb, resource or group.
 func TestRBACLeastPrivilege(t *testing.T) {
-	objs := objects(t)
+	objs := reporterObjects(t)
 	sa := only[*corev1.ServiceAccount](t, objs)
 	cr := only[*rbacv1.ClusterRole](t, objs)
 	role := only[*rbacv1.Role](t, objs)

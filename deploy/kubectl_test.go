@@ -75,6 +75,13 @@ func TestKustomizeBuild(t *testing.T) {
 		if l := o.(metav1.Object).GetLabels()["app.kubernetes.io/name"]; l != "nodeshim" {
 			t.Errorf("%s has app.kubernetes.io/name %q", n, l)
 		}
+		if d, ok := o.(*appsv1.Deployment); ok {
+			for _, c := range d.Spec.Template.Spec.Containers {
+				if c.Image != image {
+					t.Errorf("container %s image %q, want %q", c.Name, c.Image, image)
+				}
+			}
+		}
 		ds, ok := o.(*appsv1.DaemonSet)
 		if !ok {
 			continue

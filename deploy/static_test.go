@@ -198,8 +198,9 @@ func TestContainerArgsParse(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
-	ds := daemonSet(t)
-	for _, c := range ds.Spec.Template.Spec.Containers {
+	containers := slices.Concat(daemonSet(t).Spec.Template.Spec.Containers,
+		deployment(t).Spec.Template.Spec.Containers)
+	for _, c := range containers {
 		t.Run(c.Name, func(t *testing.T) {
 			if len(c.Command) != 0 {
 				t.Fatalf("container %s overrides the image's entrypoint with %v", c.Name, c.Command)

@@ -71,6 +71,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		newServeCommand(), newStatusCommand(),
 		newPressureCommand(),
 		newReporterCommand(),
+		newControllerCommand(),
 	)
 	return root
 }

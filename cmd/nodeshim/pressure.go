@@ -42,7 +42,8 @@ func newPressureCommand() *cobra.Command {
 	var (
 		output, procRoot, kubeletRoot, imageFs, evictionHard string
 		transition, interval, pollInterval                   time.Duration
-		watch, forcePoll                                     bool
+		watch, forcePoll, pods                               bool
+		cgroupParent, runtimeEndpoint                        string
 	)
 	cmd := &cobra.Command{
 		Use:   "pressure",
@@ -53,7 +54,15 @@ PSI views (MemoryContentionFree, IOContentionFree) and CPU pressure as a metric.
 
 With --watch, arm PSI triggers on the node's and kubepods' memory.pressure
 (or poll their totals when the kernel refuses triggers) and print every
-transition as a JSON line until interrupted.`,
+transition as a JSON line until interrupted.
+
+With --pods, show each pod's memory and PSI instead, most pressured first:
+the pods under the kubepods cgroup (cgroupfs or systemd naming) below
+--cgroup-parent. Where the pods' memory cgroups are in a cgroup v1 hierarchy
+(a hybrid node), the MEM-FROM column says "cgroup v1"; PSI comes from each
+pod's cgroup v2 directory and shows as "-" where it has none. With
+--runtime-endpoint, pods are named by namespace/name through CRI instead of
+by UID.`,
 		Example: `  # One evaluation, as a table
   nodeshim pressure
 
@@ -61,9 +70,19 @@ transition as a JSON line until interrupted.`,
   nodeshim pressure --eviction-hard 'memory.available<500Mi,pid.available<5%' -o json
 
   # Stream transitions, clearing conditions after 1 minute without pressure
-  nodeshim pressure --watch --transition-period 1m`,
+  nodeshim pressure --watch --transition-period 1m
+
+  # Which pod? Pods by pressure, named through containerd
+  nodeshim pressure --pods --runtime-endpoint unix:///run/containerd/containerd.sock`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if pods {
+				v, err := readPods(cmd.Context(), procRoot, cgroupParent, runtimeEndpoint)
+				if err != nil {
+					return err
+				}
+				return writeOutput(cmd.OutOrStdout(), output, v, func() string { return podTable(v) })
+			}
 			ths, err := cgroup.ParseThresholds(evictionHard)
 			if err != nil {
 				return withExitCode(exitUsage, err)
@@ -150,5 +169,8 @@ transition as a JSON line until interrupted.`,
 	f.DurationVar(&pollInterval, "poll-interval", cgroup.DefaultPollInterval, "read interval of the PSI fallback when triggers are refused")
 	f.BoolVar(&watch, "watch", false, "stream transitions as JSON lines until interrupted")
 	f.BoolVar(&forcePoll, "force-poll", false, "poll PSI totals even where triggers work")
+	f.BoolVar(&pods, "pods", false, "show each pod's memory and PSI, most pressured first")
+	f.StringVar(&cgroupParent, "cgroup-parent", "/", "the cgroup under which kubelet's kubepods cgroup lives (kubelet's --cgroup-root) (--pods)")
+	f.StringVar(&runtimeEndpoint, "runtime-endpoint", "", "CRI socket through which pods are named (--pods); by UID when empty")
 	return cmd
 }

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,7 +16,6 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
 
 // TestProgress: nothing is drawn before the delay; after it, one line per
@@ -126,7 +127,7 @@ func TestCheckpointProgressOnTerminal(t *testing.T) {
 		{name: "default-delay", after: progressDelay.String(), quickerThan: progressDelay},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pid, _ := testworkload.Start(t, "count", 64)
+			pid := startSleep(t)
 			master, slave := openPty(t)
 			var (
 				mu     sync.Mutex
@@ -175,5 +176,26 @@ func TestCheckpointProgressOnTerminal(t *testing.T) {
 				t.Errorf("a checkpoint quicker than %s showed progress: %q", tc.quickerThan, got)
 			}
 		})
+	}
+}
+
+// startSleep starts a detached sleep in a session of its own (CRIU dumps
+// a tree with its session leader) and kills it when t ends.
+func startSleep(t *testing.T) int {
+	t.Helper()
+	pidFile := filepath.Join(t.TempDir(), "pid")
+	if err := exec.Command("setsid", "-f", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile).Run(); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
+			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { stop(pid) })
+			return pid
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

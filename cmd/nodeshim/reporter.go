@@ -1,21 +1,17 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -85,31 +81,12 @@ ServiceAccount token).`,
 			if err != nil {
 				return fmt.Errorf("listen on %s: %w", metricsAddr, err)
 			}
-			mux := http.NewServeMux()
 			// The shim's metrics are relayed: a shim that cannot be read
 			// leaves the reporter's own metrics served.
-			mux.Handle("GET /metrics", promhttp.HandlerFor(prometheus.Gatherers{reg, shim},
-				promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError}))
-			mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "ok") })
-			srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+			metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, shim},
+				promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
 			opts.Logger.Info("reporting", "node", opts.NodeName, "socket", socket, "metrics", ln.Addr().String(), "apiServer", cfg.Host)
-
-			ctx := cmd.Context()
-			g, gctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return r.Run(gctx) })
-			g.Go(func() error {
-				if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-					return fmt.Errorf("serve metrics on %s: %w", metricsAddr, err)
-				}
-				return nil
-			})
-			g.Go(func() error {
-				<-gctx.Done()
-				sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				return srv.Shutdown(sctx)
-			})
-			return g.Wait()
+			return runServingMetrics(cmd.Context(), ln, metrics, r.Run)
 		},
 	}
 	f := cmd.Flags()

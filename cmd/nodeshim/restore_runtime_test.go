@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -14,25 +13,9 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
-
-var rt runtimetest.Env
-
-func TestMain(m *testing.M) {
-	if os.Getenv(testworkload.EnvKind) == "count" {
-		testworkload.RunCounter(os.Getenv(testworkload.EnvDir), os.Getenv(testworkload.EnvMiB), false)
-		return
-	}
-	code := m.Run()
-	if err := rt.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
 
 // TestRestorePodmanCLI is `nodeshim checkpoint --container-id` then
 // `nodeshim restore` of a podman runc container, as a user runs them: the

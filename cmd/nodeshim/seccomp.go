@@ -17,12 +17,12 @@ import (
 )
 
 // newSeccompCommand is the `nodeshim seccomp` group: validate, compile,
-// verify and install seccomp profiles (package kernel/seccomp). Other
-// seccomp subcommands (for example `seccomp record`) attach to this group.
+// verify, run under, record seccomp profiles, and show a pod's effective
+// ones (package kernel/seccomp).
 func newSeccompCommand() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "seccomp",
-		Short: "Validate, compile, verify and install seccomp profiles",
+		Short: "Validate, compile, verify, record seccomp profiles and show a pod's",
 		Long: `Work with the seccomp profiles that Kubernetes containers run under.
 
 Profiles are OCI runtime-spec seccomp JSON (what a Localhost profile under
@@ -44,6 +44,7 @@ libc falls back to older calls instead of failing with the default errno.`,
 		newSeccompVerifyCommand(),
 		newSeccompExecCommand(),
 		newSeccompRecordCommand(),
+		newSeccompEffectiveCommand(),
 	)
 	return cmd
 }

@@ -14,11 +14,14 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/cri"
 )
 
 // recordFlags are the flags of `nodeshim seccomp record`.
@@ -30,12 +33,23 @@ type recordFlags struct {
 	duration time.Duration
 	procRoot string
 	sysRoot  string
+
+	// A container by the OCI runtime's id.
+	containerID string
+	runtime     string
+	runtimeRoot string
+	// A container by its Kubernetes names, through CRI.
+	namespace, pod, container string
+	runtimeEndpoint           string
 }
+
+// containerMode says whether f names a container to record.
+func (f *recordFlags) containerMode() bool { return f.containerID != "" || f.pod != "" }
 
 func newSeccompRecordCommand() *cobra.Command {
 	var f recordFlags
 	cmd := &cobra.Command{
-		Use:   "record -o PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID) [--duration D]",
+		Use:   "record -o PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
 		Short: "Record the syscalls of a workload into a seccomp profile",
 		Long: `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
 syscall that a workload makes, and write an OCI seccomp profile that allows
@@ -53,14 +67,36 @@ The workload is one of:
                 host a cgroup v1 path, whose processes and their future
                 children are recorded;
   --pid PID     record a running process: its whole mount namespace when it
-                runs in one of its own (a container), else its process tree.
---cgroup and --pid record until --duration elapses or nodeshim is stopped
-(Ctrl-C, SIGTERM); the profile is written either way, and the programs are
+                runs in one of its own (a container), else its process tree;
+  --container-id ID
+                record an OCI runtime's container (podman's, or runc's or
+                crun's own): its init process is found with
+                "RUNTIME [--root ROOT] state ID" (--runtime, --runtime-root),
+                and its mount namespace is recorded, which holds every
+                process of the container, including those exec'd into it;
+  --pod POD --container NAME [--namespace NS]
+                record a Kubernetes container through the node's CRI runtime
+                (--runtime-endpoint): the running container with kubelet's
+                labels for NS/POD/NAME, recorded as --container-id is.
+--cgroup, --pid and the container modes record until --duration elapses or
+nodeshim is stopped (Ctrl-C, SIGTERM), and a container also until its init
+process exits; the profile is written either way, and the programs are
 detached.
+
+A container is recorded from the moment nodeshim attaches. Syscalls that the
+runtime makes in the container before that are not seen; among them are
+those its init makes between installing the container's seccomp filter and
+executing the container's command, which a profile for that container must
+allow. To record them, attach to a container that is created but not yet
+started ("podman container init", "runc create"), and run it with
+no_new_privileges, under which runc and crun install the filter just before
+the execve.
 
 Record unconfined: a seccomp filter runs before the tracepoint, so a syscall
 that the workload's current filter denies is never seen. A table of the
-recorded syscalls and their counts goes to stdout.`,
+recorded syscalls and their counts goes to stderr, after the logs: stdout
+belongs to the recorded command, so that its output can be redirected and
+compared with a run under the profile.`,
 		Example: `  # Record a command and its children
   nodeshim seccomp record -o /tmp/curl.json -- curl -sI https://example.com
 
@@ -69,7 +105,18 @@ recorded syscalls and their counts goes to stdout.`,
     --cgroup /sys/fs/cgroup/kubepods.slice/kubepods-pod1234.slice --duration 30s
 
   # Record a running container by the pid of its init process until Ctrl-C
-  nodeshim seccomp record -o app.json --pid 4242`,
+  nodeshim seccomp record -o app.json --pid 4242
+
+  # Record a podman container from before its start until it exits
+  # (unconfined while recorded; start it once nodeshim logs "recording")
+  id=$(podman create --security-opt seccomp=unconfined \
+    --security-opt no-new-privileges busybox ls /)
+  podman container init $id
+  nodeshim seccomp record -o ls.json --container-id $id &
+  podman start --attach $id
+
+  # Record a pod's container through containerd's CRI for a minute
+  nodeshim seccomp record -o web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSeccompRecord(cmd, &f, args)
 		},
@@ -79,7 +126,14 @@ recorded syscalls and their counts goes to stdout.`,
 	fl.StringVar(&f.base, "base", "", "an OCI seccomp profile to merge the recorded syscalls into")
 	fl.StringVar(&f.cgroup, "cgroup", "", "record this running cgroup (a path under the cgroup v2 mount, or a cgroup v1 path)")
 	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
-	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup or --pid, stop after this long (default: until interrupted)")
+	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup, --pid or a container, stop after this long (default: until interrupted, or the container's end)")
+	fl.StringVar(&f.containerID, "container-id", "", "record this OCI runtime container (see --runtime, --runtime-root)")
+	fl.StringVar(&f.runtime, "runtime", "runc", "with --container-id, the OCI runtime binary that runs the container (runc, crun or a path)")
+	fl.StringVar(&f.runtimeRoot, "runtime-root", "", "with --container-id, the runtime's state root (its --root; default: the runtime's own)")
+	fl.StringVar(&f.namespace, "namespace", "default", "with --pod, the pod's namespace")
+	fl.StringVar(&f.pod, "pod", "", "record a container of this pod through CRI (with --container)")
+	fl.StringVar(&f.container, "container", "", "with --pod, the container's name")
+	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", config.Defaults().ContainerRuntimeEndpoint, "with --pod, the CRI runtime's socket (ShimConfiguration containerRuntimeEndpoint)")
 	fl.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is mounted")
 	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is mounted")
 	return cmd
@@ -87,7 +141,7 @@ recorded syscalls and their counts goes to stdout.`,
 
 func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	modes := 0
-	for _, set := range []bool{len(args) > 0, f.cgroup != "", f.pid != 0} {
+	for _, set := range []bool{len(args) > 0, f.cgroup != "", f.pid != 0, f.containerID != "", f.pod != ""} {
 		if set {
 			modes++
 		}
@@ -96,9 +150,11 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	case f.output == "":
 		return withExitCode(exitUsage, errors.New("-o PROFILE is required"))
 	case modes != 1:
-		return withExitCode(exitUsage, errors.New("give exactly one of -- COMMAND, --cgroup PATH or --pid PID"))
+		return withExitCode(exitUsage, errors.New("give exactly one of -- COMMAND, --cgroup PATH, --pid PID, --container-id ID or --pod POD"))
 	case len(args) > 0 && f.duration != 0:
-		return withExitCode(exitUsage, errors.New("--duration applies to --cgroup and --pid; a command is recorded until it exits"))
+		return withExitCode(exitUsage, errors.New("--duration applies to --cgroup, --pid and containers; a command is recorded until it exits"))
+	case f.pod != "" && (f.container == "" || f.namespace == ""):
+		return withExitCode(exitUsage, errors.New("--pod needs --container and --namespace"))
 	}
 	arch, err := seccomp.SCMPArch(runtime.GOARCH)
 	if err != nil {
@@ -183,14 +239,21 @@ func recordCommand(ctx context.Context, f *recordFlags, args []string) ([]bpf.Sy
 	return bpf.RecordCommand(cg2, c)
 }
 
-// recordRunning records a running cgroup or process until the duration
-// elapses or ctx is cancelled.
+// recordRunning records a running cgroup, process or container until the
+// duration elapses, ctx is cancelled or the container's init exits.
 func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, error) {
 	var (
 		target bpf.Target
 		err    error
 	)
-	if f.pid != 0 {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // also ends the watch of a container's init
+	if f.containerMode() {
+		var pid int
+		if pid, err = containerPID(ctx, f); err == nil {
+			target, err = watchedContainer(ctx, cancel, f.procRoot, pid)
+		}
+	} else if f.pid != 0 {
 		target, err = bpf.PIDTarget(f.procRoot, f.pid)
 	} else {
 		var cg2 string
@@ -227,8 +290,81 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 	return counts, rec.Close()
 }
 
+// containerPID finds the init process of the container that f names.
+func containerPID(ctx context.Context, f *recordFlags) (int, error) {
+	if f.containerID != "" {
+		pid, err := cri.OCIStatePID(ctx, f.runtime, f.runtimeRoot, f.containerID)
+		if err != nil {
+			return 0, err
+		}
+		slog.Info("container", "id", f.containerID, "runtime", f.runtime, "pid", pid)
+		return pid, nil
+	}
+	r, err := cri.Dial(f.runtimeEndpoint)
+	if err != nil {
+		return 0, err
+	}
+	defer r.Close()
+	target := cri.Target{Namespace: f.namespace, Pod: f.pod, Container: f.container}
+	p, err := r.Resolve(ctx, target)
+	if err != nil {
+		return 0, err
+	}
+	slog.Info("container", "name", target.String(), "id", p.ContainerID, "pid", p.PID)
+	return p.PID, nil
+}
+
+// watchedContainer returns the Target that records the container whose init
+// is pid, and calls stop when that process exits: its exit ends every
+// process of the container's pid namespace.
+func watchedContainer(ctx context.Context, stop context.CancelFunc, procRoot string, pid int) (bpf.Target, error) {
+	exited, err := whenExited(ctx, pid)
+	if err != nil {
+		return bpf.Target{}, err
+	}
+	go func() {
+		select {
+		case <-exited:
+			slog.Info("the container's init process exited", "pid", pid)
+			stop()
+		case <-ctx.Done():
+		}
+	}()
+	return bpf.PIDTarget(procRoot, pid)
+}
+
+// whenExited returns a channel closed when process pid has exited, watched
+// through a pidfd (pidfd_open, 5.3+; it polls readable once the process
+// has exited), so that a recycled pid is not mistaken for it. The watch
+// ends with ctx.
+func whenExited(ctx context.Context, pid int) (<-chan struct{}, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return nil, fmt.Errorf("pidfd_open %d: %w", pid, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer unix.Close(fd)
+		fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+		for ctx.Err() == nil {
+			// A bounded wait, so that the goroutine ends with ctx.
+			n, err := unix.Poll(fds, 200)
+			if err != nil && !errors.Is(err, unix.EINTR) {
+				slog.Warn("watching the container's init process", "pid", pid, "error", err)
+				return
+			}
+			if n > 0 {
+				close(done)
+				return
+			}
+		}
+	}()
+	return done, nil
+}
+
 func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount) error {
-	tw := tabwriter.NewWriter(cmd.OutOrStdout(), 0, 4, 2, ' ', 0)
+	// The table goes to stderr: stdout is the recorded command's.
+	tw := tabwriter.NewWriter(cmd.ErrOrStderr(), 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SYSCALL\tNR\tCOUNT")
 	for _, n := range named {
 		name := n.Name

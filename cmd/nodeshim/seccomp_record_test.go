@@ -26,15 +26,15 @@ func buildWorkload(t *testing.T) string {
 	return bin
 }
 
-// splitRecordOutput separates what the recorded command printed from the
-// table of syscalls that follows it on stdout.
-func splitRecordOutput(t *testing.T, stdout string) (command, table string) {
+// recordTable returns the table of syscalls that record writes to stderr
+// after its logs.
+func recordTable(t *testing.T, stderr string) string {
 	t.Helper()
-	i := strings.Index(stdout, "SYSCALL ")
+	i := strings.Index(stderr, "SYSCALL ")
 	if i < 0 {
-		t.Fatalf("no syscall table in the output:\n%s", stdout)
+		t.Fatalf("no syscall table on stderr:\n%s", stderr)
 	}
-	return stdout[:i], stdout[i:]
+	return stderr[i:]
 }
 
 // profileNames returns the names that the profile's single rule allows.
@@ -85,9 +85,9 @@ func TestSeccompRecordRoundTrip(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("record: exit %d\n%s", code, stderr)
 	}
-	recorded, table := splitRecordOutput(t, stdout)
-	if recorded != string(unconfined) {
-		t.Errorf("output while recorded differs:\n%s\nwant\n%s", recorded, unconfined)
+	table := recordTable(t, stderr)
+	if stdout != string(unconfined) {
+		t.Errorf("output while recorded differs:\n%s\nwant\n%s", stdout, unconfined)
 	}
 	p, names := profileNames(t, profile)
 	if p["defaultAction"] != "SCMP_ACT_ERRNO" || !slices.IsSorted(names) {
@@ -166,6 +166,9 @@ func TestSeccompRecordUsage(t *testing.T) {
 		{"no workload", []string{"seccomp", "record", "-o", out}, 2, "exactly one of"},
 		{"two workloads", []string{"seccomp", "record", "-o", out, "--pid", "1", "--", "true"}, 2, "exactly one of"},
 		{"duration with a command", []string{"seccomp", "record", "-o", out, "--duration", "1s", "--", "true"}, 2, "--duration applies"},
+		{"two workloads, one a container", []string{"seccomp", "record", "-o", out, "--container-id", "x", "--pid", "1"}, 2, "exactly one of"},
+		{"pod without container", []string{"seccomp", "record", "-o", out, "--pod", "web-0"}, 2, "--pod needs --container"},
+		{"unknown container id", []string{"seccomp", "record", "-o", out, "--container-id", "nosuch", "--runtime-root", dir}, 1, "runc state nosuch"},
 		{"bad base", []string{"seccomp", "record", "-o", out, "--base", filepath.Join(dir, "missing.json"), "--", "true"}, 1, "read base profile"},
 	}
 	for _, tc := range cases {
@@ -229,5 +232,36 @@ func TestSeccompRecordWithBase(t *testing.T) {
 	}
 	if !slices.Contains(added, "exit_group") || !slices.IsSorted(added) {
 		t.Errorf("recorded rule: %v", added)
+	}
+}
+
+// TestSeccompRecordStdoutIsTheCommands records `ls -la DIR > out` as an
+// operator would and expects out to hold what ls printed and nothing of
+// the recorder: its table goes to stderr.
+func TestSeccompRecordStdoutIsTheCommands(t *testing.T) {
+	testutil.RequireRoot(t)
+	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
+	ls := testutil.RequireBinary(t, "ls")
+	// Both directories exist before the first ls: the link count of ..
+	// is in its output.
+	dir, profile := t.TempDir(), filepath.Join(t.TempDir(), "p.json")
+	for _, name := range []string{"a", "b"} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(name), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	want, err := exec.Command(ls, "-la", dir).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--", ls, "-la", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if stdout != string(want) {
+		t.Errorf("stdout of the recorded ls:\n%s\nwant\n%s", stdout, want)
+	}
+	if table := recordTable(t, stderr); !strings.Contains(table, "\nexecve ") {
+		t.Errorf("table on stderr lacks execve:\n%s", table)
 	}
 }

@@ -75,7 +75,7 @@ func (e *Env) Containerd(t testing.TB) *Containerd {
 	t.Helper()
 	testutil.RequireRoot(t)
 	bins := containerdBins{
-		containerd: binary(t, EnvContainerd, "containerd"),
+		containerd: testutil.RequireTool(t, EnvContainerd, "containerd"),
 		ctr:        testutil.RequireBinary(t, "ctr"),
 		runc:       testutil.RequireBinary(t, RuntimeRunc),
 		crun:       testutil.RequireBinary(t, RuntimeCrun),

@@ -47,7 +47,7 @@ var podmanHostDirs = []string{"/run/runc", "/run/crun", "/var/lib/containers", "
 func (e *Env) Podman(t testing.TB) *Podman {
 	t.Helper()
 	testutil.RequireRoot(t)
-	bin := binary(t, EnvPodman, "podman")
+	bin := testutil.RequireTool(t, EnvPodman, "podman")
 	testutil.RequireBinary(t, "conmon")
 	runtimes := map[string]string{
 		RuntimeRunc: testutil.RequireBinary(t, RuntimeRunc),

@@ -127,6 +127,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"go.uber.org/goleak"
 )
 
 // Environment variables naming the runtimes' binaries.
@@ -198,15 +199,6 @@ func (e *Env) Timings() Timings {
 }
 
 // binary returns the path named by env, else name's path on PATH, gating t.
-func binary(t testing.TB, env, name string) string {
-	t.Helper()
-	if p := os.Getenv(env); p != "" {
-		testutil.RequireFile(t, p)
-		return p
-	}
-	return testutil.RequireBinary(t, name)
-}
-
 // Images builds the test images on first use and returns them.
 func (e *Env) Images(t testing.TB) *Images {
 	t.Helper()
@@ -241,7 +233,26 @@ func (e *Env) imagesLocked(busybox, cc string) (*Images, error) {
 // Crictl returns the path of crictl (NODESHIM_CRICTL, else PATH), gating t.
 func Crictl(t testing.TB) string {
 	t.Helper()
-	return binary(t, EnvCrictl, "crictl")
+	return testutil.RequireTool(t, EnvCrictl, "crictl")
+}
+
+// Main is the TestMain of a package that uses e: it runs the tests, closes
+// e (a runtime that left anything on the host fails the package) and, when
+// everything passed, fails the package on leaked goroutines (goleak with
+// opts). Use it as os.Exit(rt.Main(m)).
+func (e *Env) Main(m *testing.M, opts ...goleak.Option) int {
+	code := m.Run()
+	if err := e.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(opts...); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // Close stops whatever the Env started and removes its directory. It

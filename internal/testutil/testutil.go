@@ -77,6 +77,18 @@ func RequireBinary(t testing.TB, name string) string {
 	return p
 }
 
+// RequireTool gates a test on a program that make installs and names in
+// the environment variable env (under .tools), or else one found on PATH,
+// and returns its path.
+func RequireTool(t testing.TB, env, name string) string {
+	t.Helper()
+	if p := os.Getenv(env); p != "" {
+		RequireFile(t, p)
+		return p
+	}
+	return RequireBinary(t, name)
+}
+
 // SkipIfNotSupported skips t when err says the kernel lacks a feature (it
 // wraps ErrNotSupported), and fails t on any other non-nil error. Under
 // NODESHIM_REQUIRE_PRIVILEGED=1 the skip is a failure too.

@@ -1,5 +1,6 @@
-// Package seccomp validates, compiles, verifies and installs the seccomp
-// profiles Kubernetes containers run under.
+// Package seccomp validates, compiles, verifies and loads the seccomp
+// profiles Kubernetes containers run under. Installing Localhost profiles
+// under the kubelet's seccomp root is shim/profiles' (what serve runs).
 //
 // A profile is OCI runtime-spec seccomp JSON or the Docker/moby profile
 // shape (archMap, includes/excludes by capability, architecture and

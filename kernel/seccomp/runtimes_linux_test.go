@@ -1,4 +1,4 @@
-package seccomp
+package seccomp_test
 
 import (
 	"context"
@@ -12,11 +12,14 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/profiles"
 )
 
-// rt is the package's real container runtimes (internal/runtimetest),
-// started on first use and closed by TestMain.
-var rt runtimetest.Env
+// rt is the package's real container runtimes (export_test.go), started on
+// first use and closed by TestMain.
+var rt = seccomp.Runtimes
 
 // denyMkdirEPERM returns the runtime default profile (testdata) with mkdir
 // and mkdirat taken out of its allow rule and named in a rule of their own
@@ -58,9 +61,53 @@ func denyMkdirEPERM(t *testing.T) []byte {
 	return out
 }
 
-// TestLocalhostProfileOnRealRuntimes installs a Localhost profile with
-// InstallLocalhost under a kubelet seccomp root and runs a busybox container
-// with it under each real runtime: containerd's CRI (SecurityProfile
+// installFromConfiguration installs profile as serve does: named
+// profiles/deny-mkdir-eperm.json in the seccompProfiles/ directory of a
+// configuration source whose kubeletRootDir is a temporary directory, the
+// source read and loaded by shim/config, and the configured profiles
+// installed by shim/profiles' Installer under the kubelet's seccomp root.
+// It returns the path installed.
+func installFromConfiguration(t *testing.T, profile []byte) string {
+	t.Helper()
+	dir := t.TempDir()
+	source, kubelet := filepath.Join(dir, "config"), filepath.Join(dir, "kubelet")
+	const name = "profiles/deny-mkdir-eperm.json"
+	if err := os.MkdirAll(filepath.Join(source, config.ProfilesDir, "profiles"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	base := "apiVersion: " + config.APIVersion + "\nkind: " + config.Kind + "\nkubeletRootDir: " + kubelet + "\n"
+	if err := os.WriteFile(filepath.Join(source, config.BaseFile), []byte(base), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(source, config.ProfilesDir, name), profile, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	payload, err := config.ReadSource(source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := payload.Load()
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := &profiles.Installer{
+		Root:     profiles.SeccompRoot(c.KubeletRootDir),
+		StateDir: filepath.Join(dir, "state"),
+		Parse:    profiles.Node(),
+	}
+	installed, err := in.Apply(c.SeccompProfiles)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(installed) != 1 || installed[0].Name != name || installed[0].Path != filepath.Join(kubelet, "seccomp", name) {
+		t.Fatalf("installed %+v, want %s under %s", installed, name, kubelet)
+	}
+	return installed[0].Path
+}
+
+// TestLocalhostProfileOnRealRuntimes installs a Localhost profile from
+// nodeshim's configuration as serve does (installFromConfiguration) and
+// runs a busybox container with it under each real runtime: containerd's CRI (SecurityProfile
 // Localhost, as kubelet passes it) with runc and with crun, and podman
 // (--security-opt seccomp=PATH) with runc and with crun. The denied
 // syscall fails with EPERM in the container, everything else runs, and
@@ -69,25 +116,21 @@ func denyMkdirEPERM(t *testing.T) []byte {
 func TestLocalhostProfileOnRealRuntimes(t *testing.T) {
 	testutil.RequireRoot(t)
 	profile := denyMkdirEPERM(t)
-	seccompRoot := filepath.Join(t.TempDir(), "kubelet", "seccomp")
-	opts := NodeParseOptions(nil)
-	path, err := InstallLocalhost(seccompRoot, "profiles/deny-mkdir-eperm.json", profile, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := installFromConfiguration(t, profile)
+	opts := seccomp.NodeParseOptions(nil)
 
 	// What nodeshim says the profile does to mkdir and mkdirat, proven on
 	// this kernel.
-	p, err := Parse(profile, opts)
+	p, err := seccomp.Parse(profile, opts)
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := Compile(p, CompileOptions{})
+	f, err := seccomp.Compile(p, seccomp.CompileOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	rep, err := Verify(context.Background(), p, f, VerifyOptions{Sample: -1})
+	rep, err := seccomp.Verify(context.Background(), p, f, seccomp.VerifyOptions{Sample: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +144,7 @@ func TestLocalhostProfileOnRealRuntimes(t *testing.T) {
 			continue
 		}
 		// EPERM is errno 1, what the containers' mkdir reports below.
-		if r.Status != StatusOK || r.Expected != "ERRNO(1)" || !strings.HasPrefix(r.Observed, "errno 1 ") {
+		if r.Status != seccomp.StatusOK || r.Expected != "ERRNO(1)" || !strings.HasPrefix(r.Observed, "errno 1 ") {
 			t.Errorf("verify %s (%s): expected %s, observed %s: %s", r.Syscall, r.Arch, r.Expected, r.Observed, r.Status)
 		}
 		verified[r.Syscall] = true

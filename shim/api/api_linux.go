@@ -1,5 +1,5 @@
-// Package api serves nodeshim's node API: GET /status, /report, /healthz,
-// /readyz and /metrics over the status model, and POST
+// Package api serves nodeshim's node API: GET /status, /pods, /report,
+// /healthz, /readyz and /metrics over the status model, and POST
 // /checkpoint/{namespace}/{pod}/{container} with kubelet's semantics. On
 // the unix socket the peer of every connection is identified with
 // SO_PEERCRED: root has full access, configured reporter uids or gids may
@@ -195,7 +195,21 @@ func NewHandler(src Source, opts Options) http.Handler {
 			}
 			d.Conditions = keep
 		}
+		if v := r.URL.Query().Get("pods"); d.Pressure != nil && d.Pressure.Pods != nil && v != "true" && v != "1" {
+			// The per-pod view grows with the node: only on request.
+			p := *d.Pressure
+			p.Pods = nil
+			d.Pressure = &p
+		}
 		writeJSON(w, http.StatusOK, d)
+	})
+	read.HandleFunc("GET /pods", func(w http.ResponseWriter, r *http.Request) {
+		d := src.Snapshot()
+		if d.Pressure == nil || d.Pressure.Pods == nil {
+			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the pressure monitor has not read the pods' cgroups"})
+			return
+		}
+		writeJSON(w, http.StatusOK, d.Pressure.Pods)
 	})
 	var refresh refresher
 	read.HandleFunc("GET /report", func(w http.ResponseWriter, r *http.Request) {

@@ -19,6 +19,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -142,7 +143,7 @@ func TestEndpoints(t *testing.T) {
 
 func TestPeerNotRootIsRefused(t *testing.T) {
 	testutil.RequireRoot(t)
-	logs := &testutil.Buffer{}
+	logs := &syncbuf.Buffer{}
 	// 0666 and searchable directories, so that nobody can connect at all
 	// and the SO_PEERCRED check is what refuses it.
 	sock := serve(t, status.New(nil), 0o666, logs)

@@ -44,7 +44,7 @@ func TestCheckpointContainerdPod(t *testing.T) {
 	if out, _, code := ctr.Exec(t, "cat", "/count"); code != 0 || strings.TrimSpace(out) == "" {
 		t.Errorf("container after the checkpoint: exec exit %d, /count %q", code, out)
 	}
-	ctl := testutil.RequireBinary(t, "checkpointctl")
+	ctl := testutil.RequireTool(t, "NODESHIM_CHECKPOINTCTL", "checkpointctl")
 	out, err := exec.Command(ctl, "show", res.Path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "counter") {
 		t.Errorf("checkpointctl show: %v:\n%s", err, out)

@@ -3,13 +3,10 @@ package checkpoint
 import (
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
@@ -19,20 +16,7 @@ import (
 
 var rt runtimetest.Env
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := rt.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	if code == 0 {
-		if err := goleak.Find(); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(rt.Main(m)) }
 
 // resolverFunc is a CRI resolver for the error paths; the real runtime
 // path is tested end to end in shim/daemon.

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/critest"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/condition"
@@ -51,8 +52,8 @@ type daemonRun struct {
 	sock   string
 	tcp    net.Addr
 	c      *http.Client
-	out    *testutil.Buffer
-	logs   *testutil.Buffer
+	out    *syncbuf.Buffer
+	logs   *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 
@@ -86,7 +87,7 @@ func startDaemon(t testing.TB, cfg string) *daemonRun {
 func startDaemonWith(t testing.TB, mod func(*Options)) *daemonRun {
 	t.Helper()
 	dir := t.TempDir()
-	d := &daemonRun{out: &testutil.Buffer{}, logs: &testutil.Buffer{}, done: make(chan error, 1)}
+	d := &daemonRun{out: &syncbuf.Buffer{}, logs: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	d.opts = Options{
 		RootDir:      filepath.Join(dir, "root"),
 		LockFile:     filepath.Join(dir, "nodeshim.lock"),

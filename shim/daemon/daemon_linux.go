@@ -378,18 +378,19 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 	})
 	netmon := network.New(network.Options{Root: d.opts.HostRoot, CNIConfDir: c.Network.CNIConfDir, Logger: d.log})
 	type pressureSettings struct {
-		KubeletRoot, Thresholds, From string
+		KubeletRoot, Thresholds, From, RuntimeEndpoint string
 	}
 	ps := &pressure.Source{ProcRoot: d.opts.ProcRoot, KubeletRoot: kubeletRoot, Thresholds: ns.Thresholds,
-		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log}
+		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log, RuntimeEndpoint: ns.ContainerRuntimeEndpoint}
 	seccompRoot := profiles.SeccompRoot(kubeletRoot)
 	return []part{
 		{source.Follow("plugins", plugins, func() []condition.Condition { return []condition.Condition{plugins.Condition("PluginsReady")} }),
 			[]any{kubeletRoot, c.Plugins}},
 		{source.Follow("network", netmon, func() []condition.Condition { return []condition.Condition{netmon.Condition()} }),
 			c.Network},
-		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom}},
-		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log}, nil},
+		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom, ns.ContainerRuntimeEndpoint}},
+		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log, ProcRoot: d.opts.ProcRoot,
+			RuntimeEndpoint: ns.ContainerRuntimeEndpoint}, ns.ContainerRuntimeEndpoint},
 		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
 			[]any{seccompRoot, c.SeccompProfiles}},
 	}

@@ -17,6 +17,7 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/condition"
@@ -92,7 +93,7 @@ func TestServe(t *testing.T) {
 		HostRoot:     host,
 		Logger:       slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
-	out := &testutil.Buffer{}
+	out := &syncbuf.Buffer{}
 	opts.Out = out
 	listening := make(chan string, 1)
 	opts.Listening = func(s string) { listening <- s }

@@ -1,6 +1,7 @@
 // Package oom is the status model's source for OOM kills: it attaches the
 // eBPF OOM watcher (package bpf), records every kill in the status
-// document's bounded history, and says in OOMWatcherReady whether kills are
+// document's bounded history with the victim's container by its Kubernetes
+// names (resolved through CRI by a cri.CgroupIndex), and says in OOMWatcherReady whether kills are
 // watched at all, and how or why not.
 package oom
 
@@ -9,10 +10,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -30,10 +34,27 @@ const Name = "oom"
 // Requirement is the OOM watcher's entry in the capability report.
 const Requirement = "ebpf.oom-watcher"
 
+// Containers finds the CRI container of an OOM victim (cri.CgroupIndex).
+type Containers interface {
+	Refresh(ctx context.Context) error
+	Lookup(ctx context.Context, v cri.Victim) (cri.Workload, string, error)
+}
+
 // Source watches OOM kills until its context is done, then detaches.
 type Source struct {
 	// Hooks overrides the watcher's hooks (bpf.DefaultOOMHooks when nil).
 	Hooks []bpf.OOMHook
+	// Containers, when set, names each victim's container (namespace, pod,
+	// container) in its record; ProcRoot is the host's procfs, read for
+	// the victim's cgroups ("/proc" when empty).
+	Containers Containers
+	ProcRoot   string
+	// RuntimeEndpoint is the node's CRI socket: when set and Containers is
+	// nil, Run connects to it and resolves victims with a cri.CgroupIndex
+	// over the cgroup mounts of ProcRoot/self/mountinfo.
+	RuntimeEndpoint string
+	// ResolveTimeout bounds the CRI calls of one lookup; 5 s when zero.
+	ResolveTimeout time.Duration
 	// Logger receives one line per kill; slog.Default() when nil.
 	Logger *slog.Logger
 }
@@ -66,6 +87,24 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 		return nil
 	}
 	defer w.Close()
+	containers := s.Containers
+	if containers == nil && s.RuntimeEndpoint != "" {
+		x, closeCRI, err := s.dialIndex()
+		if err != nil {
+			log.Warn("OOM victims' containers are not resolved", "err", err)
+		} else {
+			defer closeCRI()
+			containers = x
+		}
+	}
+	if containers != nil {
+		// Take the containers' OOM counters as they are before any kill.
+		rctx, cancel := context.WithTimeout(ctx, s.resolveTimeout())
+		if err := containers.Refresh(rctx); err != nil {
+			log.Warn("OOM victims' containers: first listing failed", "err", err)
+		}
+		cancel()
+	}
 	model.SetOOMWatch(true, string(w.Hook()), "")
 	model.Set(condition.Condition{Type: status.TypeOOMWatcher, Status: condition.True, Reason: ReasonAttached,
 		Message: fmt.Sprintf("attached to %s, events over %s", w.Hook(), w.Transport())})
@@ -84,11 +123,81 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 					Message: err.Error()})
 				return err
 			}
-			log.Warn("OOM kill", "pid", ev.PID, "tgid", ev.TGID, "comm", ev.Comm, "cgroupID", ev.CgroupID, "rssBytes", ev.RSSBytes)
-			model.AddOOMKill(status.OOMKill{Time: ev.Time, PID: ev.PID, TGID: ev.TGID, Comm: ev.Comm, CgroupID: ev.CgroupID,
-				RSSBytes: ev.RSSBytes, TotalVMBytes: ev.TotalVMBytes, OOMScoreAdj: ev.OOMScoreAdj})
+			k := status.OOMKill{Time: ev.Time, PID: ev.PID, TGID: ev.TGID, Comm: ev.Comm, CgroupID: ev.CgroupID,
+				RSSBytes: ev.RSSBytes, TotalVMBytes: ev.TotalVMBytes, OOMScoreAdj: ev.OOMScoreAdj}
+			s.resolve(ctx, containers, ev, &k)
+			attrs := []any{"pid", ev.PID, "tgid", ev.TGID, "comm", ev.Comm, "cgroupID", ev.CgroupID, "rssBytes", ev.RSSBytes}
+			if c := k.Container; c != nil {
+				attrs = append(attrs, "namespace", c.Namespace, "pod", c.Pod, "container", c.Container, "containerID", c.ContainerID)
+			} else if k.Unresolved != "" {
+				attrs = append(attrs, "unresolved", k.Unresolved)
+			}
+			log.Warn("OOM kill", attrs...)
+			model.AddOOMKill(k)
 		}
 	}
+}
+
+// dialIndex connects to RuntimeEndpoint and returns the index over it.
+func (s *Source) dialIndex() (*cri.CgroupIndex, func(), error) {
+	procRoot := s.procRoot()
+	m, err := cgroup.FindMount(procRoot)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts := cri.CgroupIndexOptions{CgroupV2: m.Path}
+	switch p, err := cgroup.FindV1Mount(procRoot, "memory"); {
+	case err == nil:
+		opts.MemoryV1 = p
+	case !errors.Is(err, cgroup.ErrNoV1Hierarchy):
+		return nil, nil, err
+	}
+	r, err := cri.Dial(s.RuntimeEndpoint)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cri.NewCgroupIndex(r.Client(), opts), func() { _ = r.Close() }, nil
+}
+
+func (s *Source) procRoot() string {
+	if s.ProcRoot == "" {
+		return "/proc"
+	}
+	return s.ProcRoot
+}
+
+func (s *Source) resolveTimeout() time.Duration {
+	if s.ResolveTimeout > 0 {
+		return s.ResolveTimeout
+	}
+	return 5 * time.Second
+}
+
+// resolve names the victim's container in k. The victim's cgroups are
+// read from procfs first, while the task may still be exiting: the kernel
+// marks it before it dies, and its /proc entry lasts until it is reaped.
+func (s *Source) resolve(ctx context.Context, containers Containers, ev bpf.OOMEvent, k *status.OOMKill) {
+	if containers == nil {
+		return
+	}
+	v := cri.Victim{CgroupID: ev.CgroupID}
+	procRoot := s.procRoot()
+	pid := ev.TGID
+	if pid == 0 {
+		pid = ev.PID
+	}
+	if pid != 0 {
+		v.Cgroups, _ = cri.ProcCgroups(procRoot, pid)
+	}
+	rctx, cancel := context.WithTimeout(ctx, s.resolveTimeout())
+	defer cancel()
+	w, how, err := containers.Lookup(rctx, v)
+	if err != nil {
+		k.Unresolved = err.Error()
+		return
+	}
+	k.Container = &status.OOMContainer{Namespace: w.Namespace, Pod: w.Pod, PodUID: w.PodUID, Container: w.Container,
+		ContainerID: w.ContainerID, ResolvedBy: how}
 }
 
 // failure is OOMWatcherReady when the watcher could not attach.

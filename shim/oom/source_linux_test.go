@@ -13,9 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"go.uber.org/goleak"
-
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/kernel/capability"
@@ -33,8 +32,11 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "the hog was not killed")
 		os.Exit(2)
 	}
-	goleak.VerifyTestMain(m)
+	os.Exit(rtEnv.Main(m))
 }
+
+// rtEnv runs the real container runtimes of the package's tests.
+var rtEnv runtimetest.Env
 
 var discard = slog.New(slog.DiscardHandler)
 

@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,14 +21,7 @@ import (
 
 var rt runtimetest.Env
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := rt.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { os.Exit(rt.Main(m)) }
 
 // counter is a busybox shell loop that counts in its memory and writes the
 // count to /count in its writable layer and to its log.
@@ -108,10 +100,7 @@ func TestCheckpointRestoredByPodman(t *testing.T) {
 	// Left running: it counts on.
 	after := waitCount(t, p, name, before+5)
 
-	ctl := os.Getenv("NODESHIM_CHECKPOINTCTL")
-	if ctl == "" {
-		ctl = testutil.RequireBinary(t, "checkpointctl")
-	}
+	ctl := testutil.RequireTool(t, "NODESHIM_CHECKPOINTCTL", "checkpointctl")
 	out, err := exec.Command(ctl, "show", res.Path).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), name) || !strings.Contains(string(out), "Podman") {
 		t.Errorf("checkpointctl show: %v:\n%s", err, out)

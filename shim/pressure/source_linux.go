@@ -2,7 +2,8 @@
 // the cgroup pressure monitor (package cgroup) and records kubelet's
 // MemoryPressure, DiskPressure and PIDPressure (kubelet's polarity), the
 // MemoryContentionFree and IOContentionFree PSI views, PressureMonitorReady
-// and the live readings of the status document.
+// and the live readings of the status document, with each pod's memory and
+// PSI (pods_linux.go).
 package pressure
 
 import (
@@ -10,12 +11,14 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -47,6 +50,15 @@ type Source struct {
 	Retry time.Duration
 	// Logger receives the failures; slog.Default() when nil.
 	Logger *slog.Logger
+	// PodParent is the cgroup under which kubelet's kubepods cgroup lives
+	// (kubelet's --cgroup-root), "/" when empty.
+	PodParent string
+	// PodInterval is how often the pods' cgroups are read;
+	// DefaultPodInterval when zero.
+	PodInterval time.Duration
+	// RuntimeEndpoint, when set, is the CRI socket through which pods are
+	// named (namespace, name) by their UID.
+	RuntimeEndpoint string
 }
 
 // Name returns "pressure".
@@ -108,10 +120,26 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		return fmt.Errorf("find the cgroup2 mount: %w", err)
 	}
 	src := cgroup.NodeSources{ProcRoot: s.ProcRoot, CgroupRoot: m.Path, KubeletRoot: s.KubeletRoot}
-	if tree, err := cgroup.DiscoverPods(m.Path); err == nil {
+	if tree, err := cgroup.DiscoverPods(filepath.Join(m.Path, s.PodParent)); err == nil {
 		src.Kubepods = tree.Kubepods
 	} else if !errors.Is(err, cgroup.ErrNoKubepods) {
 		return fmt.Errorf("find the kubepods cgroup: %w", err)
+	}
+	roots, err := podRoots(s.ProcRoot, m.Path, s.PodParent)
+	if err != nil {
+		return err
+	}
+	pods := &podReader{roots: roots, interval: s.PodInterval, reader: cgroup.NewReader()}
+	if pods.interval <= 0 {
+		pods.interval = DefaultPodInterval
+	}
+	if s.RuntimeEndpoint != "" {
+		r, err := cri.Dial(s.RuntimeEndpoint)
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		pods.names = cri.NewPodNamer(r.Client())
 	}
 	var mon *cgroup.Monitor
 	mon, err = cgroup.NewMonitor(cgroup.MonitorConfig{
@@ -119,7 +147,11 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		Thresholds: s.Thresholds,
 		Interval:   s.Interval,
 		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
-		OnEvaluate: func(snap cgroup.Snapshot) { model.SetPressure(FromSnapshot(snap, mon.Watchers())) },
+		OnEvaluate: func(snap cgroup.Snapshot) {
+			p := FromSnapshot(snap, mon.Watchers())
+			p.Pods = pods.read(ctx, snap.Time)
+			model.SetPressure(p)
+		},
 	})
 	if err != nil {
 		return fmt.Errorf("start the pressure monitor: %w", err)

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
@@ -75,7 +76,7 @@ func TestPressureSource(t *testing.T) {
 // and it is retried.
 func TestPressureSourceFails(t *testing.T) {
 	m := status.New(nil)
-	logs := &testutil.Buffer{}
+	logs := &syncbuf.Buffer{}
 	sourcetest.Run(t, m, &Source{ProcRoot: t.TempDir(), KubeletRoot: t.TempDir(), Retry: time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(logs, nil))})
 	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypePressureMonitor); return ok })

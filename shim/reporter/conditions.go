@@ -28,6 +28,10 @@ const (
 	// ReasonNotReported marks a condition published earlier that the shim
 	// no longer reports.
 	ReasonNotReported = "NotReported"
+	// ReasonReporterStopped marks a condition that the nodeshim controller
+	// set to Unknown because the node's reporter stopped renewing its
+	// Lease. The reporter replaces it on its next publish.
+	ReasonReporterStopped = "ReporterStopped"
 
 	// AnnotationDigest holds the digest of the published status.
 	AnnotationDigest = "nodeshim.io/status-digest"

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -107,13 +108,21 @@ type Reporter struct {
 	haveDoc     bool
 	pending     []corev1.Event
 	statusRetry Backoff
+	oomSeen     uint64
+	oomLimiter  flowcontrol.PassiveRateLimiter
+	lastRecheck time.Time
 
 	// Owned by the lease loop.
-	lease      *coordinationv1.Lease
-	leaseRetry Backoff
+	lease       *coordinationv1.Lease
+	leaseRetry  Backoff
+	leaseFailed bool
+	lastRenewOK time.Time
 
 	mu    sync.Mutex
 	state State
+	// rechecks is how many more times the status loop reads the Node back
+	// after the Lease was renewed following a gap (see renewLease).
+	rechecks int
 }
 
 // State is what a Reporter has published, for status pages and tests.
@@ -186,6 +195,7 @@ func New(opts Options) (*Reporter, error) {
 		m:           opts.Metrics,
 		clk:         opts.Clock,
 		limiter:     flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
+		oomLimiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
 		statusRetry: Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		leaseRetry:  Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 	}
@@ -252,6 +262,9 @@ func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
 		return r.statusRetry.Next()
 	}
 	r.statusRetry.Reset()
+	if shimErr == nil {
+		r.queueOOMEvents(doc.OOMKills)
+	}
 	r.flushEvents(ctx)
 	return r.opts.PollInterval
 }
@@ -273,6 +286,13 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 		r.digest = node.Annotations[AnnotationDigest]
 		r.reportSent = node.Annotations[AnnotationReportDigest]
 		r.seeded = true
+	} else if r.recheckDue() {
+		// Best effort: without an answer this sync goes on with what it
+		// knows (a change is still stamped when seen), and the recheck
+		// is tried again on the next one.
+		if err := r.recheck(ctx); err != nil && ctx.Err() == nil {
+			r.log.Debug("read the node back", "err", err)
+		}
 	}
 	known := make([]corev1.NodeConditionType, 0, len(r.observed))
 	for _, c := range r.observed {
@@ -307,7 +327,7 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 	}
 	body, err := json.Marshal(map[string]any{
 		"metadata": map[string]any{"annotations": annotations},
-		"status":   map[string]any{"conditions": observed},
+		"status":   map[string]any{"conditions": patchConditions(observed)},
 	})
 	if err != nil {
 		return err
@@ -335,6 +355,65 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 	r.state.Conditions, r.state.Digest, r.state.LastPublish = observed, digest, now.Time
 	r.mu.Unlock()
 	return nil
+}
+
+// recheckDue reports whether the status loop should read the Node back
+// now: a recheck is pending and the last one is a RenewInterval old.
+func (r *Reporter) recheckDue() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.clk.Now()
+	if r.rechecks == 0 || (!r.lastRecheck.IsZero() && now.Sub(r.lastRecheck) < r.opts.RenewInterval) {
+		return false
+	}
+	r.rechecks--
+	r.lastRecheck = now
+	return true
+}
+
+// recheck reads the Node back and takes every condition the nodeshim
+// controller marked ReasonReporterStopped as the one observed last, so that
+// Plan sees its status change and the next patch replaces it, with a new
+// transition time. Other conditions keep what this reporter observed, with
+// the times it observed them.
+func (r *Reporter) recheck(ctx context.Context) error {
+	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+	node, err := r.opts.Client.CoreV1().Nodes().Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		r.m.failures.WithLabelValues(kindNode).Inc()
+		r.mu.Lock()
+		r.rechecks++ // try again on the next sync
+		r.lastRecheck = time.Time{}
+		r.mu.Unlock()
+		return fmt.Errorf("get node %s: %w", r.opts.NodeName, err)
+	}
+	r.published = Published(node.Status.Conditions)
+	observed := slices.Clone(r.observed)
+	for i, o := range observed {
+		j := slices.IndexFunc(r.published, func(p corev1.NodeCondition) bool { return p.Type == o.Type })
+		if j >= 0 && r.published[j].Reason == ReasonReporterStopped {
+			observed[i] = r.published[j]
+		}
+	}
+	r.observed = observed
+	return nil
+}
+
+// patchConditions spells out every field of conds for a strategic-merge
+// patch, which merges each condition's fields into the one of the same
+// type: an empty reason or message must be sent as "" (the API types omit
+// it) so that it replaces the one on the Node, such as the nodeshim
+// controller's ReporterStopped message.
+func patchConditions(conds []corev1.NodeCondition) []map[string]any {
+	out := make([]map[string]any, 0, len(conds))
+	for _, c := range conds {
+		out = append(out, map[string]any{
+			"type": c.Type, "status": c.Status, "reason": c.Reason, "message": c.Message,
+			"lastHeartbeatTime": c.LastHeartbeatTime, "lastTransitionTime": c.LastTransitionTime,
+		})
+	}
+	return out
 }
 
 // sameConditions reports whether a and b agree on everything but the
@@ -396,7 +475,14 @@ func (r *Reporter) flushEvents(ctx context.Context) {
 		cancel()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			r.m.failures.WithLabelValues(kindEvent).Inc()
-			r.log.Warn("create event", "reason", e.Reason, "err", err)
+			r.log.Warn("create event", "reason", e.Reason, "namespace", e.Namespace, "err", err)
+			if apierrors.IsNotFound(err) || apierrors.IsInvalid(err) {
+				// A Pod's namespace that is gone, or an Event the API
+				// server will never take: retrying would block the rest.
+				r.m.eventsDropped.Inc()
+				r.pending = r.pending[1:]
+				continue
+			}
 			return
 		}
 		r.m.writes.WithLabelValues(kindEvent).Inc()
@@ -413,11 +499,26 @@ func (r *Reporter) renewLease(ctx context.Context) time.Duration {
 			return 0
 		}
 		r.m.failures.WithLabelValues(kindLease).Inc()
+		r.leaseFailed = true
 		d := r.leaseRetry.Next()
 		r.log.Warn("renew lease", "retryIn", d, "err", err)
 		return d
 	}
 	r.leaseRetry.Reset()
+	// After a gap in the heartbeat (the first renewal of this process, a
+	// renewal that failed, or one long overdue), the nodeshim controller
+	// may have marked the conditions Unknown (ReasonReporterStopped) while
+	// the status loop, seeing nothing change, would not patch for up to
+	// ResyncPeriod: have it read the Node back, now and once more a
+	// RenewInterval later in case the controller's patch was already on
+	// its way when the renewal landed.
+	now := r.clk.Now()
+	if r.lastRenewOK.IsZero() || r.leaseFailed || now.Sub(r.lastRenewOK) > 2*r.opts.RenewInterval {
+		r.mu.Lock()
+		r.rechecks = 2
+		r.mu.Unlock()
+	}
+	r.leaseFailed, r.lastRenewOK = false, now
 	r.m.leaseRenewals.Inc()
 	r.m.writes.WithLabelValues(kindLease).Inc()
 	return r.opts.Jitter(r.opts.RenewInterval)

@@ -337,6 +337,8 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("report digest", func(t *testing.T) { testReportDigest(t, c, sa) })
 	t.Run("events rate-limited", func(t *testing.T) { testEventRateLimit(t, c, sa) })
 	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
+	t.Run("OOM kill events name the pod", func(t *testing.T) { testOOMEvents(t, c, sa) })
+	t.Run("recovers from the controller's ReporterStopped", func(t *testing.T) { testRecoverReporterStopped(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -677,6 +679,58 @@ func testOutage(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
 }
 
+// testRecoverReporterStopped marks the reporter's conditions Unknown with
+// ReasonReporterStopped as the nodeshim controller does when the Lease
+// goes stale, while the reporter, frozen on its fake clock, renews nothing.
+// Its first renewal after the gap makes it read the Node back, and its next
+// publish restores the conditions with a new transition time and an Event,
+// without a resync period's wait; kubelet's conditions stay untouched.
+func testRecoverReporterStopped(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-stopped")
+	// Past the rechecks of the reporter's first renewal.
+	e.step(12*time.Second, time.Second)
+	n := e.getNode()
+	before := Published(n.Status.Conditions)
+	if len(before) != 3 {
+		t.Fatalf("published %+v, want 3 conditions", before)
+	}
+	mark := metav1.NewTime(e.clock.Now()).Rfc3339Copy()
+	var conds []map[string]any
+	for _, c := range before {
+		conds = append(conds, map[string]any{"type": c.Type, "status": corev1.ConditionUnknown, "reason": ReasonReporterStopped,
+			"message": "stopped", "lastTransitionTime": mark})
+	}
+	body, err := json.Marshal(map[string]any{"status": map[string]any{"conditions": conds}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CoreV1().Nodes().Patch(context.Background(), e.node, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: "nodeshim-controller"}, "status"); err != nil {
+		t.Fatal(err)
+	}
+
+	// A gap in the heartbeat: 25 s of the fake clock at once, one renewal
+	// more than 2 renewal intervals after the last.
+	e.step(25*time.Second, 25*time.Second)
+	e.step(time.Second, time.Second)
+	n = e.getNode()
+	for _, b := range before {
+		got := e.mustCondition(n, b.Type, b.Status, b.Reason)
+		if got.LastTransitionTime.Time.Before(mark.Time) || got.Message != b.Message {
+			t.Errorf("%s after recovery: %+v, want a transition after the mark (%v)", b.Type, got, mark)
+		}
+	}
+	e.checkKubelet(n)
+	var recovered int
+	for _, x := range e.events() {
+		if strings.Contains(x.Message, "changed from Unknown to True") {
+			recovered++
+		}
+	}
+	if recovered != 3 {
+		t.Errorf("%d recovery events, want 3: %+v", recovered, e.events())
+	}
+}
+
 // BenchmarkIdleAPIWrites runs the reporter, with its default random
 // jitter, against a real API server for an hour of the fake clock in which
 // nothing changes, and reports its API writes per 10 s (target: under 1)
@@ -778,6 +832,61 @@ func testEventRateLimit(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interfa
 	flip(6)
 	if after := len(e.events()) - initial; after != got+2 {
 		t.Errorf("%d events after the refill, want %d", after, got+2)
+	}
+}
+
+// testOOMEvents records three OOM kills in the shim: one in a container
+// of a Pod, one in a namespace that does not exist, one outside any
+// container. The first becomes an Event about the Pod in its namespace, the
+// second is dropped without holding up the third, an Event about the Node.
+func testOOMEvents(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnv(t, c, sa, "node-oom")
+	ctx := context.Background()
+	const ns = "oom-events"
+	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	at := e.clock.Now()
+	e.shim.Model.AddOOMKill(status.OOMKill{Time: at, PID: 100, TGID: 100, Comm: "tail", RSSBytes: 30 << 20,
+		Container: &status.OOMContainer{Namespace: ns, Pod: "hog", PodUID: "0b7c2a4e-1111-2222-3333-444455556666", Container: "eater",
+			ContainerID: "c0ffee", ResolvedBy: "cgroupID"}})
+	e.shim.Model.AddOOMKill(status.OOMKill{Time: at, PID: 101, Comm: "gone",
+		Container: &status.OOMContainer{Namespace: "no-such-namespace", Pod: "p", Container: "x", ContainerID: "dead"}})
+	e.shim.Model.AddOOMKill(status.OOMKill{Time: at, PID: 102, Comm: "stress", Unresolved: "victim in cgroup 1: container not found"})
+	e.step(time.Second, time.Second)
+
+	sel := fields.Set{"involvedObject.kind": "Pod", "involvedObject.name": "hog"}.AsSelector().String()
+	l, err := e.admin.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Items) != 1 {
+		t.Fatalf("%d Events about pod %s/hog, want 1: %+v", len(l.Items), ns, l.Items)
+	}
+	ev := l.Items[0]
+	if ev.Reason != ReasonOOMKilling || ev.Type != corev1.EventTypeWarning || ev.InvolvedObject.Namespace != ns ||
+		ev.InvolvedObject.FieldPath != "spec.containers{eater}" || ev.InvolvedObject.UID != "0b7c2a4e-1111-2222-3333-444455556666" ||
+		!strings.Contains(ev.Message, "container eater of pod "+ns+"/hog") || ev.Source.Host != e.node {
+		t.Errorf("Event about the pod: %s %s %+v %q from %+v", ev.Reason, ev.Type, ev.InvolvedObject, ev.Message, ev.Source)
+	}
+	var onNode []corev1.Event
+	for _, x := range e.events() {
+		if x.Reason == ReasonOOMKilling {
+			onNode = append(onNode, x)
+		}
+	}
+	if len(onNode) != 1 || !strings.Contains(onNode[0].Message, "process 102 (stress)") {
+		t.Fatalf("OOM Events about the node: %+v, want the kill of 102", onNode)
+	}
+	if d := testutil.ToFloat64(e.metrics.eventsDropped); d != 1 {
+		t.Errorf("%v Events dropped, want 1 (the namespace that does not exist)", d)
+	}
+
+	// Nothing new: no more Events.
+	events := e.writes(kindEvent)
+	e.step(2*time.Second, time.Second)
+	if got := e.writes(kindEvent); got != events {
+		t.Errorf("%v Event writes without a new kill", got-events)
 	}
 }
 

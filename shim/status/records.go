@@ -69,6 +69,22 @@ type OOMKill struct {
 	RSSBytes     uint64 `json:"rssBytes,omitempty"`
 	TotalVMBytes uint64 `json:"totalVMBytes,omitempty"`
 	OOMScoreAdj  int32  `json:"oomScoreAdj"`
+	// Container is the CRI container the victim ran in, nil when it was
+	// not resolved; Unresolved then says why (empty when nothing tried).
+	Container  *OOMContainer `json:"container,omitempty"`
+	Unresolved string        `json:"unresolved,omitempty"`
+}
+
+// OOMContainer names the container of an OOM victim as kubelet knows it.
+type OOMContainer struct {
+	Namespace   string `json:"namespace,omitempty"`
+	Pod         string `json:"pod,omitempty"`
+	PodUID      string `json:"podUID,omitempty"`
+	Container   string `json:"container,omitempty"`
+	ContainerID string `json:"containerID"`
+	// ResolvedBy says how the victim was matched to the container: its
+	// cgroup v2 id, its /proc cgroup paths, or the v1 OOM kill counters.
+	ResolvedBy string `json:"resolvedBy"`
 }
 
 // Checkpoint results.

@@ -1,12 +1,14 @@
-package testutil
+// Package syncbuf is a bytes.Buffer that one goroutine may write while
+// another reads it: a child process's output collected while an error
+// path reads it, or a server's logs read by its test.
+package syncbuf
 
 import (
 	"bytes"
 	"sync"
 )
 
-// Buffer is a bytes.Buffer that a server under test may write (its logs,
-// its transition lines) while the test reads it.
+// Buffer is a bytes.Buffer safe for concurrent Write and String.
 type Buffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

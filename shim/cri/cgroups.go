@@ -1,0 +1,349 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/cgroup"
+	"golang.org/x/sys/unix"
+)
+
+// LabelPodUID is the pod UID label kubelet puts on every container.
+const LabelPodUID = "io.kubernetes.pod.uid"
+
+// Workload is a CRI container by its Kubernetes names and its cgroup.
+type Workload struct {
+	Namespace, Pod, PodUID, Container string
+	ContainerID, PodSandboxID         string
+	// CgroupsPath is the container's cgroup as its OCI spec names it
+	// (linux.cgroupsPath): a path below each hierarchy's root with the
+	// cgroupfs driver, "slice:prefix:name" with the systemd driver.
+	CgroupsPath string
+}
+
+// Victim is what an OOM event tells of the task the kernel killed.
+type Victim struct {
+	// CgroupID is the victim's cgroup v2 id, 0 when unknown.
+	CgroupID uint64
+	// Cgroups are the paths of the victim's /proc/<pid>/cgroup lines, read
+	// as soon as the event arrived; nil when the task was already gone.
+	Cgroups []string
+}
+
+// How a victim's container was found.
+const (
+	ByCgroupID   = "cgroupID"
+	ByProcCgroup = "procCgroup"
+	ByOOMControl = "memory.oom_control"
+)
+
+// ErrAmbiguous says that more than one container could be the victim's.
+var ErrAmbiguous = errors.New("more than one container could be the victim's")
+
+// CgroupIndexOptions say where the index finds the node's cgroups.
+type CgroupIndexOptions struct {
+	// CgroupV2 is the cgroup2 mount (the unified hierarchy on a hybrid
+	// node); "" when there is none.
+	CgroupV2 string
+	// MemoryV1 is the cgroup v1 memory hierarchy's mount on a hybrid or v1
+	// node; "" on a pure v2 node.
+	MemoryV1 string
+}
+
+// CgroupIndex maps cgroups to the CRI containers that run in them. It is
+// a cache filled from ListContainers and ContainerStatus's verbose info
+// (the OCI spec's cgroupsPath) and refreshed when a lookup misses, so that
+// an OOM kill costs no CRI call for a container already seen.
+//
+// Three ways lead from a victim to its container, in order: its cgroup v2
+// id (runc joins the unified hierarchy on a hybrid node, so the id is the
+// container's); its /proc/<pid>/cgroup paths, when they could be read
+// before it exited; and on a v1 memory hierarchy, the container whose
+// memory.oom_control oom_kill counter (Linux 4.13+) grew since the index
+// last looked, for runtimes that leave the unified hierarchy alone (crun
+// on a hybrid node keeps its containers in the unified root).
+type CgroupIndex struct {
+	client runtimeapi.RuntimeServiceClient
+	opts   CgroupIndexOptions
+	reader *cgroup.Reader
+
+	mu     sync.Mutex
+	byCtr  map[string]*indexed
+	byID   map[uint64]*indexed
+	rootID uint64
+	primed bool
+}
+
+type indexed struct {
+	w        Workload
+	rel      string // the cgroup's path below a hierarchy's root
+	v2ID     uint64
+	oomKills uint64
+}
+
+// NewCgroupIndex returns an empty index over the runtime's containers.
+func NewCgroupIndex(client runtimeapi.RuntimeServiceClient, opts CgroupIndexOptions) *CgroupIndex {
+	x := &CgroupIndex{client: client, opts: opts, reader: cgroup.NewReader(),
+		byCtr: map[string]*indexed{}, byID: map[uint64]*indexed{}}
+	if opts.CgroupV2 != "" {
+		x.rootID, _ = inode(opts.CgroupV2)
+	}
+	return x
+}
+
+// Client returns the resolver's CRI runtime client.
+func (r *RuntimeResolver) Client() runtimeapi.RuntimeServiceClient { return r.client }
+
+// Refresh lists the runtime's containers and indexes the ones it has not
+// seen; containers the runtime no longer lists are forgotten. The first
+// Refresh takes each container's current OOM kill count as its baseline;
+// a container first seen later starts from zero, so that a kill in a
+// container created since the last refresh is still attributed.
+func (x *CgroupIndex) Refresh(ctx context.Context) error {
+	resp, err := x.client.ListContainers(ctx, &runtimeapi.ListContainersRequest{})
+	if err != nil {
+		return fmt.Errorf("list containers: %w", err)
+	}
+	x.mu.Lock()
+	primed := x.primed
+	x.mu.Unlock()
+	seen := map[string]bool{}
+	var added []*indexed
+	for _, c := range resp.Containers {
+		seen[c.Id] = true
+		x.mu.Lock()
+		_, ok := x.byCtr[c.Id]
+		x.mu.Unlock()
+		if ok {
+			continue
+		}
+		st, err := x.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id, Verbose: true})
+		if err != nil {
+			continue // removed since the list
+		}
+		spec, err := SpecFromVerboseInfo(st.Info)
+		if err != nil || spec == nil || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
+			continue
+		}
+		l := c.Labels
+		e := &indexed{w: Workload{Namespace: l[LabelPodNamespace], Pod: l[LabelPodName], PodUID: l[LabelPodUID],
+			Container: l[LabelContainerName], ContainerID: c.Id, PodSandboxID: c.PodSandboxId,
+			CgroupsPath: spec.Linux.CgroupsPath}}
+		e.rel = CgroupRelPath(spec.Linux.CgroupsPath)
+		if x.opts.CgroupV2 != "" {
+			if id, err := inode(filepath.Join(x.opts.CgroupV2, e.rel)); err == nil && id != x.rootID {
+				e.v2ID = id
+			}
+		}
+		if primed {
+			e.oomKills = 0
+		} else {
+			e.oomKills = x.oomKills(e)
+		}
+		added = append(added, e)
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	for id, e := range x.byCtr {
+		if !seen[id] {
+			delete(x.byCtr, id)
+			if x.byID[e.v2ID] == e {
+				delete(x.byID, e.v2ID)
+			}
+		}
+	}
+	for _, e := range added {
+		x.byCtr[e.w.ContainerID] = e
+		if e.v2ID != 0 {
+			x.byID[e.v2ID] = e
+		}
+	}
+	x.primed = true
+	return nil
+}
+
+// oomKills is the container's v1 memory.oom_control oom_kill, 0 when it
+// cannot be read.
+func (x *CgroupIndex) oomKills(e *indexed) uint64 {
+	if x.opts.MemoryV1 == "" {
+		return 0
+	}
+	m, err := x.reader.ReadMemoryV1(filepath.Join(x.opts.MemoryV1, e.rel))
+	if err != nil || m.Err != nil {
+		return 0
+	}
+	return m.OOMKill
+}
+
+// Lookup finds the container of an OOM victim and says how (ByCgroupID,
+// ByProcCgroup, ByOOMControl): by its cgroup id or /proc paths, refreshing
+// the index once when the cache knows neither, then by the v1 OOM kill
+// counters. It returns an error wrapping ErrNotFound when no
+// container matches (a process outside any CRI container), ErrAmbiguous
+// when only the OOM counters could tell and several grew.
+func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, error) {
+	if w, how, ok := x.direct(v); ok {
+		return w, how, nil
+	}
+	if err := x.Refresh(ctx); err != nil {
+		return Workload{}, "", err
+	}
+	if w, how, ok := x.direct(v); ok {
+		return w, how, nil
+	}
+	return x.byOOMCounter(v)
+}
+
+// direct finds the victim's container by its cgroup id or /proc paths.
+func (x *CgroupIndex) direct(v Victim) (Workload, string, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if v.CgroupID != 0 {
+		if e, ok := x.byID[v.CgroupID]; ok {
+			x.consumeOOMKill(e)
+			return e.w, ByCgroupID, true
+		}
+	}
+	for _, p := range v.Cgroups {
+		for _, e := range x.byCtr {
+			if p == e.rel || strings.HasPrefix(p, e.rel+"/") {
+				x.consumeOOMKill(e)
+				return e.w, ByProcCgroup, true
+			}
+		}
+	}
+	return Workload{}, "", false
+}
+
+// byOOMCounter finds the one container whose v1 OOM kill counter grew.
+// When several grew, the kills cannot be told apart: their counters are
+// taken as the new baselines, so that later kills are attributed again.
+func (x *CgroupIndex) byOOMCounter(v Victim) (Workload, string, error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	notFound := fmt.Errorf("victim in cgroup %d %q: %w", v.CgroupID, v.Cgroups, ErrNotFound)
+	if x.opts.MemoryV1 == "" {
+		return Workload{}, "", notFound
+	}
+	type grown struct {
+		e *indexed
+		n uint64
+	}
+	var grew []grown
+	for _, e := range x.byCtr {
+		if n := x.oomKills(e); n > e.oomKills {
+			grew = append(grew, grown{e, n})
+		}
+	}
+	switch len(grew) {
+	case 0:
+		return Workload{}, "", notFound
+	case 1:
+		grew[0].e.oomKills++
+		return grew[0].e.w, ByOOMControl, nil
+	}
+	names := make([]string, 0, len(grew))
+	for _, g := range grew {
+		g.e.oomKills = g.n
+		names = append(names, g.e.w.String())
+	}
+	sort.Strings(names)
+	return Workload{}, "", fmt.Errorf("%w: %s", ErrAmbiguous, strings.Join(names, ", "))
+}
+
+// consumeOOMKill counts a kill found by other means against the
+// container's OOM counter, so that it is not attributed twice.
+func (x *CgroupIndex) consumeOOMKill(e *indexed) {
+	if n := x.oomKills(e); n > e.oomKills {
+		e.oomKills++
+	}
+}
+
+// String returns namespace/pod/container, or the container id for a
+// container without kubelet's labels.
+func (w Workload) String() string {
+	if w.Pod == "" {
+		return w.ContainerID
+	}
+	return w.Namespace + "/" + w.Pod + "/" + w.Container
+}
+
+// CgroupRelPath turns an OCI cgroupsPath into the cgroup's path below a
+// hierarchy's root: as is with the cgroupfs driver ("/kubepods/pod<uid>/<id>"),
+// expanded with the systemd driver ("kubepods-burstable-pod<uid>.slice:cri-containerd:<id>"
+// is /kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/cri-containerd-<id>.scope,
+// systemd's slice naming where each "-" opens a level).
+func CgroupRelPath(cgroupsPath string) string {
+	parts := strings.Split(cgroupsPath, ":")
+	if len(parts) != 3 || strings.Contains(cgroupsPath, "/") {
+		return filepath.Clean("/" + cgroupsPath)
+	}
+	slice, prefix, name := parts[0], parts[1], parts[2]
+	var dirs []string
+	if slice != "" && slice != "-.slice" {
+		base := strings.TrimSuffix(slice, ".slice")
+		for i := range base {
+			if base[i] == '-' {
+				dirs = append(dirs, base[:i]+".slice")
+			}
+		}
+		dirs = append(dirs, slice)
+	}
+	unit := name
+	if !strings.HasSuffix(name, ".slice") {
+		unit = name + ".scope"
+		if prefix != "" {
+			unit = prefix + "-" + name + ".scope"
+		}
+	}
+	dirs = append(dirs, unit)
+	return "/" + strings.Join(dirs, "/")
+}
+
+// ProcCgroups reads the cgroup paths of process pid from
+// procRoot/<pid>/cgroup, one per hierarchy line, without duplicates.
+func ProcCgroups(procRoot string, pid uint32) ([]string, error) {
+	path := filepath.Join(procRoot, strconv.FormatUint(uint64(pid), 10), "cgroup")
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	return ParseProcCgroup(data), nil
+}
+
+// ParseProcCgroup returns the distinct paths of a /proc/<pid>/cgroup file
+// ("ID:CONTROLLERS:PATH" lines), leaving out the root.
+func ParseProcCgroup(data []byte) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(data), "\n") {
+		_, rest, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		_, p, ok := strings.Cut(rest, ":")
+		if !ok || p == "/" || p == "" || seen[p] {
+			continue
+		}
+		seen[p] = true
+		out = append(out, p)
+	}
+	return out
+}
+
+func inode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, fmt.Errorf("stat %s: %w", path, err)
+	}
+	return st.Ino, nil
+}

@@ -1,0 +1,183 @@
+package cri
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/internal/critest"
+)
+
+func TestCgroupRelPath(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"cgroupfs", "/kubepods/burstable/pod1/abc", "/kubepods/burstable/pod1/abc"},
+		{"cgroupfs relative", "kubepods/pod1/abc", "/kubepods/pod1/abc"},
+		{"systemd burstable", "kubepods-burstable-pod1_2.slice:cri-containerd:abc",
+			"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1_2.slice/cri-containerd-abc.scope"},
+		{"systemd guaranteed", "kubepods-pod9.slice:crio:abc", "/kubepods.slice/kubepods-pod9.slice/crio-abc.scope"},
+		{"systemd root slice", "-.slice:docker:abc", "/docker-abc.scope"},
+		{"systemd no prefix", "system.slice::abc", "/system.slice/abc.scope"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := CgroupRelPath(tc.in); got != tc.want {
+				t.Errorf("CgroupRelPath(%q) = %q, want %q", tc.in, got, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseProcCgroup(t *testing.T) {
+	data := "9:name=systemd:/a/b\n4:memory:/a/b\n1:cpu:/\n0::/a/b/c\n\n"
+	if got, want := ParseProcCgroup([]byte(data)), []string{"/a/b", "/a/b/c"}; !reflect.DeepEqual(got, want) {
+		t.Errorf("ParseProcCgroup = %q, want %q", got, want)
+	}
+}
+
+func FuzzParseProcCgroup(f *testing.F) {
+	f.Add([]byte("0::/kubepods/pod1/abc\n"))
+	f.Add([]byte("4:memory:/\n::\n"))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		for _, p := range ParseProcCgroup(data) {
+			if p == "" || p == "/" || strings.Contains(p, "\n") {
+				t.Fatalf("path %q", p)
+			}
+		}
+	})
+}
+
+// fakeHost is a cgroup2 tree and a v1 memory hierarchy in temporary
+// directories, with one container cgroup per id.
+type fakeHost struct {
+	v2, v1 string
+}
+
+func (h fakeHost) addContainer(t *testing.T, rel string, oomKills int) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Join(h.v2, rel), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	h.setOOMKills(t, rel, oomKills)
+}
+
+func (h fakeHost) setOOMKills(t *testing.T, rel string, n int) {
+	t.Helper()
+	dir := filepath.Join(h.v1, rel)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"memory.usage_in_bytes": "1048576\n",
+		"memory.limit_in_bytes": "33554432\n",
+		"memory.failcnt":        "3\n",
+		"memory.stat":           "cache 0\nrss 1048576\ntotal_cache 0\ntotal_rss 1048576\ntotal_inactive_file 0\n",
+		"memory.oom_control":    fmt.Sprintf("oom_kill_disable 0\nunder_oom 0\noom_kill %d\n", n),
+	}
+	for name, v := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func cgroupInfo(path string) map[string]string {
+	return map[string]string{"info": fmt.Sprintf(`{"pid":1,"runtimeSpec":{"linux":{"cgroupsPath":%q}}}`, path)}
+}
+
+func TestCgroupIndexLookup(t *testing.T) {
+	h := fakeHost{v2: t.TempDir(), v1: t.TempDir()}
+	srv := &runtimeServer{info: map[string]map[string]string{}}
+	add := func(id, pod, name, cgroupsPath string) {
+		c := ctr(id, "s-"+pod, "ns", pod, name, runtimeapi.ContainerState_CONTAINER_RUNNING, 1)
+		c.Labels[LabelPodUID] = "uid-" + pod
+		srv.containers = append(srv.containers, c)
+		srv.info[id] = cgroupInfo(cgroupsPath)
+		h.addContainer(t, CgroupRelPath(cgroupsPath), 0)
+	}
+	add("a", "web", "nginx", "/kubepods/burstable/poduid-web/a")
+	add("b", "db", "pg", "kubepods-besteffort-poduid_db.slice:cri-containerd:b")
+	sock := critest.Serve(t, srv)
+	r, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	x := NewCgroupIndex(r.Client(), CgroupIndexOptions{CgroupV2: h.v2, MemoryV1: h.v1})
+	ctx := context.Background()
+	if err := x.Refresh(ctx); err != nil {
+		t.Fatal(err)
+	}
+	idOf := func(rel string) uint64 {
+		id, err := inode(filepath.Join(h.v2, rel))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	rootID := idOf("/")
+	bRel := CgroupRelPath("kubepods-besteffort-poduid_db.slice:cri-containerd:b")
+
+	tests := []struct {
+		name    string
+		prepare func()
+		victim  func() Victim
+		wantCtr string
+		wantHow string
+		wantErr error
+	}{
+		{"by cgroup id", nil, func() Victim { return Victim{CgroupID: idOf("/kubepods/burstable/poduid-web/a")} }, "a", ByCgroupID, nil},
+		{"by /proc cgroup of a process below the container's cgroup", nil, func() Victim { return Victim{Cgroups: []string{bRel + "/sub"}} }, "b", ByProcCgroup, nil},
+		{"root cgroup id, by OOM counter", func() { h.setOOMKills(t, bRel, 1) }, func() Victim { return Victim{CgroupID: rootID} }, "b", ByOOMControl, nil},
+		{"the counter is consumed", nil, func() Victim { return Victim{CgroupID: rootID} }, "", "", ErrNotFound},
+		{"two counters grew", func() {
+			h.setOOMKills(t, bRel, 2)
+			h.setOOMKills(t, "/kubepods/burstable/poduid-web/a", 1)
+		}, func() Victim { return Victim{} }, "", "", ErrAmbiguous},
+		{"a container created after the last refresh", func() {
+			add("c", "new", "app", "/kubepods/podnew/c")
+			h.setOOMKills(t, "/kubepods/podnew/c", 1)
+		}, func() Victim { return Victim{CgroupID: idOf("/kubepods/podnew/c")} }, "c", ByCgroupID, nil},
+		{"outside any container", nil, func() Victim { return Victim{CgroupID: rootID, Cgroups: []string{"/system.slice/sshd.service"}} }, "", "", ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.prepare != nil {
+				tt.prepare()
+			}
+			w, how, err := x.Lookup(ctx, tt.victim())
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("Lookup = %+v, %q, %v; want %v", w, how, err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if w.ContainerID != tt.wantCtr || how != tt.wantHow {
+				t.Fatalf("Lookup = %+v by %q, want %s by %s", w, how, tt.wantCtr, tt.wantHow)
+			}
+			if w.PodUID != "uid-"+w.Pod || w.Namespace != "ns" || w.PodSandboxID != "s-"+w.Pod {
+				t.Errorf("names: %+v", w)
+			}
+		})
+	}
+}
+
+func FuzzCgroupRelPath(f *testing.F) {
+	f.Add("/kubepods/burstable/pod1/abc")
+	f.Add("kubepods-burstable-pod1_2.slice:cri-containerd:abc")
+	f.Add("::")
+	f.Fuzz(func(t *testing.T, s string) {
+		p := CgroupRelPath(s)
+		if !strings.HasPrefix(p, "/") {
+			t.Fatalf("CgroupRelPath(%q) = %q, not absolute", s, p)
+		}
+	})
+}
