@@ -50,6 +50,22 @@ type Image struct {
 	// Bench, when not empty, runs the benchmarks it matches (-test.bench)
 	// instead of the tests, each BenchTime (-test.benchtime) when set.
 	Bench, BenchTime string
+	// Testdata lists testdata directories of the module that the image
+	// carries besides those of the packages in Tests, for tests that read
+	// another package's (../../kernel/seccomp/testdata, ../testdata/hosts).
+	Testdata []Tree
+	// Lacks names the peers the guest does not have (GuestLacks); the init
+	// script passes them to the tests in NODESHIM_GUEST_LACKS.
+	Lacks []string
+}
+
+// Tree is a directory of the module that goes into the image.
+type Tree struct {
+	// Src is the directory on the host.
+	Src string
+	// Rel is its path relative to the module root, which is where it goes
+	// under the guest's source directory.
+	Rel string
 }
 
 // Faults lists what Image.Fault can inject: the kernel panics (init exits),
@@ -88,6 +104,7 @@ setup loopback ip link set lo up
 # The kernel hands NODESHIM_GUEST=<label> from its command line to init.
 [ -n "$NODESHIM_GUEST" ] || echo "$M setup-failed NODESHIM_GUEST-unset"
 export NODESHIM_GUEST NODESHIM_REQUIRE_PRIVILEGED=1 HOME=/root TMPDIR=/tmp
+export NODESHIM_GUEST_LACKS='{{.Lacks}}'
 echo "nodeshim guest $NODESHIM_GUEST: kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 mkdir -p {{.ArtifactDir}}
 {{- if eq .Fault "panic"}}
@@ -136,9 +153,9 @@ type initTest struct{ Name, Dir, Pattern string }
 // InitScript returns the guest's /init.
 func (im *Image) InitScript() string {
 	data := struct {
-		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault, Bench, BenchTime string
-		Tests                                                                                    []initTest
-	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, im.Bench, im.BenchTime, nil}
+		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault, Bench, BenchTime, Lacks string
+		Tests                                                                                           []initTest
+	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, im.Bench, im.BenchTime, strings.Join(im.Lacks, " "), nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
 	}
@@ -194,6 +211,15 @@ func (im *Image) Stage(dir string) error {
 			if err := copyTree(td, filepath.Join(src, "testdata")); err != nil {
 				return fmt.Errorf("stage testdata of %s: %w", t.Package.ImportPath, err)
 			}
+		}
+	}
+	for _, tr := range im.Testdata {
+		dst := filepath.Join(dir, guestSrcDir, filepath.FromSlash(tr.Rel))
+		if _, err := os.Stat(dst); err == nil {
+			continue // a test package's own, staged above
+		}
+		if err := copyTree(tr.Src, dst); err != nil {
+			return fmt.Errorf("stage %s: %w", tr.Rel, err)
 		}
 	}
 	if im.Nodeshim != nil {
@@ -271,7 +297,7 @@ func Pack(ctx context.Context, dir, out string) error {
 	return nil
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	var keys []string
 	for k := range m {
 		keys = append(keys, k)

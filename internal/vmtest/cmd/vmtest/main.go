@@ -41,6 +41,7 @@ func run() int {
 	flag.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "time each guest has from boot to power-off before QEMU is killed")
 	flag.IntVar(&cfg.MemoryMB, "memory", 1024, "guest memory in MiB")
 	flag.StringVar(&cfg.LDFlags, "ldflags", "", "-ldflags for the nodeshim binary")
+	flag.BoolVar(&cfg.HostSuite, "host-suite", true, "run the ordinary tests of the packages that vmtest.HostSuite selects too, not only the guest tests")
 	flag.StringVar(&cfg.Bench, "bench", "", "run the guest benchmarks matching this -test.bench pattern instead of the guest tests")
 	flag.StringVar(&cfg.BenchTime, "benchtime", "", "-test.benchtime of the guest benchmarks, e.g. 10x")
 	flag.StringVar(&cfg.Fault, "fault", "", "break the guest on purpose to check that the run fails: "+strings.Join(vmtest.Faults(), ", "))
