@@ -292,7 +292,7 @@ func detectThrashing(t *testing.T, choose func(refused error) (WatchOptions, Wat
 		t.Fatal(err)
 	}
 
-	th := newThrasher(t, 96<<20)
+	th := newMemoryStaller(t, v2)
 	enter(th.pid())
 	ctx, cancel := context.WithCancel(context.Background())
 	var events []PressureEvent
