@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -165,6 +166,19 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		}
 		im.Tests = append(im.Tests, TestEntry{Package: *p, Binary: bin})
 		expected = append(expected, p.Name)
+	}
+	if hostSuite {
+		for _, p := range GuestPrograms() {
+			path, err := exec.LookPath(p.Name)
+			if err != nil {
+				return "", nil, fmt.Errorf("the guests run %s for %s: %w", p.Name, p.Why, err)
+			}
+			bin, err := b.withLibs(ctx, path)
+			if err != nil {
+				return "", nil, err
+			}
+			im.Programs = append(im.Programs, bin)
+		}
 	}
 	log.Info("building nodeshim")
 	ns, err := b.Program(ctx, "./cmd/nodeshim", "nodeshim", cfg.LDFlags)

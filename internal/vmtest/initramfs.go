@@ -54,6 +54,8 @@ type Image struct {
 	// carries besides those of the packages in Tests, for tests that read
 	// another package's (../../kernel/seccomp/testdata, ../testdata/hosts).
 	Testdata []Tree
+	// Programs are host programs copied to /usr/local/bin (GuestPrograms).
+	Programs []Binary
 	// Lacks names the peers the guest does not have (GuestLacks); the init
 	// script passes them to the tests in NODESHIM_GUEST_LACKS.
 	Lacks []string
@@ -226,6 +228,19 @@ func (im *Image) Stage(dir string) error {
 		if err := add(*im.Nodeshim, guestNodeshim); err != nil {
 			return err
 		}
+	}
+	for _, p := range im.Programs {
+		if err := add(p, path.Join(path.Dir(guestNodeshim), filepath.Base(p.Path))); err != nil {
+			return err
+		}
+	}
+	// The name every machine resolves through its files, as a node's
+	// /etc/hosts says.
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		return fmt.Errorf("stage /etc: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "hosts"), []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644); err != nil {
+		return fmt.Errorf("stage /etc/hosts: %w", err)
 	}
 	// A shared object goes to the path it has on the host (the loader's
 	// path is compiled into the binaries); symlinks are followed.

@@ -116,6 +116,7 @@ func TestImageContents(t *testing.T) {
 	}
 	im.Testdata = []Tree{{Src: shared, Rel: "testdata"}, {Src: filepath.Join(src, "testdata"), Rel: "cgroup/testdata"}}
 	im.Nodeshim = &Binary{Path: trueBin, Libs: libs}
+	im.Programs = []Binary{{Path: trueBin, Libs: libs}}
 
 	dir := t.TempDir()
 	stage := filepath.Join(dir, "stage")
@@ -127,8 +128,8 @@ func TestImageContents(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cpioList(t, archive)
-	want := []string{".", "bin", "bin/busybox", "bin/sh", "dev", "init", "proc", "root", "sys", "tmp",
-		"usr", "usr/local", "usr/local/bin", "usr/local/bin/nodeshim",
+	want := []string{".", "bin", "bin/busybox", "bin/sh", "dev", "etc", "etc/hosts", "init", "proc", "root", "sys", "tmp",
+		"usr", "usr/local", "usr/local/bin", "usr/local/bin/nodeshim", "usr/local/bin/true",
 		"vmtest", "vmtest/bin", "vmtest/bin/cgroup.test", "vmtest/bin/internal_vmtest.test", "vmtest/bin/shim_status.test",
 		"vmtest/src", "vmtest/src/cgroup", "vmtest/src/cgroup/testdata", "vmtest/src/cgroup/testdata/sub",
 		"vmtest/src/cgroup/testdata/sub/case.golden", "vmtest/src/internal", "vmtest/src/internal/vmtest",

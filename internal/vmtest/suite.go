@@ -90,3 +90,22 @@ func GuestLacks() []Peer {
 		{"checkpointctl", "it reads CRIU's archives, which the guest does not make"},
 	}
 }
+
+// Program is a program of the host's Debian system that the image carries,
+// with the shared libraries it loads, because tests run it and busybox has
+// no applet of that name.
+type Program struct {
+	// Name is the program's name on PATH.
+	Name string
+	// Why names the tests that run it.
+	Why string
+}
+
+// GuestPrograms lists the programs copied from the host into the image's
+// /usr/local/bin. Each is small and needs only libc.
+func GuestPrograms() []Program {
+	return []Program{
+		{"setarch", "kernel/seccomp's personality(2) argument filters (util-linux)"},
+		{"getent", "kernel/seccomp's runtime-default profile around NSS lookups of /etc/hosts (libc-bin)"},
+	}
+}
