@@ -106,6 +106,7 @@ type Program struct {
 func GuestPrograms() []Program {
 	return []Program{
 		{"setarch", "kernel/seccomp's personality(2) argument filters (util-linux)"},
+		{"setsid", "internal/testworkload's workloads, started with util-linux's `setsid -f`, which busybox's setsid lacks"},
 		{"getent", "kernel/seccomp's runtime-default profile around NSS lookups of /etc/hosts (libc-bin)"},
 	}
 }
