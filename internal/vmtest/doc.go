@@ -56,7 +56,12 @@
 // cgroup.subtree_control, and runs the tests as root with
 // NODESHIM_GUEST=<kernel label> (see testutil.InGuest),
 // NODESHIM_REQUIRE_PRIVILEGED=1, so that a skip fails, and
-// NODESHIM_GUEST_LACKS. There is no disk: /var/tmp does not exist. The kernel is booted
+// NODESHIM_GUEST_LACKS. There is no disk: /var/tmp does not exist. The
+// modules of GuestModules come with the kernel, uncompressed; init runs
+// depmod, and the kernel loads them on demand through busybox's modprobe,
+// as on a node. The host programs of GuestPrograms that busybox lacks
+// (util-linux's setarch and setsid, getent) are in /usr/local/bin, and
+// /etc/hosts names localhost. The kernel is booted
 // with psi=1. It then runs `nodeshim report -o json` when the nodeshim binary
 // has a report command and keeps the output, with the console log, under
 // .cache/vmtest/artifacts/<label>/.

@@ -102,6 +102,9 @@ for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
 	setup "cgroup-controller-$c" sh -c "echo +$c > /sys/fs/cgroup/cgroup.subtree_control"
 done
 setup memlock ulimit -l unlimited
+# The kernel loads the modules the image carries on demand through
+# /sbin/modprobe (busybox), which reads what depmod writes.
+setup depmod depmod
 setup loopback ip link set lo up
 # The kernel hands NODESHIM_GUEST=<label> from its command line to init.
 [ -n "$NODESHIM_GUEST" ] || echo "$M setup-failed NODESHIM_GUEST-unset"

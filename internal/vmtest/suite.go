@@ -110,3 +110,25 @@ func GuestPrograms() []Program {
 		{"getent", "kernel/seccomp's runtime-default profile around NSS lookups of /etc/hosts (libc-bin)"},
 	}
 }
+
+// Module is a kernel module that the guests can load: the image carries it
+// from the kernel package, with depmod's files, and the kernel loads it on
+// demand through busybox's modprobe, as it does on a node.
+type Module struct {
+	// Name is the module's name, with underscores.
+	Name string
+	// Why names the tests that need it.
+	Why string
+}
+
+// GuestModules lists the modules the guests carry. Debian builds them as
+// modules (=m); all of them would take 100-400 MB of the guest's memory.
+func GuestModules() []Module {
+	return []Module{
+		{"veth", "shim/network's links in a namespace"},
+		{"nfnetlink", "NETLINK_NETFILTER, for the nftables probe"},
+		{"nf_tables", "kernel's nftables.kernel probe"},
+		{"libcrc32c", "nf_tables depends on it"},
+		{"overlay", "kernel's mounts.overlayfs probe"},
+	}
+}
