@@ -42,6 +42,16 @@
 // image, since some tests read another package's. `-host-suite=false` runs
 // the guest tests alone (`make vmtest-faults` does).
 //
+// Where it runs: `make test` boots the 6.1 guest (TEST_KERNELS) with the
+// host suite, and `make vmtest KERNELS=6.12` runs the same in the 6.12
+// guest outside `make test`. Under TCG one guest runs the host suite in
+// 7-8 min (shim/config's crash sweep, which the host's -race pass thins,
+// takes 3-3.5 min of it, and this is the only full sweep CI runs); its
+// test binaries cost 1-1.5 min to build with a warm cache and about 5 min
+// cold. That puts a cold `make test` at about 45 min with one kernel, under
+// the ~50 min a cold suite may take; a second kernel would add another
+// 8-10 min and go over it. The numbers are in BENCHMARKS.md.
+//
 // Test binaries are linked statically (CGO_ENABLED=0) unless the package
 // depends on cgo outside the standard library (libseccomp); such a binary is
 // linked dynamically and the shared libraries that ldd lists, with the

@@ -122,8 +122,8 @@ func (f *Fetcher) Fetch(ctx context.Context, k Kernel) (KernelImage, error) {
 		if b, err := os.ReadFile(labelFile); err == nil {
 			img := f.image(strings.TrimSpace(string(b)))
 			_, errImage := os.Stat(img.Vmlinuz)
-			_, errRoot := os.Stat(filepath.Join(img.Root, "lib", "modules"))
-			if errImage == nil && errRoot == nil {
+			kept, errRoot := os.ReadFile(filepath.Join(img.Root, "lib", "modules", modulesListFile))
+			if errImage == nil && errRoot == nil && string(kept) == modulesList(GuestModules()) {
 				return img, nil
 			}
 		}
@@ -368,8 +368,23 @@ func keepModules(ctx context.Context, run Runner, root string, mods []Module) er
 	if err := os.MkdirAll(filepath.Join(root, "lib"), 0o755); err != nil {
 		return fmt.Errorf("keep the guests' modules: %w", err)
 	}
+	if err := os.WriteFile(filepath.Join(kept, modulesListFile), []byte(modulesList(mods)), 0o644); err != nil {
+		return fmt.Errorf("keep the guests' modules: %w", err)
+	}
 	if err := os.Rename(kept, filepath.Join(root, "lib", "modules")); err != nil {
 		return fmt.Errorf("keep the guests' modules: %w", err)
 	}
 	return nil
+}
+
+// modulesListFile, under a cached kernel's lib/modules, names the modules
+// kept from its package: a kernel cached with another list is fetched again.
+const modulesListFile = "nodeshim-guest-modules"
+
+func modulesList(mods []Module) string {
+	var b strings.Builder
+	for _, m := range mods {
+		b.WriteString(m.Name + "\n")
+	}
+	return b.String()
 }

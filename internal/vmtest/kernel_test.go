@@ -261,6 +261,7 @@ func TestKeepModules(t *testing.T) {
 		"lib/modules/6.12.1-amd64/kernel/net/netfilter/nf_tables.ko: nf_tables module",
 		"lib/modules/6.12.1-amd64/modules.builtin: kernel/fs/ext4/ext4.ko\n",
 		"lib/modules/6.12.1-amd64/modules.order: kernel/drivers/net/veth.ko\n",
+		"lib/modules/nodeshim-guest-modules: veth\nnf_tables\noverlay\n",
 	}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("kept\n%q\nwant\n%q", got, want)

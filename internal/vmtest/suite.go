@@ -129,6 +129,7 @@ func GuestModules() []Module {
 		{"nfnetlink", "NETLINK_NETFILTER, for the nftables probe"},
 		{"nf_tables", "kernel's nftables.kernel probe"},
 		{"libcrc32c", "nf_tables depends on it"},
+		{"crc32c_generic", "libcrc32c asks the crypto API for crc32c"},
 		{"overlay", "kernel's mounts.overlayfs probe"},
 	}
 }

@@ -38,7 +38,7 @@ func run() int {
 	flag.StringVar(&cfg.Mirror, "mirror", "http://deb.debian.org/debian", "Debian archive for the private apt sources list")
 	flag.StringVar(&cfg.Keyring, "keyring", "/usr/share/keyrings/debian-archive-keyring.gpg", "keyring that signs the archive")
 	flag.BoolVar(&cfg.Refresh, "refresh", false, "resolve and download the kernels again")
-	flag.DurationVar(&cfg.Timeout, "timeout", 20*time.Minute, "time each guest has from boot to power-off before QEMU is killed")
+	flag.DurationVar(&cfg.Timeout, "timeout", 40*time.Minute, "time each guest has from boot to power-off before QEMU is killed")
 	flag.IntVar(&cfg.MemoryMB, "memory", 2048, "guest memory in MiB (the initramfs with the host suite's test binaries takes about 400 MiB of it)")
 	flag.StringVar(&cfg.LDFlags, "ldflags", "", "-ldflags for the nodeshim binary")
 	flag.BoolVar(&cfg.HostSuite, "host-suite", true, "run the ordinary tests of the packages that vmtest.HostSuite selects too, not only the guest tests")
