@@ -1,5 +1,3 @@
-//go:build !vmtest
-
 package cgroup
 
 import (
@@ -24,8 +22,8 @@ import (
 // These tests run on the machine that runs `go test`, whatever its cgroup
 // layout and kernel: what they expect of it they read here from sources
 // other than the package (/proc/self/cgroup, /proc/cgroups, statfs(2), and
-// PSI triggers written directly). They are left out of the kernel-matrix
-// guest binary, which runs *_vm_test.go instead.
+// PSI triggers written directly). The kernel-matrix guests run them too,
+// on pure cgroup v2 (internal/vmtest's host suite).
 
 func hostMount(t *testing.T) Mount {
 	t.Helper()
