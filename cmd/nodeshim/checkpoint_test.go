@@ -68,6 +68,7 @@ func TestCheckpointUsage(t *testing.T) {
 // original pid.
 func TestCheckpointRestoreCLI(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.SkipIfGuestLacks(t, "criu")
 	if _, err := criu.Find("", nil); err != nil {
 		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
 	}
