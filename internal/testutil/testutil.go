@@ -93,6 +93,7 @@ func RequireBinary(t testing.TB, name string) string {
 // and returns its path.
 func RequireTool(t testing.TB, env, name string) string {
 	t.Helper()
+	SkipIfGuestLacks(t, name)
 	if p := os.Getenv(env); p != "" {
 		RequireFile(t, p)
 		return p

@@ -32,12 +32,15 @@ func HostSuite() []Decision {
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
 		{"internal/atomicfile", true, "file replacement on the guest's tmpfs"},
+		{"internal/clustertest", false, "its test is the single-node cluster itself: kubelet, containerd and the control plane"},
 		{"internal/critest", true, "a CRI server on a unix socket"},
 		{"internal/errdefs", true, "portable: no kernel dependency"},
 		{"internal/golden", true, "portable: golden files from the package's testdata"},
 		{"internal/kubetest", false, "its test is the kube-apiserver and etcd fixture itself"},
 		{"internal/mountinfo", true, "the guest's own mount table besides the recorded ones"},
 		{"internal/procfs", true, "the guest's /proc"},
+		{"internal/runtimetest", false, "its tests are the container runtimes themselves (containerd, podman, runc, crun), which the guest does not carry"},
+		{"internal/syncbuf", true, "portable: a locked buffer"},
 		{"internal/testutil", false, "TestEverySkipGoesThroughTheGate reads the module's source tree, " +
 			"which the image does not carry; the gate's other tests do not depend on the kernel"},
 		{"internal/testworkload", true, "the test workloads that the other packages start"},
@@ -50,6 +53,7 @@ func HostSuite() []Decision {
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
 		{"shim/client", true, "the client over a unix socket"},
 		{"shim/condition", true, "portable: condition evaluation"},
+		{"shim/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
 		{"shim/cri", true, "the CRI client against a fake runtime on a unix socket"},
 		{"shim/daemon", true, "the daemon with its sources on a pure cgroup v2 machine; checkpoints need criu and skip"},
@@ -58,9 +62,12 @@ func HostSuite() []Decision {
 		{"shim/network", true, "the network source against the guest's netlink"},
 		{"shim/oom", true, "the OOM source with a real OOM kill in a cgroup2 memory controller"},
 		{"shim/plugin", true, "the plugin watcher on the guest's tmpfs"},
+		{"shim/podman", false, "its tests read podman's state and checkpoint podman containers with CRIU: runtimes the guest does not carry"},
 		{"shim/pressure", true, "the pressure source with PSI triggers on a pure cgroup v2 machine"},
+		{"shim/profiles", true, "the seccomp profile installer: libseccomp compiles, files on the guest's tmpfs"},
 		{"shim/reporter", true, "the condition planning; the publishing tests need a kube-apiserver and skip"},
 		{"shim/source", true, "portable: the source supervisor"},
+		{"shim/source/sourcetest", true, "portable: the source test helpers"},
 		{"shim/status", true, "portable: the status model"},
 	}
 }
@@ -88,6 +95,9 @@ func GuestLacks() []Peer {
 		{"kubectl", "only the deployment tests use it, against a kube-apiserver"},
 		{"criu", "CRIU comes from Debian trixie with its own loader and libraries under .tools"},
 		{"checkpointctl", "it reads CRIU's archives, which the guest does not make"},
+		{"containerd", "the container runtimes and their images are the host's (internal/runtimetest)"},
+		{"podman", "the container runtimes and their images are the host's (internal/runtimetest)"},
+		{"crictl", "it talks to containerd, which the guest does not have"},
 	}
 }
 
