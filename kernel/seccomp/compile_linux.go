@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -50,6 +51,10 @@ type CompileOptions struct {
 	// NoENOSYS leaves out the prefix that answers ENOSYS for syscalls newer
 	// than the profile (for measurements and tests only).
 	NoENOSYS bool
+	// oneFilter compiles every architecture in one libseccomp filter, as
+	// before the filters were split per architecture (for the tests that
+	// compare the two).
+	oneFilter bool
 }
 
 // Filter is a compiled profile: the BPF program the kernel runs and what
@@ -181,23 +186,14 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		}
 	}
 
-	filter, err := libseccomp.NewFilter(defAct)
-	if err != nil {
-		return nil, fmt.Errorf("%w: new filter: %w", ErrCompile, err)
-	}
-	defer filter.Release()
-
 	arches := []libseccomp.ScmpArch{native}
 	for _, name := range p.Architectures {
 		a, err := libseccomp.GetArchFromString(archName(name))
 		if err != nil {
 			return nil, fmt.Errorf("%w: architecture %s: %w", ErrCompile, name, err)
 		}
-		if a == native {
+		if a == native || slices.Contains(arches, a) {
 			continue
-		}
-		if err := filter.AddArch(a); err != nil {
-			return nil, fmt.Errorf("%w: add architecture %s: %w", ErrCompile, name, err)
 		}
 		arches = append(arches, a)
 	}
@@ -212,13 +208,84 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 			f.Optimize = OptimizeTree
 		}
 	}
-	if f.Optimize == OptimizeTree {
-		if err := filter.SetOptimize(int(OptimizeTree)); err != nil {
-			return nil, fmt.Errorf("%w: binary tree optimizer (libseccomp %s): %w", ErrCompile, LibraryVersion(), err)
-		}
-	}
 	f.OptimizeName = f.Optimize.String()
 
+	// One libseccomp filter per architecture, stitched together after
+	// export (see stitchArches), unless a rule could be mistaken for the
+	// marker of a foreign architecture: libseccomp's program generator
+	// grows with the square of the program, so three filters of one
+	// architecture cost a third of one filter of three.
+	split := len(arches) > 1 && !opts.oneFilter && !usesArchMarker(p)
+	var filters []*libseccomp.ScmpFilter
+	defer func() {
+		for _, filter := range filters {
+			filter.Release()
+		}
+	}()
+	newFilter := func(own []libseccomp.ScmpArch) error {
+		filter, err := libseccomp.NewFilter(defAct)
+		if err != nil {
+			return fmt.Errorf("%w: new filter: %w", ErrCompile, err)
+		}
+		filters = append(filters, filter)
+		if split {
+			if err := filter.SetBadArchAction(archMarker); err != nil {
+				return fmt.Errorf("%w: set the bad-architecture action: %w", ErrCompile, err)
+			}
+		}
+		for _, a := range own {
+			if a == native {
+				continue
+			}
+			if err := filter.AddArch(a); err != nil {
+				return fmt.Errorf("%w: add architecture %s: %w", ErrCompile, a, err)
+			}
+		}
+		if !slices.Contains(own, native) {
+			if err := filter.RemoveArch(native); err != nil {
+				return fmt.Errorf("%w: remove architecture %s: %w", ErrCompile, native, err)
+			}
+		}
+		if f.Optimize == OptimizeTree {
+			if err := filter.SetOptimize(int(OptimizeTree)); err != nil {
+				return fmt.Errorf("%w: binary tree optimizer (libseccomp %s): %w", ErrCompile, LibraryVersion(), err)
+			}
+		}
+		return nil
+	}
+	if split {
+		for _, a := range arches {
+			if err := newFilter([]libseccomp.ScmpArch{a}); err != nil {
+				return nil, err
+			}
+		}
+	} else if err := newFilter(arches); err != nil {
+		return nil, err
+	}
+	// addRule adds one rule to every filter, as libseccomp adds a rule of a
+	// filter with several architectures to each that has the syscall: an
+	// error only when no filter takes it.
+	addRule := func(call libseccomp.ScmpSyscall, act libseccomp.ScmpAction, sc []libseccomp.ScmpCondition) error {
+		var first error
+		added := false
+		for _, filter := range filters {
+			var err error
+			if len(sc) == 0 {
+				err = filter.AddRule(call, act)
+			} else {
+				err = filter.AddRuleConditional(call, act, sc)
+			}
+			if err == nil {
+				added = true
+			} else if first == nil {
+				first = err
+			}
+		}
+		if added {
+			return nil
+		}
+		return first
+	}
 	maxNr := map[libseccomp.ScmpArch]int{}
 	named := map[string]bool{}
 	for _, s := range p.Syscalls {
@@ -270,12 +337,7 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 					}
 					sc = append(sc, cond)
 				}
-				if len(sc) == 0 {
-					err = filter.AddRule(call, act)
-				} else {
-					err = filter.AddRuleConditional(call, act, sc)
-				}
-				if err != nil {
+				if err := addRule(call, act, sc); err != nil {
 					return nil, fmt.Errorf("%w: %s %q: add rule: %w", ErrCompile, path, name, err)
 				}
 				f.Rules++
@@ -290,9 +352,15 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		f.Warnings = append(f.Warnings[:len(f.Warnings):len(f.Warnings)], Warning{Path: "flags", Message: "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV only applies to SCMP_ACT_NOTIFY rules; ignored"})
 	}
 
-	prog, err := exportBPF(filter)
-	if err != nil {
-		return nil, err
+	progs := make([][]Instruction, len(filters))
+	for i, filter := range filters {
+		if progs[i], err = exportBPF(filter); err != nil {
+			return nil, err
+		}
+	}
+	prog := progs[0]
+	if split {
+		prog = stitchArches(progs)
 	}
 	if !opts.NoENOSYS && denies(def) {
 		for _, a := range arches {
@@ -361,4 +429,62 @@ func exportBPF(filter *libseccomp.ScmpFilter) ([]Instruction, error) {
 		return nil, fmt.Errorf("%w: read exported BPF: %w", ErrCompile, err)
 	}
 	return DecodeProgram(b)
+}
+
+// archMarker is the bad-architecture action of the filters of one
+// architecture that Compile stitches together: an action no profile of
+// nodeshim's asks for (usesArchMarker checks), so that every return of it
+// in an exported program is the answer for a foreign architecture.
+var archMarker = libseccomp.ActTrace.SetReturnCode(archMarkerData)
+
+const (
+	archMarkerData = 0x7ff1
+	// retArchMarker is archMarker as the program returns it.
+	retArchMarker = retTrace | archMarkerData
+	// retBadArch is libseccomp's default bad-architecture action
+	// (SCMP_ACT_KILL), which its filter of several architectures returns
+	// for a call of none of them.
+	retBadArch = retKillThread
+)
+
+// usesArchMarker reports whether a rule or the default of p returns the
+// archMarker action, which would make stitching ambiguous.
+func usesArchMarker(p *Profile) bool {
+	marker := func(v Verdict) bool { return v.Action == ActTrace && v.Errno == archMarkerData }
+	if marker(p.DefaultVerdict()) {
+		return true
+	}
+	for _, s := range p.Syscalls {
+		if marker(s.Verdict()) {
+			return true
+		}
+	}
+	return false
+}
+
+// stitchArches joins the programs of filters of one architecture each into
+// the program of one filter of all of them. Each program starts with its
+// own architecture check and returns the marker for any call that is not
+// its own (another audit arch, or, for x86_64 and x32 which share one,
+// the other half of the syscall numbers); that return becomes a jump to
+// the next program, and in the last one the bad-architecture action of
+// libseccomp's own multi-architecture filter. Jumps inside a program are
+// relative and the replaced instruction keeps its place, so nothing else
+// moves.
+func stitchArches(progs [][]Instruction) []Instruction {
+	var out []Instruction
+	for i, prog := range progs {
+		last := i == len(progs)-1
+		for pc, ins := range prog {
+			if ins.Code == bpfRET|bpfK && ins.K == retArchMarker {
+				if last {
+					ins = Instruction{Code: bpfRET | bpfK, K: retBadArch}
+				} else {
+					ins = Instruction{Code: bpfJMP | bpfJA, K: uint32(len(prog) - pc - 1)}
+				}
+			}
+			out = append(out, ins)
+		}
+	}
+	return out
 }
