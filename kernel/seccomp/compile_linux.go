@@ -332,6 +332,12 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		prog = append(stub, prog...)
 	}
 	if len(prog) > maxInstructions {
+		if split {
+			// The stitched program repeats the architecture check per
+			// chunk; one filter may still fit.
+			opts.oneFilter = true
+			return Compile(p, opts)
+		}
 		return nil, fmt.Errorf("%w: %d instructions, the kernel accepts at most %d", ErrCompile, len(prog), maxInstructions)
 	}
 	f.Program = prog
