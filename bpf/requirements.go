@@ -73,7 +73,8 @@ func Requirements() []capability.Requirement {
 			NeededBy: []string{neededByOOM + ": fentry on mark_oom_victim, which sees the victim's cgroup"},
 			Probe:    featureProbe(tracing, "BPF_PROG_TYPE_TRACING (fentry on bpf_init)"),
 			// Decodes the kernel BTF that the two program loads share.
-			Slow: true,
+			Slow:    true,
+			PerBoot: true,
 		},
 		{
 			ID: "ebpf.tracefs-oom-mark-victim", Group: "ebpf",
@@ -85,6 +86,7 @@ func Requirements() []capability.Requirement {
 			NeededBy: []string{neededByRecorder},
 			Probe:    recorderProbe(cache),
 			Slow:     true,
+			PerBoot:  true,
 		},
 		{
 			ID: "ebpf.oom-watcher", Group: "ebpf",
@@ -92,7 +94,8 @@ func Requirements() []capability.Requirement {
 			Probe:    oomWatcherProbe(cache, tracing, tracefs),
 			// Detaching a perf-event tracepoint waits for an RCU grace
 			// period: 30-60 ms of wall time here.
-			Slow: true,
+			Slow:    true,
+			PerBoot: true,
 		},
 	}
 }

@@ -60,6 +60,10 @@ func Catalogue() []capability.Requirement {
 			NeededBy: []string{"nodeshim: pressure watcher (poll on PSI triggers)"},
 			Probe:    onHost(probePSITriggers),
 			Slow:     true,
+			// Whether the kernel takes a 1 s window depends on its build,
+			// its boot parameters (psi=) and CAP_SYS_RESOURCE: a BootCache
+			// keys on all three.
+			PerBoot: true,
 		},
 		{
 			ID: "mounts.mount-setattr", Group: "mounts", MinKernel: capability.V(5, 12, 0),

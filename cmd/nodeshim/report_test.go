@@ -209,3 +209,54 @@ func TestRunReportBadCatalogueFails(t *testing.T) {
 		t.Errorf("got %v, want exit 1 wrapping ErrBadCatalogue", err)
 	}
 }
+
+// TestReportCachesPerBootVerdicts runs the report twice with one cache
+// directory: the second run answers the per-boot requirements that had a
+// definitive verdict from the cache, says so in their evidence and keeps
+// their verdicts; without a cache directory nothing is cached.
+func TestReportCachesPerBootVerdicts(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := filepath.Join(t.TempDir(), "cache")
+	report := func(args ...string) map[string]capability.Result {
+		t.Helper()
+		out, err := run(t, append([]string{"report", "-o", "json"}, args...)...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var r capability.Report
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]capability.Result{}
+		for _, res := range r.Requirements {
+			m[res.ID] = res
+		}
+		return m
+	}
+	first := report("--cache-dir", dir)
+	second := report("--cache-dir", dir)
+	fresh := report("--cache-dir", "")
+	perBoot := 0
+	for _, req := range catalogue.With(criu.ReportOptions{}) {
+		a, b, c := first[req.ID], second[req.ID], fresh[req.ID]
+		if strings.Contains(c.Evidence, "(cached: probed at") {
+			t.Errorf("%s is cached without a cache directory: %s", req.ID, c.Evidence)
+		}
+		if strings.Contains(a.Evidence, "(cached: probed at") {
+			t.Errorf("%s is cached in the first run: %s", req.ID, a.Evidence)
+		}
+		cached := strings.Contains(b.Evidence, "(cached: probed at")
+		switch {
+		case !req.PerBoot && cached:
+			t.Errorf("%s is not per boot but came from the cache: %s", req.ID, b.Evidence)
+		case req.PerBoot && a.Verdict != capability.Unknown:
+			perBoot++
+			if !cached || b.Verdict != a.Verdict || !strings.HasPrefix(b.Evidence, a.Evidence) {
+				t.Errorf("%s: second run %s %q, want the first run's %s %q from the cache", req.ID, b.Verdict, b.Evidence, a.Verdict, a.Evidence)
+			}
+		}
+	}
+	if perBoot == 0 {
+		t.Error("no per-boot requirement had a definitive verdict to cache")
+	}
+}

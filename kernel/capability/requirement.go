@@ -94,6 +94,11 @@ type Requirement struct {
 	// probes first, each on its own goroutine, so that they overlap with
 	// the many quick file reads instead of ending the report.
 	Slow bool `json:"-"`
+	// PerBoot marks a probe whose finding holds for the rest of the boot
+	// for the same binary and privileges (it loads programs into this
+	// kernel, or asks the kernel something no setting changes), so that a
+	// BootCache may answer it in later runs instead of probing again.
+	PerBoot bool `json:"-"`
 	// Timeout overrides the collector's per-probe timeout for a probe
 	// known to take longer (a tool's full self-check); zero means the
 	// collector's.

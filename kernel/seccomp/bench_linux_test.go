@@ -57,18 +57,26 @@ func BenchmarkParse(b *testing.B) {
 
 // BenchmarkCompileCold parses and compiles the profile from its bytes, for
 // the native architecture only and for the profile's three (x86_64, x86,
-// x32), with both layouts.
+// x32), with both layouts, beside the same compiled as one libseccomp
+// filter (one-filter: Compile before the stitched filters).
 func BenchmarkCompileCold(b *testing.B) {
 	data, _ := benchData(b)
 	for _, tc := range []struct {
 		name   string
 		arches []string
 		opt    Optimize
+		one    bool
 	}{
-		{"native/linear", []string{}, OptimizeLinear},
-		{"native/tree", []string{}, OptimizeTree},
-		{"3arch/linear", nil, OptimizeLinear},
-		{"3arch/tree", nil, OptimizeTree},
+		{"native/linear", []string{}, OptimizeLinear, false},
+		{"native/tree", []string{}, OptimizeTree, false},
+		{"3arch/linear", nil, OptimizeLinear, false},
+		{"3arch/tree", nil, OptimizeTree, false},
+		// Baselines: one libseccomp filter of every architecture and
+		// syscall, as Compile built it before the stitched filters.
+		{"native/linear/one-filter", []string{}, OptimizeLinear, true},
+		{"native/tree/one-filter", []string{}, OptimizeTree, true},
+		{"3arch/linear/one-filter", nil, OptimizeLinear, true},
+		{"3arch/tree/one-filter", nil, OptimizeTree, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			loopCPU(b, func() {
@@ -79,7 +87,7 @@ func BenchmarkCompileCold(b *testing.B) {
 				if tc.arches != nil {
 					q.Architectures = tc.arches
 				}
-				if _, err := Compile(q, CompileOptions{Optimize: tc.opt}); err != nil {
+				if _, err := Compile(q, CompileOptions{Optimize: tc.opt, oneFilter: tc.one}); err != nil {
 					b.Fatal(err)
 				}
 			})
@@ -149,14 +157,20 @@ func BenchmarkSyscallOverhead(b *testing.B) {
 	_, p := benchData(b)
 	filters := map[string]*Filter{"none": nil}
 	for _, opt := range []Optimize{OptimizeLinear, OptimizeTree} {
-		f, err := Compile(p, CompileOptions{Optimize: opt})
-		if err != nil {
-			b.Fatal(err)
+		for _, one := range []bool{false, true} {
+			f, err := Compile(p, CompileOptions{Optimize: opt, oneFilter: one})
+			if err != nil {
+				b.Fatal(err)
+			}
+			name := opt.String()
+			if one {
+				name += "-one-filter"
+			}
+			filters[name] = f
 		}
-		filters[opt.String()] = f
 	}
 	all := ^uint64(0)
-	late := lateAllowed(b, filters["linear"])
+	late := lateAllowed(b, filters["linear-one-filter"])
 	name, _ := syscallNameNative(late)
 	calls := []struct {
 		name string
@@ -169,7 +183,7 @@ func BenchmarkSyscallOverhead(b *testing.B) {
 		{"acct-denied", unix.SYS_ACCT, [6]uint64{all}},
 	}
 	for _, c := range calls {
-		for _, fname := range []string{"none", "linear", "tree"} {
+		for _, fname := range []string{"none", "linear", "tree", "linear-one-filter", "tree-one-filter"} {
 			b.Run(c.name+"/"+fname, func(b *testing.B) {
 				b.ReportAllocs()
 				ns, err := timeSyscall(context.Background(), filters[fname], c.nr, c.args, b.N)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 	"golang.org/x/sys/unix"
@@ -50,6 +51,10 @@ type CompileOptions struct {
 	// NoENOSYS leaves out the prefix that answers ENOSYS for syscalls newer
 	// than the profile (for measurements and tests only).
 	NoENOSYS bool
+	// oneFilter compiles every architecture in one libseccomp filter, as
+	// before the filters were split per architecture (for the tests that
+	// compare the two).
+	oneFilter bool
 }
 
 // Filter is a compiled profile: the BPF program the kernel runs and what
@@ -181,23 +186,14 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		}
 	}
 
-	filter, err := libseccomp.NewFilter(defAct)
-	if err != nil {
-		return nil, fmt.Errorf("%w: new filter: %w", ErrCompile, err)
-	}
-	defer filter.Release()
-
 	arches := []libseccomp.ScmpArch{native}
 	for _, name := range p.Architectures {
 		a, err := libseccomp.GetArchFromString(archName(name))
 		if err != nil {
 			return nil, fmt.Errorf("%w: architecture %s: %w", ErrCompile, name, err)
 		}
-		if a == native {
+		if a == native || slices.Contains(arches, a) {
 			continue
-		}
-		if err := filter.AddArch(a); err != nil {
-			return nil, fmt.Errorf("%w: add architecture %s: %w", ErrCompile, name, err)
 		}
 		arches = append(arches, a)
 	}
@@ -212,13 +208,9 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 			f.Optimize = OptimizeTree
 		}
 	}
-	if f.Optimize == OptimizeTree {
-		if err := filter.SetOptimize(int(OptimizeTree)); err != nil {
-			return nil, fmt.Errorf("%w: binary tree optimizer (libseccomp %s): %w", ErrCompile, LibraryVersion(), err)
-		}
-	}
 	f.OptimizeName = f.Optimize.String()
 
+	var rules []pendingRule
 	maxNr := map[libseccomp.ScmpArch]int{}
 	named := map[string]bool{}
 	for _, s := range p.Syscalls {
@@ -270,15 +262,7 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 					}
 					sc = append(sc, cond)
 				}
-				if len(sc) == 0 {
-					err = filter.AddRule(call, act)
-				} else {
-					err = filter.AddRuleConditional(call, act, sc)
-				}
-				if err != nil {
-					return nil, fmt.Errorf("%w: %s %q: add rule: %w", ErrCompile, path, name, err)
-				}
-				f.Rules++
+				rules = append(rules, pendingRule{call: call, act: act, conds: sc, path: path, name: name})
 			}
 		}
 	}
@@ -290,9 +274,50 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		f.Warnings = append(f.Warnings[:len(f.Warnings):len(f.Warnings)], Warning{Path: "flags", Message: "SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV only applies to SCMP_ACT_NOTIFY rules; ignored"})
 	}
 
-	prog, err := exportBPF(filter)
-	if err != nil {
-		return nil, err
+	// One libseccomp filter per architecture and per chunk of at most
+	// chunkSyscalls syscalls, stitched together after export (see
+	// stitchPrograms), unless a rule could be mistaken for one of the
+	// markers: libseccomp's rule database and program generator grow with
+	// the square of the filter, so many small filters cost a fraction of
+	// one large one.
+	split := !opts.oneFilter && !usesMarker(p)
+	archSets := [][]libseccomp.ScmpArch{arches}
+	chunks := [][]pendingRule{rules}
+	if split {
+		archSets = archSets[:0]
+		for _, a := range arches {
+			archSets = append(archSets, []libseccomp.ScmpArch{a})
+		}
+		chunks = chunkRules(rules, chunkSyscalls)
+	}
+	added := make([]bool, len(rules))
+	addErrs := make([]error, len(rules))
+	var progs [][]Instruction
+	for _, own := range archSets {
+		start := 0
+		for ci, chunk := range chunks {
+			act := defAct
+			if split && ci < len(chunks)-1 {
+				act = chunkMarker
+			}
+			prog, err := compileChunk(native, own, act, split, f.Optimize, chunk, added[start:], addErrs[start:])
+			if err != nil {
+				return nil, err
+			}
+			progs = append(progs, prog)
+			start += len(chunk)
+		}
+	}
+	ordered := slices.Concat(chunks...)
+	for i, r := range ordered {
+		if !added[i] {
+			return nil, fmt.Errorf("%w: %s %q: add rule: %w", ErrCompile, r.path, r.name, addErrs[i])
+		}
+	}
+	f.Rules = len(rules)
+	prog := progs[0]
+	if split {
+		prog = stitchPrograms(progs)
 	}
 	if !opts.NoENOSYS && denies(def) {
 		for _, a := range arches {
@@ -307,6 +332,12 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		prog = append(stub, prog...)
 	}
 	if len(prog) > maxInstructions {
+		if split {
+			// The stitched program repeats the architecture check per
+			// chunk; one filter may still fit.
+			opts.oneFilter = true
+			return Compile(p, opts)
+		}
 		return nil, fmt.Errorf("%w: %d instructions, the kernel accepts at most %d", ErrCompile, len(prog), maxInstructions)
 	}
 	f.Program = prog
@@ -361,4 +392,180 @@ func exportBPF(filter *libseccomp.ScmpFilter) ([]Instruction, error) {
 		return nil, fmt.Errorf("%w: read exported BPF: %w", ErrCompile, err)
 	}
 	return DecodeProgram(b)
+}
+
+// The markers of the filters that Compile stitches together: actions no
+// profile asks for (usesMarker checks), so that every return of one in an
+// exported program means "not answered here": a call of a foreign
+// architecture (archMarker, the filters' bad-architecture action) or a
+// syscall of another chunk (chunkMarker, the default action of every chunk
+// but the last of an architecture).
+var (
+	archMarker  = libseccomp.ActTrace.SetReturnCode(archMarkerData)
+	chunkMarker = libseccomp.ActTrace.SetReturnCode(chunkMarkerData)
+)
+
+const (
+	archMarkerData  = 0x7ff1
+	chunkMarkerData = 0x7ff2
+	retArchMarker   = retTrace | archMarkerData
+	retChunkMarker  = retTrace | chunkMarkerData
+	// retBadArch is libseccomp's default bad-architecture action
+	// (SCMP_ACT_KILL), which its filter of several architectures returns
+	// for a call of none of them.
+	retBadArch = retKillThread
+	// chunkSyscalls is how many syscalls one stitched filter judges at
+	// most: small enough that libseccomp's quadratic costs stay small, large
+	// enough that a call crosses few chunk boundaries (three instructions
+	// each: load the arch, compare, jump).
+	chunkSyscalls = 64
+)
+
+// pendingRule is one rule for libseccomp, with where the profile has it.
+type pendingRule struct {
+	call       libseccomp.ScmpSyscall
+	act        libseccomp.ScmpAction
+	conds      []libseccomp.ScmpCondition
+	path, name string
+}
+
+// multiplexed are the syscalls that x86 (and s390, ppc, mips) also reach
+// through socketcall(2) or ipc(2). libseccomp adds a rule on one of them
+// to the multiplexer as well, and what it adds depends on the rules the
+// filter already has for the multiplexer and its other calls, so they all
+// go to one chunk.
+var multiplexed = map[string]bool{
+	"socketcall": true, "socket": true, "bind": true, "connect": true, "listen": true, "accept": true,
+	"getsockname": true, "getpeername": true, "socketpair": true, "send": true, "recv": true,
+	"sendto": true, "recvfrom": true, "shutdown": true, "setsockopt": true, "getsockopt": true,
+	"sendmsg": true, "recvmsg": true, "accept4": true, "recvmmsg": true, "sendmmsg": true,
+	"ipc": true, "semop": true, "semget": true, "semctl": true, "semtimedop": true, "msgsnd": true,
+	"msgrcv": true, "msgget": true, "msgctl": true, "shmat": true, "shmdt": true, "shmget": true, "shmctl": true,
+}
+
+// chunkRules splits rules into chunks of at most n syscalls, every rule of
+// one syscall in the same chunk and in the profile's order; the
+// multiplexed syscalls count as one.
+func chunkRules(rules []pendingRule, n int) [][]pendingRule {
+	type group struct {
+		call libseccomp.ScmpSyscall
+		mux  bool
+	}
+	bySyscall := map[group][]pendingRule{}
+	var order []group
+	for _, r := range rules {
+		g := group{call: r.call}
+		if multiplexed[r.name] {
+			g = group{mux: true}
+		}
+		if _, ok := bySyscall[g]; !ok {
+			order = append(order, g)
+		}
+		bySyscall[g] = append(bySyscall[g], r)
+	}
+	chunks := [][]pendingRule{nil}
+	for i, g := range order {
+		if i > 0 && i%n == 0 {
+			chunks = append(chunks, nil)
+		}
+		chunks[len(chunks)-1] = append(chunks[len(chunks)-1], bySyscall[g]...)
+	}
+	return chunks
+}
+
+// compileChunk builds one libseccomp filter of the architectures own with
+// default action def and the given rules and exports its program. The
+// markers are set when split. added[i] is set when rules[i] was taken;
+// errs[i] keeps the first refusal: libseccomp adds a rule of a filter of
+// several architectures to each that has the syscall, and fails only when
+// none takes it, so Compile fails only when no architecture took a rule.
+func compileChunk(native libseccomp.ScmpArch, own []libseccomp.ScmpArch, def libseccomp.ScmpAction, split bool, opt Optimize, rules []pendingRule, added []bool, errs []error) ([]Instruction, error) {
+	filter, err := libseccomp.NewFilter(def)
+	if err != nil {
+		return nil, fmt.Errorf("%w: new filter: %w", ErrCompile, err)
+	}
+	defer filter.Release()
+	if split {
+		if err := filter.SetBadArchAction(archMarker); err != nil {
+			return nil, fmt.Errorf("%w: set the bad-architecture action: %w", ErrCompile, err)
+		}
+	}
+	for _, a := range own {
+		if a == native {
+			continue
+		}
+		if err := filter.AddArch(a); err != nil {
+			return nil, fmt.Errorf("%w: add architecture %s: %w", ErrCompile, a, err)
+		}
+	}
+	if !slices.Contains(own, native) {
+		if err := filter.RemoveArch(native); err != nil {
+			return nil, fmt.Errorf("%w: remove architecture %s: %w", ErrCompile, native, err)
+		}
+	}
+	if opt == OptimizeTree {
+		if err := filter.SetOptimize(int(OptimizeTree)); err != nil {
+			return nil, fmt.Errorf("%w: binary tree optimizer (libseccomp %s): %w", ErrCompile, LibraryVersion(), err)
+		}
+	}
+	for i, r := range rules {
+		if len(r.conds) == 0 {
+			err = filter.AddRule(r.call, r.act)
+		} else {
+			err = filter.AddRuleConditional(r.call, r.act, r.conds)
+		}
+		switch {
+		case err == nil:
+			added[i] = true
+		case errs[i] == nil:
+			errs[i] = err
+		}
+	}
+	return exportBPF(filter)
+}
+
+// usesMarker reports whether a rule or the default of p returns one of
+// the markers, which would make stitching ambiguous.
+func usesMarker(p *Profile) bool {
+	marker := func(v Verdict) bool {
+		return v.Action == ActTrace && (v.Errno == archMarkerData || v.Errno == chunkMarkerData)
+	}
+	if marker(p.DefaultVerdict()) {
+		return true
+	}
+	for _, s := range p.Syscalls {
+		if marker(s.Verdict()) {
+			return true
+		}
+	}
+	return false
+}
+
+// stitchPrograms joins the programs of the filters of one architecture and
+// one chunk each into one program that answers as one filter of all of
+// them. Each program starts with its own architecture check; a marker
+// return (a call of another architecture, or, for x86_64 and x32 which
+// share one, the other half of the syscall numbers; a syscall of another
+// chunk) becomes a jump to the next program, and in the last program the
+// bad-architecture action of libseccomp's own multi-architecture filter.
+// Jumps inside a program are relative and the replaced instruction keeps
+// its place, so nothing else moves.
+func stitchPrograms(progs [][]Instruction) []Instruction {
+	var out []Instruction
+	for i, prog := range progs {
+		last := i == len(progs)-1
+		for pc, ins := range prog {
+			if ins.Code == bpfRET|bpfK && (ins.K == retArchMarker || ins.K == retChunkMarker) {
+				if last {
+					// Only a foreign architecture reaches a marker in
+					// the last program: its chunk is the last one.
+					ins = Instruction{Code: bpfRET | bpfK, K: retBadArch}
+				} else {
+					ins = Instruction{Code: bpfJMP | bpfJA, K: uint32(len(prog) - pc - 1)}
+				}
+			}
+			out = append(out, ins)
+		}
+	}
+	return out
 }
