@@ -214,7 +214,9 @@ func TestHostTriggerWidened(t *testing.T) {
 	}
 }
 
-// thrashCgroups creates a cgroup2 cgroup whose memory is limited to 32 MiB,
+// thrashCgroups creates a cgroup2 cgroup whose memory is limited to 64 MiB
+// (room for the race-instrumented child's own ~17 MiB of anonymous memory
+// beside the page cache it thrashes: at 32 MiB the kernel OOM-killed it),
 // by the cgroup2 memory controller where the root delegates it, else by a
 // v1 memory cgroup beside it, and returns a function moving a pid into
 // both. The kernel accounts PSI per cgroup2 cgroup for any task in it,
