@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 )
 
 // restoreOutput is the machine-readable form of `nodeshim restore`.
@@ -55,6 +56,13 @@ original pids must be free: the checkpointed tree must have exited.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
+			// Retention (nodeshim serve, checkpoint prune) keeps an
+			// archive held while it is read.
+			release, err := retention.Hold(args[0])
+			if err != nil {
+				return err
+			}
+			defer release() //nolint:errcheck // a read-only descriptor
 			res, err := criu.Restore(ctx, args[0], criu.RestoreOptions{
 				Binary:              bin,
 				RootDir:             rootDir,

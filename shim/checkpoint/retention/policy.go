@@ -46,8 +46,11 @@ type Archive struct {
 	Container string `json:"container"`
 	// Time is when the checkpoint was taken (the name's timestamp).
 	Time time.Time `json:"time"`
-	// Attempt is the name's "-N" suffix after the time (0 for none): it
-	// orders two archives of one second.
+	// Modified is the file's modification time: it orders archives of one
+	// second, whose names' "-N" suffixes do not (a name freed by a
+	// removal is taken again by the next checkpoint of that second).
+	Modified time.Time `json:"-"`
+	// Attempt is the name's "-N" suffix after the time (0 for none).
 	Attempt int `json:"-"`
 	// Size is the file's size in bytes.
 	Size int64 `json:"sizeBytes"`
@@ -93,6 +96,9 @@ type Removal struct {
 // order, and so the plan, never depends on the listing's order.
 func older(a, b Archive) int {
 	if c := a.Time.Compare(b.Time); c != 0 {
+		return c
+	}
+	if c := a.Modified.Compare(b.Modified); c != 0 {
 		return c
 	}
 	if c := cmp.Compare(a.Attempt, b.Attempt); c != 0 {

@@ -153,3 +153,15 @@ func TestFromConfig(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanOrdersOneSecondByModification: a removal frees a name that the
+// next checkpoint of the same second takes again; the file's time, not
+// the name's suffix, says it is the newest.
+func TestPlanOrdersOneSecondByModification(t *testing.T) {
+	reused := Archive{Name: "checkpoint-p_n-c-2026-11-23T12:00:00Z.tar", Container: "p_n-c", Time: t0, Modified: t0.Add(900 * time.Millisecond)}
+	first := Archive{Name: "checkpoint-p_n-c-2026-11-23T12:00:00Z-1.tar", Container: "p_n-c", Time: t0, Modified: t0.Add(100 * time.Millisecond), Attempt: 1}
+	got, _ := Plan(Policy{MaxPerContainer: 1}, []Archive{reused, first}, t0, 0, nil)
+	if len(got) != 1 || got[0].Name != first.Name {
+		t.Errorf("removed %+v, want %s", got, first.Name)
+	}
+}

@@ -46,7 +46,7 @@ func List(dir string) ([]Archive, error) {
 		if err != nil {
 			return nil, fmt.Errorf("list checkpoint archives: %w", err)
 		}
-		out = append(out, Archive{Name: e.Name(), Container: c, Time: at, Attempt: attempt, Size: fi.Size()})
+		out = append(out, Archive{Name: e.Name(), Container: c, Time: at, Modified: fi.ModTime(), Attempt: attempt, Size: fi.Size()})
 	}
 	return out, nil
 }
@@ -103,7 +103,8 @@ func Remove(dir, name string) error {
 	if err := syncDir(dir); err != nil {
 		return err
 	}
-	if err := os.Remove(dst); err != nil {
+	// A concurrent Sweep (another process's prune) may unlink it first.
+	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove checkpoint archive: %w", err)
 	}
 	return syncDir(trash)
