@@ -193,7 +193,7 @@ untraced, and no partial archive is left behind.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
 	criuFlags.add(cmd)
 	addOutputFlag(cmd, &output)
-	cmd.AddCommand(newCheckpointPruneCommand())
+	cmd.AddCommand(newCheckpointPruneCommand(), newCheckpointImageCommand())
 	return cmd
 }
 
