@@ -74,7 +74,9 @@ type Archive interface {
 
 // Write validates the checkpoint archive a (criu.ValidateArchive) and
 // writes to out an OCI image layout archive of the checkpoint image ref:
-// one uncompressed layer that is the archive itself, a config and a
+// one uncompressed layer holding the archive's entries (config.dump
+// without the paths of the node it was taken on, see portableConfig), a
+// config and a
 // manifest carrying the runtimes' checkpoint annotations taken from the
 // archive's config.dump, and an index naming ref. Everything in it is
 // derived from the archive, so the same archive gives the same bytes and
@@ -90,13 +92,15 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if _, err := a.Seek(0, io.SeekStart); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
 	}
-	h := sha256.New()
-	counted := &countingWriter{w: h}
-	if _, err := criu.ValidateArchive(io.TeeReader(a, counted)); err != nil {
+	if _, err := criu.ValidateArchive(a); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
 	}
-	if _, err := io.Copy(counted, a); err != nil { // the tar's end blocks
-		return Image{}, fmt.Errorf("checkpoint image: read archive: %w", err)
+	// The layer is written twice, the same bytes each time: once to learn
+	// its digest, which names it in the image archive, then into it.
+	h := sha256.New()
+	counted := &countingWriter{w: h}
+	if err := writeLayer(a, counted, meta.portableConfig); err != nil {
+		return Image{}, err
 	}
 	layer := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer,
 		Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)), Size: counted.n}
@@ -153,11 +157,16 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 			return Image{}, err
 		}
 	}
-	if _, err := a.Seek(0, io.SeekStart); err != nil {
-		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	if err := tw.WriteHeader(&tar.Header{Name: blobPath(layer.Digest), Mode: 0o644, Size: layer.Size, ModTime: epoch,
+		Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: write layer: %w", err)
 	}
-	if err := writeEntry(tw, blobPath(layer.Digest), io.LimitReader(a, layer.Size), layer.Size); err != nil {
+	second := &countingWriter{w: tw}
+	if err := writeLayer(a, second, meta.portableConfig); err != nil {
 		return Image{}, err
+	}
+	if second.n != layer.Size {
+		return Image{}, fmt.Errorf("checkpoint image: the archive changed while it was read (%d bytes, then %d)", layer.Size, second.n)
 	}
 	if err := tw.Close(); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
@@ -208,4 +217,37 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
 	c.n += int64(n)
 	return n, err
+}
+
+// writeLayer writes the archive's entries from its start as a tar to w,
+// with config.dump replaced by config.
+func writeLayer(a io.ReadSeeker, w io.Writer, config []byte) error {
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("checkpoint image: %w", err)
+	}
+	tr := tar.NewReader(a)
+	tw := tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint image: read archive: %w", err)
+		}
+		var body io.Reader = tr
+		if h.Name == criu.ConfigDump || h.Name == "./"+criu.ConfigDump {
+			h.Size, body = int64(len(config)), bytes.NewReader(config)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+		if _, err := io.Copy(tw, body); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("checkpoint image: write layer: %w", err)
+	}
+	return nil
 }

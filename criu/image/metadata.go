@@ -28,6 +28,38 @@ type metadata struct {
 	RootfsImageRef  string    `json:"rootfsImageRef"`
 	RawImageName    string    `json:"rawImageName"`
 	CheckpointedAt  time.Time `json:"checkpointedTime"`
+
+	// portableConfig is config.dump for the layer (see portable).
+	portableConfig []byte
+}
+
+// nodePaths are the keys of podman's config.dump (libpod
+// ContainerConfig) that hold paths in the storage of the node the
+// checkpoint was taken on. podman fills each one in again for its own
+// storage when it is empty (libpod setupContainer), so a checkpoint image
+// leaves them out: kept, they would send the restored container's conmon
+// pid file, log and shm to directories that do not exist on another node
+// with other storage paths.
+var nodePaths = []string{"staticDir", "conmonPidFile", "pid_file", "ShmDir", "logPath", "secretsPath"}
+
+// portable returns config.dump without nodePaths, re-encoded with sorted
+// keys (deterministic), or unchanged when it has none of them.
+func portable(config []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(config, &m); err != nil {
+		return nil, err
+	}
+	changed := false
+	for _, k := range nodePaths {
+		if _, ok := m[k]; ok {
+			delete(m, k)
+			changed = true
+		}
+	}
+	if !changed {
+		return config, nil
+	}
+	return json.Marshal(m)
 }
 
 // readMetadata reads config.dump from the archive.
@@ -53,6 +85,9 @@ func readMetadata(r io.Reader) (metadata, error) {
 		}
 		var m metadata
 		if err := json.Unmarshal(b, &m); err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
+		}
+		if m.portableConfig, err = portable(b); err != nil {
 			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
 		}
 		if m.Name == "" {
