@@ -161,4 +161,15 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	t.Logf("timings: checkpoint %s (frozen %.3fs, archive %d bytes), image %s (manifest %s), podman load %s, podman restore %s; total %s",
 		tCheckpoint.Round(time.Millisecond), ck.FrozenSeconds, ck.SizeBytes, tImage.Round(time.Millisecond), img.Manifest,
 		tLoad.Round(time.Millisecond), tRestore.Round(time.Millisecond), (tCheckpoint + tImage + tLoad + tRestore).Round(time.Millisecond))
+
+	// containerd takes the same file, under the name in its index.
+	c := rt.Containerd(t)
+	if out, err := c.Ctr("images", "import", file).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import %s: %v: %s", file, err, out)
+	}
+	t.Cleanup(func() { _ = c.Ctr("images", "rm", ref).Run() })
+	ls, err := c.Ctr("images", "ls", "-q").CombinedOutput()
+	if err != nil || !strings.Contains(string(ls), ref) {
+		t.Errorf("ctr images ls after the import: %v:\n%s", err, ls)
+	}
 }
