@@ -85,6 +85,9 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if ref == "" {
 		return Image{}, errors.New("checkpoint image: empty image name")
 	}
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
 	meta, err := readMetadata(a)
 	if err != nil {
 		return Image{}, err

@@ -188,3 +188,34 @@ func TestWriteRefusesNonCheckpoints(t *testing.T) {
 		t.Errorf("err %v, want ErrNotCheckpoint", err)
 	}
 }
+
+// BenchmarkWrite builds the checkpoint image of a real archive of a
+// counter touching 64 MiB.
+func BenchmarkWrite(b *testing.B) {
+	testutil.RequireRoot(b)
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(b, "no criu (run `make criu-tools`): %v", err)
+	}
+	pid, _ := testworkload.Start(b, "count", 64)
+	tg, err := criu.PIDTarget("/proc", pid, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	res, err := criu.Checkpoint(b.Context(), tg, criu.Options{Binary: bin, ArchiveDir: b.TempDir()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	f, err := os.Open(res.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	b.SetBytes(res.Size)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Write(f, "localhost/bench:1", io.Discard); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
