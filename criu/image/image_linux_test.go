@@ -219,3 +219,23 @@ func BenchmarkWrite(b *testing.B) {
 		}
 	}
 }
+
+func FuzzPortable(f *testing.F) {
+	f.Add([]byte(`{"name":"a","staticDir":"/s","conmonPidFile":"/c"}`))
+	f.Add([]byte(`{"id":"x"}`))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		out, err := portable(b)
+		if err != nil {
+			return
+		}
+		var m map[string]any
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("portable(%q) = %q, not JSON: %v", b, out, err)
+		}
+		for _, k := range nodePaths {
+			if _, ok := m[k]; ok {
+				t.Errorf("portable(%q) keeps %s", b, k)
+			}
+		}
+	})
+}
