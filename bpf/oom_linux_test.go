@@ -4,7 +4,9 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -77,17 +79,25 @@ func TestOOMWatcherUnknownHook(t *testing.T) {
 	}
 }
 
-// TestOOMKillOnHost makes a real OOM kill on a hybrid host: its cgroup v1
-// memory controller limits the hog, and
-// its cgroup v2 hierarchy, which has no memory controller, gives it a
-// cgroup id to check. The guest test does the same on pure cgroup v2.
+// TestOOMKillOnHost makes a real OOM kill with the memory controller this
+// machine has. On a hybrid machine its cgroup v1 memory controller limits
+// the hog, and its cgroup v2 hierarchy, which has no memory controller,
+// gives it a cgroup id to check. On pure cgroup v2 memory.max on a parent
+// of the hog's cgroup limits it, as the guest test does over more hooks.
 func TestOOMKillOnHost(t *testing.T) {
 	requireBPF(t)
 	const memcgV1 = "/sys/fs/cgroup/memory"
-	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
 	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err)
+	}
+	ctl, err := os.ReadFile(filepath.Join(cg2, "cgroup.subtree_control"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	memoryOnV2 := slices.Contains(strings.Fields(string(ctl)), "memory")
+	if !memoryOnV2 {
+		testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
 	}
 	for _, tr := range []OOMTransport{OOMTransportRingbuf, OOMTransportPerf} {
 		t.Run(string(tr), func(t *testing.T) {
@@ -96,7 +106,11 @@ func TestOOMKillOnHost(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer w.Close()
-			memcg, err := os.MkdirTemp(memcgV1, "nodeshim-oom-")
+			parent := memcgV1
+			if memoryOnV2 {
+				parent = cg2
+			}
+			memcg, err := os.MkdirTemp(parent, "nodeshim-oom-")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -109,6 +123,18 @@ func TestOOMKillOnHost(t *testing.T) {
 				if err := os.WriteFile(filepath.Join(memcg, file), []byte(value), 0); err != nil {
 					t.Fatal(err)
 				}
+			}
+			if memoryOnV2 {
+				// The hog's cgroup, which oomScenario creates, goes
+				// below the limited one.
+				write("cgroup.subtree_control", "+memory")
+				write("memory.max", strconv.Itoa(48<<20))
+				if err := os.WriteFile(filepath.Join(memcg, "memory.swap.max"), []byte("0"), 0); err != nil && !errors.Is(err, os.ErrNotExist) {
+					t.Fatal(err)
+				}
+				wantMemory := w.Hook() != OOMHookTracepoint || tracepointHasMemory(t)
+				oomScenario(t, w, memcg, wantMemory, func(int) {})
+				return
 			}
 			write("memory.limit_in_bytes", strconv.Itoa(48<<20))
 			oomScenario(t, w, cg2, true, func(pid int) {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -103,4 +104,15 @@ func oomScenario(t *testing.T, w *OOMWatcher, cg2 string, wantMemory bool, confi
 	t.Logf("victim %d (%s) reported by %s: rss %d MiB, total_vm %d MiB", v.PID, v.Comm, v.Hook,
 		v.RSSBytes>>20, v.TotalVMBytes>>20)
 
+}
+
+// tracepointHasMemory reports whether this kernel's oom/mark_victim
+// tracepoint carries total_vm (6.8+), from its tracefs format.
+func tracepointHasMemory(t *testing.T) bool {
+	t.Helper()
+	data, err := os.ReadFile("/sys/kernel/tracing/events/oom/mark_victim/format")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Contains(string(data), "total_vm")
 }

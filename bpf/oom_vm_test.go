@@ -80,17 +80,6 @@ func TestOOMKillInGuest(t *testing.T) {
 	}
 }
 
-// tracepointHasMemory reports whether this kernel's oom/mark_victim
-// tracepoint carries total_vm (6.8+), from its tracefs format.
-func tracepointHasMemory(t *testing.T) bool {
-	t.Helper()
-	data, err := os.ReadFile("/sys/kernel/tracing/events/oom/mark_victim/format")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return strings.Contains(string(data), "total_vm")
-}
-
 // TestProgramsVerifyInGuest loads and attaches both programs on the guest
 // kernel: the CO-RE relocations must resolve on 6.1 as on 6.18.
 func TestProgramsVerifyInGuest(t *testing.T) {

@@ -1,5 +1,3 @@
-//go:build !vmtest
-
 package cgroup
 
 import (
@@ -24,8 +22,8 @@ import (
 // These tests run on the machine that runs `go test`, whatever its cgroup
 // layout and kernel: what they expect of it they read here from sources
 // other than the package (/proc/self/cgroup, /proc/cgroups, statfs(2), and
-// PSI triggers written directly). They are left out of the kernel-matrix
-// guest binary, which runs *_vm_test.go instead.
+// PSI triggers written directly). The kernel-matrix guests run them too,
+// on pure cgroup v2 (internal/vmtest's host suite).
 
 func hostMount(t *testing.T) Mount {
 	t.Helper()
@@ -292,7 +290,7 @@ func detectThrashing(t *testing.T, choose func(refused error) (WatchOptions, Wat
 		t.Fatal(err)
 	}
 
-	th := newThrasher(t, 96<<20)
+	th := newMemoryStaller(t, v2)
 	enter(th.pid())
 	ctx, cancel := context.WithCancel(context.Background())
 	var events []PressureEvent
@@ -391,7 +389,9 @@ func TestHostVanishedCgroup(t *testing.T) {
 
 func TestHostObserve(t *testing.T) {
 	m := hostMount(t)
-	obs := Observe(NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: "/var/lib"}, NewReader())
+	// The disk signals of a directory that every machine has: a guest
+	// booted from an initramfs has no /var/lib.
+	obs := Observe(NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: t.TempDir()}, NewReader())
 	mem := obs[SignalMemoryAvailable]
 	mi, err := ReadMeminfo("/proc")
 	if err != nil {

@@ -110,6 +110,36 @@ func thrashAnon(mib string) int {
 	}
 }
 
+// thrashDir is where newThrasher writes its file; it must be on a disk.
+const thrashDir = "/var/tmp"
+
+// onDisk reports whether dir is on a filesystem whose page cache the kernel
+// reclaims and faults back in: not tmpfs or ramfs, whose pages are
+// swap-backed or pinned.
+func onDisk(dir string) bool {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false
+	}
+	return st.Type != unix.TMPFS_MAGIC && st.Type != unix.RAMFS_MAGIC
+}
+
+// newMemoryStaller starts a child that makes the cgroup2 cgroup v2, limited
+// to 32 MiB (thrashCgroups), stall on memory once it begins: where thrashDir
+// is on a disk by refaulting a 96 MiB file (newThrasher), else (a machine
+// booted from an initramfs has no disk) by holding 24 MiB of anonymous
+// memory over a memory.high of 16 MiB, set here, and charging more.
+func newMemoryStaller(t testing.TB, v2 string) *thrasher {
+	t.Helper()
+	if onDisk(thrashDir) {
+		return newThrasher(t, 96<<20)
+	}
+	if err := os.WriteFile(filepath.Join(v2, "memory.high"), []byte("16M"), 0); err != nil {
+		t.Fatalf("%s is not on a disk to thrash a file from, and there is no memory.high to throttle with: %v", thrashDir, err)
+	}
+	return startThrasher(t, "anon:24")
+}
+
 // thrasher is a started thrashing child.
 type thrasher struct {
 	cmd   *exec.Cmd
@@ -123,7 +153,7 @@ func newThrasher(t testing.TB, size int64) *thrasher {
 	t.Helper()
 	// Not a tmpfs: tmpfs pages are swap-backed and cannot be reclaimed
 	// without swap, which would OOM-kill the child instead of thrashing it.
-	dir, err := os.MkdirTemp("/var/tmp", "nodeshim-thrash-")
+	dir, err := os.MkdirTemp(thrashDir, "nodeshim-thrash-")
 	if err != nil {
 		t.Fatal(err)
 	}

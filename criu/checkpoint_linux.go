@@ -108,14 +108,35 @@ func (o *Options) defaults() {
 	}
 }
 
-// Progress is a snapshot of a running checkpoint.
+// Progress is a snapshot of a running checkpoint or restore.
 type Progress struct {
-	// Phase is "dumping" (CRIU writes images), "archiving" (the tar is
-	// written) or "done".
+	// Phase is one of the Phase constants.
 	Phase string
 	// Bytes is what has been written so far in this phase.
 	Bytes int64
+	// Total, while dumping, is the tree's resident memory when the dump
+	// started: about what CRIU's pages images will hold; 0 when unknown.
+	Total int64
 }
+
+// The phases a Progress reports, in order.
+const (
+	// PhaseFreezing: CRIU is started and freezes and collects the tree; it
+	// has written no pages yet.
+	PhaseFreezing = "freezing"
+	// PhaseDumping: CRIU writes the images (Bytes of about Total).
+	PhaseDumping = "dumping"
+	// PhaseArchiving: the tar is written.
+	PhaseArchiving = "archiving"
+	// PhaseSyncing: the archive is fsynced before it is published.
+	PhaseSyncing = "syncing"
+	// PhaseDone: the archive is published (Bytes is its size).
+	PhaseDone = "done"
+	// PhaseUnpacking and PhaseRestoring are a restore's: the archive is
+	// validated and unpacked, then CRIU restores the tree.
+	PhaseUnpacking = "unpacking"
+	PhaseRestoring = "restoring"
+)
 
 // Result describes a finished checkpoint.
 type Result struct {
@@ -162,6 +183,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if before.TracerPid != 0 {
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
+	frozenBefore := cgroupFrozen(t.Container.FreezeCgroup)
 	dir := o.ArchiveDir
 	if dir == "" {
 		dir = filepath.Join(o.RootDir, CheckpointsDir)
@@ -201,7 +223,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	derr := dump(ctx, t, o, work, images)
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
-		return res, errors.Join(derr, ensureRunning(o, t.Pid, before))
+		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
 	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
 		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
@@ -213,7 +235,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		o.Logger.Warn("no dump statistics", "err", err)
 	}
 	if err := ctx.Err(); err != nil {
-		return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t.Pid, before))
+		return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 	}
 
 	archStart := time.Now()
@@ -223,7 +245,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 	if t.Layer.Upper != "" {
 		if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
-			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t.Pid, before))
+			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 		}
 	}
 	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
@@ -231,15 +253,15 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	})
 	res.Archive = time.Since(archStart)
 	if err != nil {
-		return res, errors.Join(err, ensureRunning(o, t.Pid, before))
+		return res, errors.Join(err, ensureRunning(o, t, before, frozenBefore))
 	}
 	if o.Progress != nil {
-		o.Progress(Progress{Phase: "done", Bytes: res.Size})
+		o.Progress(Progress{Phase: PhaseDone, Bytes: res.Size})
 	}
 	res.Total = time.Since(start)
 	o.Logger.Info("checkpoint written", "pid", t.Pid, "path", res.Path, "bytes", res.Size,
 		"frozen", res.Frozen, "total", res.Total)
-	return res, ensureRunning(o, t.Pid, before)
+	return res, ensureRunning(o, t, before, frozenBefore)
 }
 
 // dump runs CRIU's dump request for t into images.
@@ -289,7 +311,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	if err != nil {
 		return err
 	}
-	stopProgress := watchProgress(o, images)
+	stopProgress := watchProgress(o, images, treeRSS(o.ProcRoot, t.Pid))
 	stopWriteback := func() {}
 	if o.EarlyWriteback > 0 {
 		stopWriteback = startWriteback(images, o.EarlyWriteback)
@@ -318,10 +340,11 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 
 // watchProgress reports the bytes CRIU has written to images until the
 // returned function is called.
-func watchProgress(o Options, images string) func() {
+func watchProgress(o Options, images string, total int64) func() {
 	if o.Progress == nil {
 		return func() {}
 	}
+	o.Progress(Progress{Phase: PhaseFreezing, Total: total})
 	done := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -334,7 +357,9 @@ func watchProgress(o Options, images string) func() {
 			case <-done:
 				return
 			case <-tick.C:
-				o.Progress(Progress{Phase: "dumping", Bytes: dirSize(images)})
+				if n := dirSize(images); n > 0 {
+					o.Progress(Progress{Phase: PhaseDumping, Bytes: n, Total: total})
+				}
 			}
 		}
 	}()
@@ -430,10 +455,18 @@ func parseStats(b []byte) (*stats.StatsEntry, error) {
 	return st, nil
 }
 
-// ensureRunning checks that pid runs on, unfrozen and untraced, after a
-// checkpoint. A tree left stopped by a killed CRIU is continued, if it was
-// not stopped before. It returns nil or an error wrapping ErrTargetLost.
-func ensureRunning(o Options, pid int, before ProcState) error {
+// ensureRunning checks that t's tree runs on, unfrozen and untraced, after
+// a checkpoint. A freeze cgroup left frozen by a killed CRIU is thawed and
+// a tree left stopped is continued, unless they were so before. It returns
+// nil or an error wrapping ErrTargetLost.
+func ensureRunning(o Options, t Target, before ProcState, frozenBefore bool) error {
+	pid := t.Pid
+	if cg := t.Container.FreezeCgroup; cg != "" && !frozenBefore && cgroupFrozen(cg) {
+		o.Logger.Warn("freeze cgroup left frozen; thawing it", "pid", pid, "cgroup", cg)
+		if err := thawCgroup(cg); err != nil {
+			return fmt.Errorf("pid %d: cgroup %s left frozen, thaw: %w: %w", pid, cg, err, ErrTargetLost)
+		}
+	}
 	st, err := ReadProcState(o.ProcRoot, pid)
 	if err != nil || st.Gone() {
 		return fmt.Errorf("pid %d after checkpoint: %w (%v)", pid, ErrTargetLost, errOr(err, st))
@@ -487,6 +520,9 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
 	if err := addTree(aw, work, images, config, spec); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	if o.Progress != nil {
+		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.off})
 	}
 	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
@@ -638,7 +674,7 @@ func (a *archiveWriter) advance(n int64) {
 	}
 	if a.progress != nil && time.Since(a.last) >= a.every {
 		a.last = time.Now()
-		a.progress(Progress{Phase: "archiving", Bytes: a.off})
+		a.progress(Progress{Phase: PhaseArchiving, Bytes: a.off})
 	}
 }
 
@@ -671,4 +707,35 @@ func (a *archiveWriter) file(src, name string) error {
 		a.advance(int64(n))
 	}
 	return a.pad()
+}
+
+// cgroupFrozen reports whether the freezer cgroup dir is frozen or
+// freezing: cgroup v1's freezer.state (Documentation/admin-guide/
+// cgroup-v1/freezer-subsystem.rst) or cgroup v2's cgroup.freeze.
+func cgroupFrozen(dir string) bool {
+	if dir == "" {
+		return false
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "freezer.state")); err == nil {
+		return strings.TrimSpace(string(b)) != "THAWED"
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, "cgroup.freeze")); err == nil {
+		return strings.TrimSpace(string(b)) == "1"
+	}
+	return false
+}
+
+// thawCgroup thaws the freezer cgroup dir (v1 or v2).
+func thawCgroup(dir string) error {
+	p, v := filepath.Join(dir, "freezer.state"), "THAWED"
+	if _, err := os.Stat(p); err != nil {
+		p, v = filepath.Join(dir, "cgroup.freeze"), "0"
+	}
+	// O_TRUNC as a shell's echo >: cgroupfs ignores it, a plain file needs it.
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	_, werr := f.WriteString(v)
+	return errors.Join(werr, f.Close())
 }

@@ -164,6 +164,9 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 	if err := f.Chmod(0o600); err != nil {
 		return "", 0, 0, fmt.Errorf("chmod %s: %w", bigPath, err)
 	}
+	if o.Progress != nil {
+		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.off})
+	}
 	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
 		return "", 0, 0, fmt.Errorf("fsync %s: %w", bigPath, err)

@@ -3,7 +3,10 @@ package criu
 import (
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/nodeshim/nodeshim/internal/procfs"
@@ -67,4 +70,30 @@ func processStart(procRoot string, pid int, now time.Time) (time.Time, error) {
 	const userHZ = 100
 	boot := now.Add(-up)
 	return boot.Add(time.Duration(st.StartTime) * time.Second / userHZ).UTC().Truncate(time.Second), nil
+}
+
+// treeRSS is the resident memory of pid and its descendants, read from
+// procRoot/PID/statm (resident pages, proc(5)); 0 when it cannot be read.
+// Shared pages count once per process, so it is an upper bound of what
+// CRIU writes for anonymous memory.
+func treeRSS(procRoot string, pid int) int64 {
+	pids, err := procfs.Descendants(procRoot, pid)
+	if err != nil {
+		return 0
+	}
+	var total int64
+	for _, p := range pids {
+		b, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(int(p)), "statm"))
+		if err != nil {
+			continue
+		}
+		f := strings.Fields(string(b))
+		if len(f) < 2 {
+			continue
+		}
+		if n, err := strconv.ParseInt(f[1], 10, 64); err == nil {
+			total += n * int64(os.Getpagesize())
+		}
+	}
+	return total
 }

@@ -2,6 +2,8 @@ package criu
 
 import (
 	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,4 +49,45 @@ func FuzzParseStats(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		_, _ = parseStats(b)
 	})
+}
+
+// TestEnsureRunningThaws: a freeze cgroup that a killed CRIU left frozen
+// is thawed, one frozen before the checkpoint is left alone.
+func TestEnsureRunningThaws(t *testing.T) {
+	for _, tc := range []struct {
+		name, file, state, want string
+		frozenBefore            bool
+	}{
+		{name: "v1-frozen", file: "freezer.state", state: "FROZEN", want: "THAWED"},
+		{name: "v1-freezing", file: "freezer.state", state: "FREEZING", want: "THAWED"},
+		{name: "v1-thawed", file: "freezer.state", state: "THAWED", want: "THAWED"},
+		{name: "v1-frozen-before", file: "freezer.state", state: "FROZEN", want: "FROZEN", frozenBefore: true},
+		{name: "v2-frozen", file: "cgroup.freeze", state: "1", want: "0"},
+		{name: "v2-thawed", file: "cgroup.freeze", state: "0", want: "0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			p := filepath.Join(dir, tc.file)
+			if err := os.WriteFile(p, []byte(tc.state), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			before, err := ReadProcState("/proc", os.Getpid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			o := Options{}
+			o.defaults()
+			tg := Target{Pid: os.Getpid(), Container: ContainerOptions{FreezeCgroup: dir}}
+			if err := ensureRunning(o, tg, before, tc.frozenBefore); err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(b)); got != tc.want {
+				t.Errorf("%s = %q, want %q", tc.file, b, tc.want)
+			}
+		})
+	}
 }

@@ -40,6 +40,9 @@ type RestoreOptions struct {
 	KillGrace time.Duration
 	// Logger receives structured events; nil discards them.
 	Logger *slog.Logger
+	// Progress, if set, is told of each phase as it starts
+	// (PhaseUnpacking, PhaseRestoring).
+	Progress func(Progress)
 }
 
 // RestoreResult describes a restored process tree.
@@ -72,7 +75,11 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 		}
 		root = filepath.Join(rd, CheckpointsDir)
 	}
+	if o.Progress == nil {
+		o.Progress = func(Progress) {}
+	}
 	start := time.Now()
+	o.Progress(Progress{Phase: PhaseUnpacking})
 	f, err := os.Open(archive)
 	if err != nil {
 		return res, fmt.Errorf("open %s: %w", archive, err)
@@ -109,6 +116,7 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 	res.Unpack = time.Since(start)
 
 	rstart := time.Now()
+	o.Progress(Progress{Phase: PhaseRestoring})
 	pid, err := restore(ctx, o, work)
 	res.Restore = time.Since(rstart)
 	if err != nil {

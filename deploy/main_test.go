@@ -10,17 +10,34 @@ import (
 
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/clustertest"
 )
 
 // envThrash makes the test binary BenchmarkFootprint's memory-pressure
 // workload instead of running tests: see thrashMain.
 const envThrash = "NODESHIM_FOOTPRINT_THRASH"
 
+// cluster is the package's single-node cluster (kubelet on this machine),
+// started by the first test that asks for it and stopped once all ran.
+var cluster clustertest.Env
+
 func TestMain(m *testing.M) {
 	if p := os.Getenv(envThrash); p != "" {
 		os.Exit(thrashMain(p))
 	}
-	goleak.VerifyTestMain(m)
+	code := m.Run()
+	if err := cluster.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // thrashMain waits for one byte on stdin (the parent moves it into its

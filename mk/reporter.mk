@@ -14,6 +14,14 @@
 # Both are needed by the tests only, never by `make run`.
 #
 # The tests find both through NODESHIM_KUBE_APISERVER and NODESHIM_ETCD.
+#
+# kubelet, kube-controller-manager and kube-scheduler (the single-node
+# cluster of internal/clustertest) build in the same tools module with the
+# same version stamp; tools.go imports all four commands so that one
+# `go mod tidy` records every module they need (kubelet alone adds cadvisor
+# and a few more). Each binary is keyed by version under $(TOOLS)/bin; the
+# tests find them through NODESHIM_KUBELET, NODESHIM_KUBE_CONTROLLER_MANAGER
+# and NODESHIM_KUBE_SCHEDULER.
 
 KUBE_VERSION    := 1.33.4
 KUBE_STAGING_VERSION := v0.33.4
@@ -25,6 +33,9 @@ KUBE_STAGING    := api apiextensions-apiserver apimachinery apiserver cli-runtim
 	sample-apiserver sample-cli-plugin sample-controller
 KUBE_TOOLS_MOD  := $(TOOLS)/kube-$(KUBE_VERSION)
 KUBE_APISERVER  := $(TOOLS)/bin/kube-apiserver-$(KUBE_VERSION)
+KUBE_COMMANDS   := kube-apiserver kube-controller-manager kube-scheduler kubelet
+KUBE_NODE_BINS  := $(foreach c,kubelet kube-controller-manager kube-scheduler,$(TOOLS)/bin/$(c)-$(KUBE_VERSION))
+KUBE_TOOLS_SUM  := $(KUBE_TOOLS_MOD)/go.sum
 # What Kubernetes' own build stamps in (hack/lib/version.sh), so that
 # --version and /version say which release this is.
 KUBE_LDFLAGS    := -X k8s.io/component-base/version.gitVersion=v$(KUBE_VERSION) \
@@ -41,24 +52,41 @@ TEST_DEPS += kube-testenv
 
 export NODESHIM_KUBE_APISERVER := $(KUBE_APISERVER)
 export NODESHIM_ETCD := $(ETCD)
+export NODESHIM_KUBELET := $(TOOLS)/bin/kubelet-$(KUBE_VERSION)
+export NODESHIM_KUBE_CONTROLLER_MANAGER := $(TOOLS)/bin/kube-controller-manager-$(KUBE_VERSION)
+export NODESHIM_KUBE_SCHEDULER := $(TOOLS)/bin/kube-scheduler-$(KUBE_VERSION)
 
-.PHONY: kube-testenv
-## kube-testenv: build kube-apiserver and unpack etcd for the reporter's tests
-kube-testenv: $(KUBE_APISERVER) $(ETCD)
+.PHONY: kube-testenv kube-node
+## kube-testenv: build the Kubernetes binaries and unpack etcd for the tests
+kube-testenv: $(KUBE_APISERVER) $(KUBE_NODE_BINS) $(ETCD)
+## kube-node: build kubelet, kube-controller-manager and kube-scheduler
+kube-node: $(KUBE_NODE_BINS)
 
-$(KUBE_APISERVER):
-	@mkdir -p $(KUBE_TOOLS_MOD) $(TOOLS)/bin
+# The tools module, written and tidied once for all four commands. A module
+# written by an older version of this file (kube-apiserver only) is
+# rewritten: its tools.go lacks kubelet.
+$(KUBE_TOOLS_SUM):
+	@mkdir -p $(KUBE_TOOLS_MOD)
 	cd $(KUBE_TOOLS_MOD) && { \
 		echo 'module nodeshim.local/kubetools'; echo; echo 'go 1.24'; echo; \
 		echo 'require k8s.io/kubernetes v$(KUBE_VERSION)'; echo; \
 		for m in $(KUBE_STAGING); do echo "replace k8s.io/$$m => k8s.io/$$m $(KUBE_STAGING_VERSION)"; done; \
 	} > go.mod && { \
-		echo '//go:build tools'; echo; echo 'package kubetools'; echo; \
-		echo 'import _ "k8s.io/kubernetes/cmd/kube-apiserver"'; \
+		echo '//go:build tools'; echo; echo 'package kubetools'; echo; echo 'import ('; \
+		for c in $(KUBE_COMMANDS); do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' $$c; done; \
+		echo ')'; \
 	} > tools.go
 	cd $(KUBE_TOOLS_MOD) && $(GO) mod tidy
-	cd $(KUBE_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
-	$@.tmp --version
+
+.PHONY: kube-tools-mod
+kube-tools-mod:
+	@grep -q 'cmd/kubelet"' $(KUBE_TOOLS_MOD)/tools.go 2>/dev/null || { rm -f $(KUBE_TOOLS_SUM); $(MAKE) --no-print-directory $(KUBE_TOOLS_SUM); }
+
+# $(TOOLS)/bin/COMMAND-$(KUBE_VERSION): one Kubernetes command, stamped.
+$(TOOLS)/bin/%-$(KUBE_VERSION): | kube-tools-mod
+	@mkdir -p $(TOOLS)/bin
+	cd $(KUBE_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$*
+	$@.tmp --version | grep -qF 'v$(KUBE_VERSION)'
 	mv $@.tmp $@
 
 $(ETCD):

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/api"
@@ -57,15 +55,16 @@ type checkpointOutput struct {
 
 func newCheckpointCommand() *cobra.Command {
 	var (
-		pid        int
-		podmanID   string
-		podmanRoot string
-		ref        criu.ContainerRef
-		socket     string
-		rootDir    string
-		timeout    time.Duration
-		output     string
-		criuFlags  criuFlags
+		pid           int
+		podmanID      string
+		podmanRoot    string
+		ref           criu.ContainerRef
+		socket        string
+		rootDir       string
+		timeout       time.Duration
+		output        string
+		criuFlags     criuFlags
+		progressAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
@@ -142,7 +141,8 @@ untraced, and no partial archive is left behind.`,
 			if err != nil {
 				return err
 			}
-			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
+			logger := slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil))
 			opts := criu.Options{
 				Binary:              bin,
 				RootDir:             rootDir,
@@ -153,18 +153,17 @@ untraced, and no partial archive is left behind.`,
 				HardwareBreakpoints: criuFlags.breakpoints,
 				Logger:              logger,
 			}
-			if output == "table" && isTerminal(os.Stderr) {
-				opts.Progress = progressPrinter(cmd.ErrOrStderr())
+			if prog != nil {
+				opts.Progress = prog.update
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			res, err := criu.Checkpoint(ctx, target, opts)
-			if opts.Progress != nil {
-				fmt.Fprint(cmd.ErrOrStderr(), "\r\033[K")
-			}
 			if err != nil {
+				prog.done("checkpoint failed")
 				return err
 			}
+			prog.done(fmt.Sprintf("checkpointed in %s, frozen %s", res.Total.Round(time.Millisecond), res.Frozen.Round(time.Millisecond)))
 			out := checkpointOutput{
 				Path: res.Path, SizeBytes: res.Size,
 				FrozenSeconds: res.Frozen.Seconds(), DumpSeconds: res.Dump.Seconds(),
@@ -192,21 +191,10 @@ untraced, and no partial archive is left behind.`,
 	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
 	criuFlags.add(cmd)
+	addProgressFlag(cmd, &progressAfter)
 	addOutputFlag(cmd, &output)
 	cmd.AddCommand(newCheckpointPruneCommand(), newCheckpointImageCommand())
 	return cmd
-}
-
-// progressPrinter redraws one status line on a terminal.
-func progressPrinter(w io.Writer) func(criu.Progress) {
-	return func(p criu.Progress) {
-		fmt.Fprintf(w, "\r\033[K%s: %s", p.Phase, humanBytes(p.Bytes))
-	}
-}
-
-func isTerminal(f *os.File) bool {
-	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
-	return err == nil
 }
 
 func humanBytes(n int64) string {

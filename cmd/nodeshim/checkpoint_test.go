@@ -1,6 +1,7 @@
 package main
 
 import (
+	"archive/tar"
 	"bytes"
 	"encoding/json"
 	"errors"
@@ -67,6 +68,7 @@ func TestCheckpointUsage(t *testing.T) {
 // original pid.
 func TestCheckpointRestoreCLI(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.SkipIfGuestLacks(t, "criu")
 	if _, err := criu.Find("", nil); err != nil {
 		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
 	}
@@ -128,5 +130,54 @@ func stop(pid int) {
 			return
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestRestoreByEngine: an archive of a CRI container is refused before any
+// CRIU or runtime runs, naming its engine; an invalid one too.
+func TestRestoreByEngine(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, files map[string]string) string {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		if err := tw.WriteHeader(&tar.Header{Name: "checkpoint/", Typeflag: tar.TypeDir, Mode: 0o700}); err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range []string{"checkpoint/inventory.img", "config.dump", "spec.dump"} {
+			body := files[n]
+			if err := tw.WriteHeader(&tar.Header{Name: n, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(body))}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tw.Write([]byte(body)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tw.Close(); err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	for _, tc := range []struct {
+		name    string
+		files   map[string]string
+		wantErr string
+	}{
+		{"containerd-without-image", map[string]string{"config.dump": `{"name":"counter","runtime":"cri"}`,
+			"spec.dump": `{"annotations":{"io.kubernetes.cri.container-type":"container"}}`}, "config.dump names no image"},
+		{"cri-o", map[string]string{"config.dump": `{"name":"app"}`,
+			"spec.dump": `{"annotations":{"io.container.manager":"cri-o"}}`}, "archive of engine cri-o"},
+		{"unknown", map[string]string{"config.dump": `{}`, "spec.dump": `{}`}, "archive of engine unknown"},
+		{"bad-spec", map[string]string{"config.dump": `{}`, "spec.dump": `[`}, "invalid checkpoint archive"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, _, err := runSplit(t, "restore", "--criu-path", "/bin/true", write(tc.name+".tar", tc.files))
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error %v, want one saying %q", err, tc.wantErr)
+			}
+		})
 	}
 }

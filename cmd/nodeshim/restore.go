@@ -2,53 +2,131 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
+	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
 // restoreOutput is the machine-readable form of `nodeshim restore`.
 type restoreOutput struct {
-	Pid            int     `json:"pid"`
-	Archive        string  `json:"archive"`
-	WorkDir        string  `json:"workDir,omitempty"`
+	// Engine is the runtime the archive is for, and the one that runs the
+	// restored tree: "process" (criu, detached), "podman".
+	Engine      string `json:"engine"`
+	Pid         int    `json:"pid"`
+	Archive     string `json:"archive"`
+	ContainerID string `json:"containerID,omitempty"`
+	Name        string `json:"name,omitempty"`
+	WorkDir     string `json:"workDir,omitempty"`
+	// RuncRoot, Bundle and Rootfs locate a runc container restored from a
+	// containerd CRI archive.
+	RuncRoot string `json:"runcRoot,omitempty"`
+	Bundle   string `json:"bundle,omitempty"`
+	Rootfs   string `json:"rootfs,omitempty"`
+	// UnpackSeconds is nodeshim's validation and unpacking; RestoreSeconds
+	// CRIU's restore, or the runtime's whole restore.
 	UnpackSeconds  float64 `json:"unpackSeconds"`
 	RestoreSeconds float64 `json:"restoreSeconds"`
 }
 
+// errEngineNotRestorable: nodeshim knows the archive's engine but has no
+// proven way to restore it on this node.
+var errEngineNotRestorable = errors.New("nodeshim cannot restore archives of this engine")
+
 func newRestoreCommand() *cobra.Command {
 	var (
-		rootDir   string
-		workRoot  string
-		keep      bool
-		timeout   time.Duration
-		output    string
-		criuFlags criuFlags
+		rootDir       string
+		workRoot      string
+		keep          bool
+		timeout       time.Duration
+		output        string
+		podmanBin     string
+		podmanRoot    string
+		podmanRunRoot string
+		runcBin       string
+		runcRoot      string
+		ctrBin        string
+		containerd    string
+		restoreDir    string
+		criuFlags     criuFlags
+		progressAfter time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ARCHIVE",
-		Short: "Restore a process tree from a checkpoint archive",
-		Long: `Restore validates a checkpoint archive, unpacks it into a private 0700 work
-directory and restores its process tree with CRIU, detached, then prints the
-new root pid.
+		Short: "Restore a process tree, a podman or a containerd CRI container from a checkpoint archive",
+		Long: `Restore validates a checkpoint archive and brings back what it holds on this
+node, by the engine its config.dump and spec.dump name:
+
+  process  a process tree nodeshim checkpointed by --pid: unpacked into a
+           private 0700 work directory and restored with CRIU, detached.
+           The original pids must be free: the checkpointed tree must have
+           exited. Prints the new root pid.
+  podman   a podman container (nodeshim checkpoint --container-id, or podman
+           container checkpoint --export): restored by podman container
+           restore --import, which makes the container again from its image,
+           applies its writable layer's changes and has runc restore it with
+           the CRIU nodeshim finds. The original container must be gone.
+           Prints the container's name, id and pid.
+  containerd
+           a container of a containerd CRI pod (nodeshim checkpoint
+           --namespace/--pod/--container): its image is mounted by
+           containerd (ctr images mount --rw) as a fresh root, the archive's
+           writable-layer changes are applied, and runc restore has CRIU
+           bring the process tree back in a runc container of its own
+           (--runc-root) in its pod's namespaces and mounts; the pod must
+           still exist. containerd and kubelet do not know the restored
+           container: it is stopped with runc --root RUNC_ROOT delete --force
+           ID, and its root unmounted with ctr images unmount --rm ROOTFS.
+           Prints the runc container id, pid and bundle.
+
+Archives of CRI-O containers are refused (see docs/checkpoint.md).
 
 An archive with absolute paths, ".." entries, symlinks that point out of it,
 entries other than directories, files and symlinks, or without checkpoint/,
-config.dump or spec.dump is refused before anything is unpacked. The
-original pids must be free: the checkpointed tree must have exited.`,
+config.dump or spec.dump is refused before anything is unpacked or any
+runtime runs.`,
 		Example: `  nodeshim restore /var/lib/kubelet/checkpoints/checkpoint-pid4242_host-app-2025-01-02T03:04:05Z.tar
+
+  # A podman container's archive, into podman's default storage
+  nodeshim restore /var/lib/kubelet/checkpoints/checkpoint-web_podman-web-2025-01-02T03:04:05Z.tar
 
   # Keep the unpacked images and restore.log for inspection
   nodeshim restore --keep-work-dir -o json ARCHIVE`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			archive := args[0]
+			start := time.Now()
+			// Retention (nodeshim serve, checkpoint prune) keeps an
+			// archive held while it is read.
+			release, err := retention.Hold(archive)
+			if err != nil {
+				return err
+			}
+			defer release() //nolint:errcheck // a read-only descriptor
+			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
+			prog.update(criu.Progress{Phase: criu.PhaseUnpacking})
+			meta, err := readArchive(archive)
+			if err != nil {
+				prog.done("restore failed")
+				return err
+			}
+			if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
+				prog.done("restore failed")
+				return fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid, podman and containerd CRI containers",
+					archive, meta.Engine, meta.Config.Name, meta.Config.OCIRuntime, errEngineNotRestorable)
+			}
 			bin, err := criu.Find(criuFlags.path, nil)
 			if err != nil {
+				prog.done("restore failed")
 				return err
 			}
 			if timeout <= 0 {
@@ -56,42 +134,104 @@ original pids must be free: the checkpointed tree must have exited.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			// Retention (nodeshim serve, checkpoint prune) keeps an
-			// archive held while it is read.
-			release, err := retention.Hold(args[0])
+			out := restoreOutput{Engine: string(meta.Engine), Archive: archive}
+			var table string
+			err = func() error {
+				switch meta.Engine {
+				case criu.EngineProcess:
+					res, err := criu.Restore(ctx, archive, criu.RestoreOptions{
+						Binary:              bin,
+						RootDir:             rootDir,
+						WorkRoot:            workRoot,
+						KeepWorkDir:         keep,
+						TCPEstablished:      criuFlags.tcpEstablished,
+						ExtUnixSockets:      criuFlags.extUnixSk,
+						FileLocks:           criuFlags.fileLocks,
+						ShellJob:            criuFlags.shellJob,
+						HardwareBreakpoints: criuFlags.breakpoints,
+						Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
+						Progress:            prog.update,
+					})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
+					if keep {
+						out.WorkDir = res.WorkDir
+					}
+					table = fmt.Sprintf("%d\n", res.Pid)
+				case criu.EnginePodman:
+					var global []string
+					if podmanRoot != "" {
+						global = append(global, "--root", podmanRoot)
+					}
+					if podmanRunRoot != "" {
+						global = append(global, "--runroot", podmanRunRoot)
+					}
+					out.UnpackSeconds = time.Since(start).Seconds()
+					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+					r, err := podman.Restore(ctx, archive, podman.RestoreOptions{Podman: podmanBin, GlobalFlags: global, Criu: bin})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
+					table = fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid)
+				case criu.EngineContainerd:
+					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+					r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
+						Criu: bin, Runc: runcBin, RuncRoot: runcRoot, Ctr: ctrBin, ContainerdAddress: containerd, Dir: restoreDir,
+					})
+					if err != nil {
+						return err
+					}
+					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
+					out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
+					table = fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle)
+				}
+				return nil
+			}()
 			if err != nil {
+				prog.done("restore failed")
 				return err
 			}
-			defer release() //nolint:errcheck // a read-only descriptor
-			res, err := criu.Restore(ctx, args[0], criu.RestoreOptions{
-				Binary:              bin,
-				RootDir:             rootDir,
-				WorkRoot:            workRoot,
-				KeepWorkDir:         keep,
-				TCPEstablished:      criuFlags.tcpEstablished,
-				ExtUnixSockets:      criuFlags.extUnixSk,
-				FileLocks:           criuFlags.fileLocks,
-				ShellJob:            criuFlags.shellJob,
-				HardwareBreakpoints: criuFlags.breakpoints,
-				Logger:              slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil)),
-			})
-			if err != nil {
-				return err
-			}
-			out := restoreOutput{Pid: res.Pid, Archive: args[0], UnpackSeconds: res.Unpack.Seconds(), RestoreSeconds: res.Restore.Seconds()}
-			if keep {
-				out.WorkDir = res.WorkDir
-			}
-			return writeOutput(cmd.OutOrStdout(), output, out, func() string {
-				return fmt.Sprintf("%d\n", res.Pid)
-			})
+			prog.done(fmt.Sprintf("restored in %s, pid %d", time.Since(start).Round(time.Millisecond), out.Pid))
+			return writeOutput(cmd.OutOrStdout(), output, out, func() string { return table })
 		},
 	}
-	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; the work directory is made under <root-dir>/checkpoints")
+	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; the work directory is made under <root-dir>/checkpoints (process archives)")
 	cmd.Flags().StringVar(&workRoot, "work-dir", "", "make the private work directory here instead (same rules: 0700, root-owned)")
-	cmd.Flags().BoolVar(&keep, "keep-work-dir", false, "keep the unpacked images and restore.log")
+	cmd.Flags().BoolVar(&keep, "keep-work-dir", false, "keep the unpacked images and restore.log (process archives)")
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up after this long")
+	cmd.Flags().StringVar(&podmanBin, "podman", "podman", "podman binary that restores podman archives")
+	cmd.Flags().StringVar(&podmanRoot, "podman-root", "", "podman's storage root (podman --root); podman's own default when empty")
+	cmd.Flags().StringVar(&podmanRunRoot, "podman-runroot", "", "podman's run root (podman --runroot); podman's own default when empty")
+	cmd.Flags().StringVar(&runcBin, "runc", "runc", "runc binary that restores containerd CRI archives")
+	cmd.Flags().StringVar(&runcRoot, "runc-root", checkpoint.DefaultRuncRoot, "runc --root of containers restored from containerd CRI archives")
+	cmd.Flags().StringVar(&ctrBin, "ctr", "ctr", "containerd's ctr binary, which mounts a containerd archive's image")
+	cmd.Flags().StringVar(&containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
+	cmd.Flags().StringVar(&restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
 	criuFlags.add(cmd)
+	addProgressFlag(cmd, &progressAfter)
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// readArchive validates archive and reads its metadata.
+func readArchive(archive string) (criu.ArchiveMeta, error) {
+	f, err := os.Open(archive)
+	if err != nil {
+		return criu.ArchiveMeta{}, fmt.Errorf("open %s: %w", archive, err)
+	}
+	defer f.Close()
+	if _, err := criu.ValidateArchive(f); err != nil {
+		return criu.ArchiveMeta{}, fmt.Errorf("%s: %w", archive, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return criu.ArchiveMeta{}, fmt.Errorf("seek %s: %w", archive, err)
+	}
+	meta, err := criu.ReadArchiveMeta(f)
+	if err != nil {
+		return meta, fmt.Errorf("%s: %w", archive, err)
+	}
+	return meta, nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
+	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -147,18 +148,24 @@ func TestSeccompRecordPIDUntilSIGTERM(t *testing.T) {
 }
 
 // TestSeccompRecordCgroup records a shell loop through its cgroup for a
-// fixed duration: a cgroup v2 directory (matched by cgroup id), and on
-// this hybrid host a cgroup v1 memory cgroup (followed as a process tree).
+// fixed duration: a cgroup v2 directory (matched by cgroup id) wherever
+// this machine mounts cgroup2, and on a hybrid machine also a cgroup v1
+// memory cgroup (followed as a process tree).
 func TestSeccompRecordCgroup(t *testing.T) {
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
 	sh := testutil.RequireBinary(t, "sh")
-	cases := []struct {
+	mnt, err := cgroup.FindMount("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	type recordCase struct {
 		name   string
 		parent string
-	}{
-		{"cgroup v2", "/sys/fs/cgroup/unified"},
-		{"cgroup v1 memory", "/sys/fs/cgroup/memory"},
+	}
+	cases := []recordCase{{"cgroup v2", mnt.Path}}
+	if slices.Contains(mnt.V1Controllers, "memory") {
+		cases = append(cases, recordCase{"cgroup v1 memory", "/sys/fs/cgroup/memory"})
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

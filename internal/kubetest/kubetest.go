@@ -12,7 +12,8 @@
 //
 // There is no controller manager: namespaces, ServiceAccounts and RBAC
 // objects a test needs are created by the test (ServiceAccountConfig and
-// Apply help), and nothing is garbage-collected.
+// Apply help), and nothing is garbage-collected. internal/clustertest adds
+// the controller manager, the scheduler and a kubelet over StartIn.
 package kubetest
 
 import (
@@ -110,16 +111,44 @@ func Start(t testing.TB) *Cluster {
 			c.dumpLogs(t)
 		}
 	})
-	if err := c.setup(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.startEtcd(t); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.StartAPIServer(t); err != nil {
+	if err := c.begin(); err != nil {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// StartIn is Start for a cluster that outlives one test (a package's
+// TestMain): etcd and kube-apiserver keep their state in dir, and Stop
+// stops them. The binaries are gated by the caller (Binaries).
+func StartIn(dir, apiserverBin, etcdBin string) (*Cluster, error) {
+	c := &Cluster{Dir: dir, apiserverBin: apiserverBin, etcdBin: etcdBin}
+	if err := c.begin(); err != nil {
+		c.stopAll()
+		return nil, err
+	}
+	return c, nil
+}
+
+// Stop stops kube-apiserver and etcd.
+func (c *Cluster) Stop() { c.stopAll() }
+
+// Logs returns the last lines of the logs of etcd and kube-apiserver.
+func (c *Cluster) Logs() string {
+	var b strings.Builder
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		fmt.Fprintf(&b, "last lines of %s.log:\n%s\n", name, tail(filepath.Join(c.Dir, name+".log"), 40))
+	}
+	return b.String()
+}
+
+func (c *Cluster) begin() error {
+	if err := c.setup(); err != nil {
+		return err
+	}
+	if err := c.startEtcd(); err != nil {
+		return err
+	}
+	return c.startAPIServer()
 }
 
 func (c *Cluster) setup() error {
@@ -197,7 +226,7 @@ func (c *Cluster) writeEtcdArgs(peerPort int) error {
 	return os.WriteFile(filepath.Join(c.Dir, "etcd.args"), []byte(strings.Join(args, "\n")), 0o600)
 }
 
-func (c *Cluster) startEtcd(t testing.TB) error {
+func (c *Cluster) startEtcd() error {
 	b, err := os.ReadFile(filepath.Join(c.Dir, "etcd.args"))
 	if err != nil {
 		return err
@@ -226,6 +255,10 @@ func (c *Cluster) startEtcd(t testing.TB) error {
 // server with StopAPIServer calls it again to bring it back.
 func (c *Cluster) StartAPIServer(t testing.TB) error {
 	t.Helper()
+	return c.startAPIServer()
+}
+
+func (c *Cluster) startAPIServer() error {
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
@@ -366,15 +399,16 @@ func tail(path string, n int) string {
 }
 
 func (c *Cluster) dumpLogs(t testing.TB) {
-	for _, name := range []string{"etcd", "kube-apiserver"} {
-		t.Logf("last lines of %s.log:\n%s", name, tail(filepath.Join(c.Dir, name+".log"), 40))
-	}
+	t.Log(c.Logs())
 }
 
 // Host is the API server's URL.
 func (c *Cluster) Host() string {
 	return "https://127.0.0.1:" + strconv.Itoa(c.apiPort)
 }
+
+// Port is the API server's port on 127.0.0.1.
+func (c *Cluster) Port() int { return c.apiPort }
 
 // CAFile is the API server's self-signed serving certificate (with its CA),
 // for clients that verify it.
@@ -442,6 +476,15 @@ func (c *Cluster) ServiceAccountConfig(t testing.TB, namespace, name string) *re
 // that take --kubeconfig.
 func (c *Cluster) Kubeconfig(t testing.TB, name string, cfg *rest.Config) string {
 	t.Helper()
+	p, err := c.WriteKubeconfig(name, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// WriteKubeconfig is Kubeconfig returning its error.
+func (c *Cluster) WriteKubeconfig(name string, cfg *rest.Config) (string, error) {
 	kc := fmt.Sprintf(`apiVersion: v1
 kind: Config
 clusters:
@@ -462,7 +505,7 @@ current-context: kubetest
 `, cfg.Host, c.CAFile(), name, cfg.BearerToken, name)
 	p := filepath.Join(c.Dir, name+".kubeconfig")
 	if err := os.WriteFile(p, []byte(kc), 0o600); err != nil {
-		t.Fatal(err)
+		return "", fmt.Errorf("write kubeconfig: %w", err)
 	}
-	return p
+	return p, nil
 }

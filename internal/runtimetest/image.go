@@ -244,6 +244,7 @@ type imageConfig struct {
 	OS           string `json:"os"`
 	Config       struct {
 		Env        []string `json:"Env"`
+		Entrypoint []string `json:"Entrypoint,omitempty"`
 		Cmd        []string `json:"Cmd"`
 		WorkingDir string   `json:"WorkingDir"`
 	} `json:"config"`
@@ -258,10 +259,44 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
+// ImageFile is one regular file of an image written by WriteImage.
+type ImageFile struct {
+	// Name is the path in the image, without a leading slash.
+	Name string
+	// Mode is the permission bits.
+	Mode int64
+	// Data is the content.
+	Data []byte
+}
+
+// WriteImage writes an OCI image layout tar to path: one layer with the
+// directories and files every test image has (see Images) and files, named
+// ref, with entrypoint and cmd as the image's Entrypoint and Cmd. Parent
+// directories of files that are not in the base are added.
+func WriteImage(path, ref string, files []ImageFile, entrypoint, cmd []string) error {
+	all := baseFiles()
+	have := map[string]bool{}
+	for _, f := range all {
+		have[f.name] = true
+	}
+	for _, f := range files {
+		for d := filepath.Dir(f.Name); d != "." && d != "/" && !have[d]; d = filepath.Dir(d) {
+			have[d] = true
+			all = append(all, file{name: d, mode: 0o755, typ: tar.TypeDir})
+		}
+		all = append(all, file{name: f.Name, mode: f.Mode, typ: tar.TypeReg, data: f.Data})
+	}
+	return writeImageEntry(path, ref, all, entrypoint, cmd)
+}
+
 // writeImage writes an OCI image layout tar of one layer with files, named
 // ref both for containerd (io.containerd.image.name) and for podman
 // (org.opencontainers.image.ref.name), to path.
 func writeImage(path, ref string, files []file, cmd []string) error {
+	return writeImageEntry(path, ref, files, nil, cmd)
+}
+
+func writeImageEntry(path, ref string, files []file, entrypoint, cmd []string) error {
 	layer, err := layerTar(files)
 	if err != nil {
 		return fmt.Errorf("image %s: %w", ref, err)
@@ -270,6 +305,7 @@ func writeImage(path, ref string, files []file, cmd []string) error {
 	cfg.Architecture = runtime.GOARCH
 	cfg.OS = "linux"
 	cfg.Config.Env = []string{"PATH=/usr/sbin:/usr/bin:/sbin:/bin"}
+	cfg.Config.Entrypoint = entrypoint
 	cfg.Config.Cmd = cmd
 	cfg.Config.WorkingDir = "/"
 	cfg.RootFS.Type = "layers"

@@ -12,6 +12,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
+	"strings"
 	"testing"
 )
 
@@ -23,6 +25,12 @@ const EnvRequirePrivileged = "NODESHIM_REQUIRE_PRIVILEGED"
 // sets inside a QEMU guest (`make vmtest`). Its value is the guest's kernel
 // label, e.g. "6.1".
 const EnvGuest = "NODESHIM_GUEST"
+
+// EnvGuestLacks names the environment variable in which the kernel-matrix
+// init script lists, separated by spaces, the peers the guest does not have:
+// programs outside nodeshim that some tests run or talk to, such as
+// kube-apiserver, criu or go. internal/vmtest decides the list.
+const EnvGuestLacks = "NODESHIM_GUEST_LACKS"
 
 // ErrNotSupported is what a facility returns, wrapped, when the kernel
 // provably lacks a feature. Tests hand such errors to SkipIfNotSupported.
@@ -68,8 +76,11 @@ func RequireFile(t testing.TB, path string) {
 }
 
 // RequireBinary gates a test on a program found on PATH and returns its path.
+// A peer that the kernel-matrix guest lacks skips the test there (see
+// SkipIfGuestLacks).
 func RequireBinary(t testing.TB, name string) string {
 	t.Helper()
+	SkipIfGuestLacks(t, name)
 	p, err := exec.LookPath(name)
 	if err != nil {
 		Skip(t, "needs %s on PATH: %v", name, err)
@@ -82,11 +93,27 @@ func RequireBinary(t testing.TB, name string) string {
 // and returns its path.
 func RequireTool(t testing.TB, env, name string) string {
 	t.Helper()
+	SkipIfGuestLacks(t, name)
 	if p := os.Getenv(env); p != "" {
 		RequireFile(t, p)
 		return p
 	}
 	return RequireBinary(t, name)
+}
+
+// SkipIfGuestLacks skips t inside a kernel-matrix guest that lacks peer (the
+// init script lists it in NODESHIM_GUEST_LACKS), with a reason that names the
+// peer, and does so even when skips fail: the guest runs the host suite to
+// test the kernel, and the host's run, which has the peer, covers the rest.
+// Anywhere else it does nothing, so a missing peer on a host still fails
+// under NODESHIM_REQUIRE_PRIVILEGED=1.
+func SkipIfGuestLacks(t testing.TB, peer string) {
+	t.Helper()
+	label, ok := InGuest()
+	if !ok || !slices.Contains(strings.Fields(os.Getenv(EnvGuestLacks)), peer) {
+		return
+	}
+	t.Skipf("the kernel-matrix guest (kernel %s) has no %s: the host suite covers this test", label, peer)
 }
 
 // SkipIfNotSupported skips t when err says the kernel lacks a feature (it

@@ -58,3 +58,37 @@ func TestNotSupportedIsWrapped(t *testing.T) {
 		t.Fatalf("wrapped ErrNotSupported did not skip with its reason (err %v):\n%s", err, out)
 	}
 }
+
+func TestSkipIfGuestLacks(t *testing.T) {
+	if os.Getenv("TESTUTIL_CHILD") == "1" {
+		SkipIfGuestLacks(t, "kube-apiserver")
+		return
+	}
+	cases := []struct {
+		name    string
+		env     []string
+		wantOut string
+	}{
+		{"guest lacks the peer", []string{EnvGuest + "=6.12", EnvGuestLacks + "=go kube-apiserver etcd"},
+			"--- SKIP: TestSkipIfGuestLacks", // even under NODESHIM_REQUIRE_PRIVILEGED=1
+		},
+		{"guest has the peer", []string{EnvGuest + "=6.12", EnvGuestLacks + "=go kube-apiserver-1"}, "--- PASS: TestSkipIfGuestLacks"},
+		{"host", []string{EnvGuest + "=", EnvGuestLacks + "=kube-apiserver"}, "--- PASS: TestSkipIfGuestLacks"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestSkipIfGuestLacks$", "-test.v")
+			cmd.Env = append(append(os.Environ(), "TESTUTIL_CHILD=1", EnvRequirePrivileged+"=1"), tc.env...)
+			out, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child failed: %v; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.wantOut) {
+				t.Fatalf("child output lacks %q:\n%s", tc.wantOut, out)
+			}
+			if strings.Contains(tc.wantOut, "SKIP") && !strings.Contains(string(out), "has no kube-apiserver") {
+				t.Fatalf("the skip does not name the missing peer:\n%s", out)
+			}
+		})
+	}
+}

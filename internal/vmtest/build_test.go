@@ -74,7 +74,7 @@ func TestBuilder(t *testing.T) {
 	testutil.RequireBinary(t, "gcc")
 	testutil.RequireBinary(t, "ldd")
 	root := fixtureModule(t)
-	pkgs, err := Discover(context.Background(), ExecRunner, goTool, root)
+	pkgs, err := Discover(context.Background(), ExecRunner, goTool, root, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

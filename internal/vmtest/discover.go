@@ -37,10 +37,17 @@ type Package struct {
 	Tests []string
 	// Cgo says that the test binary depends on cgo outside the standard library.
 	Cgo bool
+	// HostSuite says that the guest runs every test of the package, its
+	// ordinary tests too (see HostSuite), not only Tests.
+	HostSuite bool
 }
 
-// RunPattern is the -test.run pattern that selects exactly p's guest tests.
+// RunPattern is the -test.run pattern that selects p's tests in the guest:
+// exactly its guest tests, or every test when it runs its host suite.
 func (p Package) RunPattern() string {
+	if p.HostSuite {
+		return "."
+	}
 	return "^(" + strings.Join(p.Tests, "|") + ")$"
 }
 
@@ -53,15 +60,26 @@ type listedPackage struct {
 	Error        *struct{ Err string }
 }
 
-// Discover lists the packages under root (a module root) that have
-// vmtest-tagged test files, with the Test functions those files declare.
-// A `*_vm_test.go` file without the tag is an error: on the host it would
-// run and fail at testutil.RequireGuest.
-func Discover(ctx context.Context, run Runner, goTool, root string) ([]Package, error) {
+// Discover lists the packages under root (a module root) that the guests
+// test: those that have vmtest-tagged test files, with the Test functions
+// those files declare, and, when suite is not nil, those whose host suite it
+// says to run (Package.HostSuite). A `*_vm_test.go` file without the tag is
+// an error: on the host it would run and fail at testutil.RequireGuest. So
+// is a suite that does not decide every package with ordinary tests, or
+// that names a package without them.
+func Discover(ctx context.Context, run Runner, goTool, root string, suite []Decision) ([]Package, error) {
 	out, err := run(ctx, root, goTool, "list", "-tags", Tag, "-json=ImportPath,Dir,TestGoFiles,XTestGoFiles,Error", "./...")
 	if err != nil {
 		return nil, fmt.Errorf("list packages: %w", err)
 	}
+	decided := map[string]Decision{}
+	for _, d := range suite {
+		if _, dup := decided[d.Rel]; dup {
+			return nil, fmt.Errorf("host suite: %s decided twice", d.Rel)
+		}
+		decided[d.Rel] = d
+	}
+	var undecided []string
 	var pkgs []Package
 	dec := json.NewDecoder(bytes.NewReader(out))
 	for {
@@ -75,6 +93,7 @@ func Discover(ctx context.Context, run Runner, goTool, root string) ([]Package, 
 			return nil, fmt.Errorf("go list %s: %s", lp.ImportPath, lp.Error.Err)
 		}
 		var tests []string
+		ordinary := false
 		for _, name := range append(append([]string(nil), lp.TestGoFiles...), lp.XTestGoFiles...) {
 			path := filepath.Join(lp.Dir, name)
 			src, err := os.ReadFile(path)
@@ -89,6 +108,7 @@ func Discover(ctx context.Context, run Runner, goTool, root string) ([]Package, 
 				if strings.HasSuffix(name, FileSuffix) {
 					return nil, fmt.Errorf("%s: a %s file must start with //go:build %s", path, FileSuffix, Tag)
 				}
+				ordinary = true
 				continue
 			}
 			names, err := TestNames(path, src)
@@ -97,14 +117,30 @@ func Discover(ctx context.Context, run Runner, goTool, root string) ([]Package, 
 			}
 			tests = append(tests, names...)
 		}
-		if len(tests) == 0 {
-			continue
-		}
 		rel, err := filepath.Rel(root, lp.Dir)
 		if err != nil {
 			return nil, fmt.Errorf("package %s: %w", lp.ImportPath, err)
 		}
-		pkgs = append(pkgs, Package{ImportPath: lp.ImportPath, Dir: lp.Dir, Rel: rel, Name: BinaryName(rel), Tests: sortedCopy(tests)})
+		rel = filepath.ToSlash(rel)
+		d, ok := decided[rel]
+		delete(decided, rel)
+		if suite != nil && ordinary && !ok {
+			undecided = append(undecided, rel)
+		}
+		if suite != nil && ok && !ordinary {
+			return nil, fmt.Errorf("host suite: %s has no ordinary tests", rel)
+		}
+		hostSuite := ok && d.Run
+		if len(tests) == 0 && !hostSuite {
+			continue
+		}
+		pkgs = append(pkgs, Package{ImportPath: lp.ImportPath, Dir: lp.Dir, Rel: rel, Name: BinaryName(rel), Tests: sortedCopy(tests), HostSuite: hostSuite})
+	}
+	if len(undecided) > 0 {
+		return nil, fmt.Errorf("host suite: decide whether the guests run the tests of %s (vmtest.HostSuite)", strings.Join(undecided, ", "))
+	}
+	if len(decided) > 0 {
+		return nil, fmt.Errorf("host suite: no package with tests at %s", strings.Join(sortedKeys(decided), ", "))
 	}
 	return pkgs, nil
 }

@@ -104,23 +104,117 @@ func fixtureModule(t *testing.T) string {
 func TestDiscover(t *testing.T) {
 	goTool := testutil.RequireBinary(t, "go")
 	root := fixtureModule(t)
-	pkgs, err := Discover(context.Background(), ExecRunner, goTool, root)
+	cases := []struct {
+		name  string
+		suite []Decision
+		want  []string
+	}{
+		{"guest tests only", nil, []string{
+			"example.com/m/pure pure ^(TestGuestA|TestGuestB|TestGuestX)$",
+			"example.com/m/withcgo withcgo ^(TestCgo)$",
+		}},
+		{"host suites", []Decision{{"pure", true, "p"}, {"hostonly", true, "h"}}, []string{
+			"example.com/m/hostonly hostonly .",
+			"example.com/m/pure pure .",
+			"example.com/m/withcgo withcgo ^(TestCgo)$",
+		}},
+		{"host suite left out", []Decision{{"pure", false, "p"}, {"hostonly", false, "h"}}, []string{
+			"example.com/m/pure pure ^(TestGuestA|TestGuestB|TestGuestX)$",
+			"example.com/m/withcgo withcgo ^(TestCgo)$",
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			pkgs, err := Discover(context.Background(), ExecRunner, goTool, root, tc.suite)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, p := range pkgs {
+				got = append(got, p.ImportPath+" "+p.Name+" "+p.RunPattern())
+				if p.Dir != filepath.Join(root, p.Rel) {
+					t.Errorf("%s: Dir %s, Rel %s", p.ImportPath, p.Dir, p.Rel)
+				}
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("Discover() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(tc.want, "\n"))
+			}
+		})
+	}
+}
+
+// TestDiscoverChecksTheHostSuite: a package with ordinary tests that the
+// list does not decide, an entry without such a package and an entry
+// twice each fail with a message that names the package.
+func TestDiscoverChecksTheHostSuite(t *testing.T) {
+	goTool := testutil.RequireBinary(t, "go")
+	root := fixtureModule(t)
+	cases := []struct {
+		name  string
+		suite []Decision
+		want  string
+	}{
+		{"undecided", []Decision{{"pure", true, "p"}}, "decide whether the guests run the tests of hostonly"},
+		{"gone", []Decision{{"pure", true, "p"}, {"hostonly", true, "h"}, {"gone", false, "g"}}, "no package with tests at gone"},
+		{"no ordinary tests", []Decision{{"pure", true, "p"}, {"hostonly", true, "h"}, {"withcgo", true, "c"}}, "withcgo has no ordinary tests"},
+		{"twice", []Decision{{"pure", true, "p"}, {"pure", false, "p"}}, "pure decided twice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Discover(context.Background(), ExecRunner, goTool, root, tc.suite)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Discover() error %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestHostSuiteDecidesEveryPackage checks the real list against this
+// module, as every `make vmtest` does, and that each decision says why.
+func TestHostSuiteDecidesEveryPackage(t *testing.T) {
+	goTool := testutil.RequireBinary(t, "go")
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Discover(context.Background(), ExecRunner, goTool, root, HostSuite()); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range HostSuite() {
+		if strings.TrimSpace(d.Why) == "" {
+			t.Errorf("%s: no reason", d.Rel)
+		}
+	}
+	for _, p := range GuestLacks() {
+		if p.Name == "" || strings.ContainsAny(p.Name, " '") || strings.TrimSpace(p.Why) == "" {
+			t.Errorf("peer %+v: a name without blanks or quotes and a reason, please", p)
+		}
+	}
+}
+
+func TestModuleTestdata(t *testing.T) {
+	root := writeModule(t, map[string]string{
+		"testdata/hosts/a":         "a",
+		"p/testdata/x.golden":      "x",
+		"p/testdata/testdata/y":    "y",
+		"p/q/testdata/z":           "z",
+		".cache/m/testdata/ignore": "i",
+		"_old/testdata/ignore":     "i",
+		"p/p.go":                   "package p\n",
+	})
+	trees, err := ModuleTestdata(root)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var got []string
-	for _, p := range pkgs {
-		got = append(got, p.ImportPath+" "+p.Name+" "+p.RunPattern())
-		if p.Dir != filepath.Join(root, p.Rel) {
-			t.Errorf("%s: Dir %s, Rel %s", p.ImportPath, p.Dir, p.Rel)
+	for _, tr := range trees {
+		got = append(got, tr.Rel)
+		if tr.Src != filepath.Join(root, tr.Rel) {
+			t.Errorf("%s: Src %s", tr.Rel, tr.Src)
 		}
 	}
-	want := []string{
-		"example.com/m/pure pure ^(TestGuestA|TestGuestB|TestGuestX)$",
-		"example.com/m/withcgo withcgo ^(TestCgo)$",
-	}
-	if !reflect.DeepEqual(got, want) {
-		t.Fatalf("Discover() =\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	if want := []string{"p/q/testdata", "p/testdata", "testdata"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("ModuleTestdata() = %q, want %q", got, want)
 	}
 }
 
@@ -130,7 +224,7 @@ func TestDiscoverRejectsUntaggedVMFile(t *testing.T) {
 		"p/p.go":            "package p\n",
 		"p/oops_vm_test.go": "package p\n\nimport \"testing\"\n\nfunc TestGuest(t *testing.T) {}\n",
 	})
-	_, err := Discover(context.Background(), ExecRunner, goTool, root)
+	_, err := Discover(context.Background(), ExecRunner, goTool, root, nil)
 	if err == nil || !strings.Contains(err.Error(), "oops_vm_test.go: a _vm_test.go file must start with //go:build vmtest") {
 		t.Fatalf("Discover() error %v, want one naming the untagged file", err)
 	}

@@ -83,3 +83,35 @@ func sortedCopy(s []string) []string {
 	sort.Strings(c)
 	return c
 }
+
+// ModuleTestdata lists the testdata directories of the module at root, the
+// root's own included, in lexical order. It does not descend into testdata
+// directories or into those the go command ignores (names starting with "."
+// or "_", such as .cache and .tools).
+func ModuleTestdata(root string) ([]Tree, error) {
+	var trees []Tree
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		if name := d.Name(); p != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_")) {
+			return filepath.SkipDir
+		}
+		if d.Name() != "testdata" {
+			return nil
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		trees = append(trees, Tree{Src: p, Rel: filepath.ToSlash(rel)})
+		return filepath.SkipDir
+	})
+	if err != nil {
+		return nil, fmt.Errorf("find the testdata of %s: %w", root, err)
+	}
+	return trees, nil
+}

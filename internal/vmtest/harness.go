@@ -9,6 +9,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -42,6 +43,9 @@ type Config struct {
 	Log *slog.Logger
 	// Fault breaks the image on purpose (see Faults); empty for a real run.
 	Fault string
+	// HostSuite runs, besides the guest tests, the ordinary tests of the
+	// packages that HostSuite() selects. It does nothing with Bench.
+	HostSuite bool
 	// Bench, when not empty, runs the guest benchmarks it matches instead
 	// of the guest tests, each BenchTime when set (see Image).
 	Bench, BenchTime string
@@ -117,9 +121,15 @@ func Run(ctx context.Context, cfg Config) ([]Result, error) {
 
 // buildImage builds the test binaries and nodeshim and packs the initramfs.
 func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd string, expected []string, err error) {
-	pkgs, err := Discover(ctx, ExecRunner, cfg.Go, cfg.Root)
+	// The host suite's list is checked against the module on every run,
+	// so that a package nobody decided on fails `make vmtest` too.
+	pkgs, err := Discover(ctx, ExecRunner, cfg.Go, cfg.Root, HostSuite())
 	if err != nil {
 		return "", nil, err
+	}
+	hostSuite := cfg.HostSuite && cfg.Bench == ""
+	if !hostSuite {
+		pkgs = guestTestsOnly(pkgs)
 	}
 	if len(pkgs) == 0 {
 		return "", nil, fmt.Errorf("no package under %s has %s files with //go:build %s", cfg.Root, FileSuffix, Tag)
@@ -139,15 +149,36 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, fmt.Errorf("bench %q, benchtime %q: a quote cannot go into the guest's init script", cfg.Bench, cfg.BenchTime)
 	}
 	im := &Image{Busybox: cfg.Busybox, TestTimeout: cfg.Timeout * 4 / 5, Fault: cfg.Fault, Bench: cfg.Bench, BenchTime: cfg.BenchTime}
+	for _, p := range GuestLacks() {
+		im.Lacks = append(im.Lacks, p.Name)
+	}
+	if hostSuite {
+		if im.Testdata, err = ModuleTestdata(cfg.Root); err != nil {
+			return "", nil, err
+		}
+	}
 	for i := range pkgs {
 		p := &pkgs[i]
-		log.Info("building test binary", "package", p.ImportPath, "tests", strings.Join(p.Tests, " "))
+		log.Info("building test binary", "package", p.ImportPath, "tests", strings.Join(p.Tests, " "), "host_suite", p.HostSuite)
 		bin, err := b.TestBinary(ctx, p)
 		if err != nil {
 			return "", nil, err
 		}
 		im.Tests = append(im.Tests, TestEntry{Package: *p, Binary: bin})
 		expected = append(expected, p.Name)
+	}
+	if hostSuite {
+		for _, p := range GuestPrograms() {
+			path, err := exec.LookPath(p.Name)
+			if err != nil {
+				return "", nil, fmt.Errorf("the guests run %s for %s: %w", p.Name, p.Why, err)
+			}
+			bin, err := b.withLibs(ctx, path)
+			if err != nil {
+				return "", nil, err
+			}
+			im.Programs = append(im.Programs, bin)
+		}
 	}
 	log.Info("building nodeshim")
 	ns, err := b.Program(ctx, "./cmd/nodeshim", "nodeshim", cfg.LDFlags)
@@ -167,6 +198,20 @@ func buildImage(ctx context.Context, cfg Config, log *slog.Logger) (initrd strin
 		return "", nil, err
 	}
 	return initrd, expected, nil
+}
+
+// guestTestsOnly drops the host suites from pkgs: the packages without
+// guest tests go, the others run only their guest tests.
+func guestTestsOnly(pkgs []Package) []Package {
+	var out []Package
+	for _, p := range pkgs {
+		if len(p.Tests) == 0 {
+			continue
+		}
+		p.HostSuite = false
+		out = append(out, p)
+	}
+	return out
 }
 
 // withKernelFiles returns an initramfs for one kernel: the shared one with a

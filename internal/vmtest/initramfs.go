@@ -50,6 +50,24 @@ type Image struct {
 	// Bench, when not empty, runs the benchmarks it matches (-test.bench)
 	// instead of the tests, each BenchTime (-test.benchtime) when set.
 	Bench, BenchTime string
+	// Testdata lists testdata directories of the module that the image
+	// carries besides those of the packages in Tests, for tests that read
+	// another package's (../../kernel/seccomp/testdata, ../testdata/hosts).
+	Testdata []Tree
+	// Programs are host programs copied to /usr/local/bin (GuestPrograms).
+	Programs []Binary
+	// Lacks names the peers the guest does not have (GuestLacks); the init
+	// script passes them to the tests in NODESHIM_GUEST_LACKS.
+	Lacks []string
+}
+
+// Tree is a directory of the module that goes into the image.
+type Tree struct {
+	// Src is the directory on the host.
+	Src string
+	// Rel is its path relative to the module root, which is where it goes
+	// under the guest's source directory.
+	Rel string
 }
 
 // Faults lists what Image.Fault can inject: the kernel panics (init exits),
@@ -84,10 +102,14 @@ for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
 	setup "cgroup-controller-$c" sh -c "echo +$c > /sys/fs/cgroup/cgroup.subtree_control"
 done
 setup memlock ulimit -l unlimited
+# The kernel loads the modules the image carries on demand through
+# /sbin/modprobe (busybox), which reads what depmod writes.
+setup depmod depmod
 setup loopback ip link set lo up
 # The kernel hands NODESHIM_GUEST=<label> from its command line to init.
 [ -n "$NODESHIM_GUEST" ] || echo "$M setup-failed NODESHIM_GUEST-unset"
 export NODESHIM_GUEST NODESHIM_REQUIRE_PRIVILEGED=1 HOME=/root TMPDIR=/tmp
+export NODESHIM_GUEST_LACKS='{{.Lacks}}'
 echo "nodeshim guest $NODESHIM_GUEST: kernel $(uname -r), cgroup controllers: $(cat /sys/fs/cgroup/cgroup.subtree_control)"
 mkdir -p {{.ArtifactDir}}
 {{- if eq .Fault "panic"}}
@@ -136,9 +158,9 @@ type initTest struct{ Name, Dir, Pattern string }
 // InitScript returns the guest's /init.
 func (im *Image) InitScript() string {
 	data := struct {
-		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault, Bench, BenchTime string
-		Tests                                                                                    []initTest
-	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, im.Bench, im.BenchTime, nil}
+		Marker, Nodeshim, ArtifactDir, ArtifactTTY, BinDir, TestTimeout, Fault, Bench, BenchTime, Lacks string
+		Tests                                                                                           []initTest
+	}{Marker, guestNodeshim, guestArtifactDir, guestArtifactTTY, guestBinDir, im.TestTimeout.String(), im.Fault, im.Bench, im.BenchTime, strings.Join(im.Lacks, " "), nil}
 	for _, t := range im.Tests {
 		data.Tests = append(data.Tests, initTest{t.Package.Name, GuestDir(t.Package), t.Package.RunPattern()})
 	}
@@ -196,10 +218,32 @@ func (im *Image) Stage(dir string) error {
 			}
 		}
 	}
+	for _, tr := range im.Testdata {
+		dst := filepath.Join(dir, guestSrcDir, filepath.FromSlash(tr.Rel))
+		if _, err := os.Stat(dst); err == nil {
+			continue // a test package's own, staged above
+		}
+		if err := copyTree(tr.Src, dst); err != nil {
+			return fmt.Errorf("stage %s: %w", tr.Rel, err)
+		}
+	}
 	if im.Nodeshim != nil {
 		if err := add(*im.Nodeshim, guestNodeshim); err != nil {
 			return err
 		}
+	}
+	for _, p := range im.Programs {
+		if err := add(p, path.Join(path.Dir(guestNodeshim), filepath.Base(p.Path))); err != nil {
+			return err
+		}
+	}
+	// The name every machine resolves through its files, as a node's
+	// /etc/hosts says.
+	if err := os.MkdirAll(filepath.Join(dir, "etc"), 0o755); err != nil {
+		return fmt.Errorf("stage /etc: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "etc", "hosts"), []byte("127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n"), 0o644); err != nil {
+		return fmt.Errorf("stage /etc/hosts: %w", err)
 	}
 	// A shared object goes to the path it has on the host (the loader's
 	// path is compiled into the binaries); symlinks are followed.
@@ -271,7 +315,7 @@ func Pack(ctx context.Context, dir, out string) error {
 	return nil
 }
 
-func sortedKeys(m map[string]bool) []string {
+func sortedKeys[V any](m map[string]V) []string {
 	var keys []string
 	for k := range m {
 		keys = append(keys, k)

@@ -22,7 +22,9 @@ func goldenImage() *Image {
 		Tests: []TestEntry{
 			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/cgroup", Rel: "cgroup", Name: "cgroup", Tests: []string{"TestPressureGuest"}}},
 			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/internal/vmtest", Rel: "internal/vmtest", Name: "internal_vmtest", Tests: []string{"TestGuestMounts", "TestGuestPureCgroup2"}}},
+			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/shim/status", Rel: "shim/status", Name: "shim_status", HostSuite: true}},
 		},
+		Lacks: []string{"go", "kube-apiserver"},
 	}
 }
 
@@ -105,7 +107,16 @@ func TestImageContents(t *testing.T) {
 	im.Tests[0].Binary = Binary{Path: trueBin, Libs: libs}
 	im.Tests[1].Package.Dir = t.TempDir() // no testdata
 	im.Tests[1].Binary = Binary{Path: trueBin}
+	im.Tests[2].Package.Dir = t.TempDir()
+	im.Tests[2].Binary = Binary{Path: trueBin}
+	// The module's own testdata goes in; a package's is not copied twice.
+	shared := t.TempDir()
+	if err := os.WriteFile(filepath.Join(shared, "hosts"), []byte("h"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	im.Testdata = []Tree{{Src: shared, Rel: "testdata"}, {Src: filepath.Join(src, "testdata"), Rel: "cgroup/testdata"}}
 	im.Nodeshim = &Binary{Path: trueBin, Libs: libs}
+	im.Programs = []Binary{{Path: trueBin, Libs: libs}}
 
 	dir := t.TempDir()
 	stage := filepath.Join(dir, "stage")
@@ -117,11 +128,12 @@ func TestImageContents(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := cpioList(t, archive)
-	want := []string{".", "bin", "bin/busybox", "bin/sh", "dev", "init", "proc", "root", "sys", "tmp",
-		"usr", "usr/local", "usr/local/bin", "usr/local/bin/nodeshim",
-		"vmtest", "vmtest/bin", "vmtest/bin/cgroup.test", "vmtest/bin/internal_vmtest.test",
+	want := []string{".", "bin", "bin/busybox", "bin/sh", "dev", "etc", "etc/hosts", "init", "proc", "root", "sys", "tmp",
+		"usr", "usr/local", "usr/local/bin", "usr/local/bin/nodeshim", "usr/local/bin/true",
+		"vmtest", "vmtest/bin", "vmtest/bin/cgroup.test", "vmtest/bin/internal_vmtest.test", "vmtest/bin/shim_status.test",
 		"vmtest/src", "vmtest/src/cgroup", "vmtest/src/cgroup/testdata", "vmtest/src/cgroup/testdata/sub",
-		"vmtest/src/cgroup/testdata/sub/case.golden", "vmtest/src/internal", "vmtest/src/internal/vmtest"}
+		"vmtest/src/cgroup/testdata/sub/case.golden", "vmtest/src/internal", "vmtest/src/internal/vmtest",
+		"vmtest/src/shim", "vmtest/src/shim/status", "vmtest/src/testdata", "vmtest/src/testdata/hosts"}
 	for _, l := range libs {
 		rel := strings.TrimPrefix(l, "/")
 		want = append(want, rel)

@@ -108,7 +108,9 @@ type KernelImage struct {
 	// Vmlinuz is the bootable image.
 	Vmlinuz string
 	// Root holds the package's files the guest gets besides the image:
-	// boot/config-<release>, which `nodeshim report` reads.
+	// boot/config-<release>, which `nodeshim report` reads, and under
+	// lib/modules/<release> the modules of GuestModules, uncompressed, with
+	// the package's modules.order and modules.builtin for depmod.
 	Root string
 }
 
@@ -120,8 +122,8 @@ func (f *Fetcher) Fetch(ctx context.Context, k Kernel) (KernelImage, error) {
 		if b, err := os.ReadFile(labelFile); err == nil {
 			img := f.image(strings.TrimSpace(string(b)))
 			_, errImage := os.Stat(img.Vmlinuz)
-			_, errRoot := os.Stat(img.Root)
-			if errImage == nil && errRoot == nil {
+			kept, errRoot := os.ReadFile(filepath.Join(img.Root, "lib", "modules", modulesListFile))
+			if errImage == nil && errRoot == nil && string(kept) == modulesList(GuestModules()) {
 				return img, nil
 			}
 		}
@@ -233,11 +235,14 @@ func (f *Fetcher) download(ctx context.Context, k Kernel, pkg string) error {
 	if err := os.Mkdir(unpacked, 0o755); err != nil {
 		return fmt.Errorf("unpack %s: %w", debs[0], err)
 	}
-	// Only the image and its config are needed: the modules would be
-	// ~400 MB unpacked.
-	const unpack = `dpkg-deb --fsys-tarfile "$1" | tar -x -C "$2" --wildcards './boot/vmlinuz-*' './boot/config-*'`
+	// The image, its config and the modules (100-400 MB unpacked), of
+	// which keepModules keeps the few the guests load.
+	const unpack = `dpkg-deb --fsys-tarfile "$1" | tar -x -C "$2" --wildcards './boot/vmlinuz-*' './boot/config-*' '*/modules/*'`
 	if _, err := f.Run(ctx, tmp, "sh", "-c", unpack, "sh", debs[0], unpacked); err != nil {
 		return err
+	}
+	if err := keepModules(ctx, f.Run, unpacked, GuestModules()); err != nil {
+		return fmt.Errorf("%s: %w", filepath.Base(debs[0]), err)
 	}
 	for _, pattern := range []string{"vmlinuz-*", "config-*"} {
 		if m, _ := filepath.Glob(filepath.Join(unpacked, "boot", pattern)); len(m) != 1 {
@@ -289,4 +294,97 @@ func FirstDependency(show []byte) (string, error) {
 		return "", fmt.Errorf("read apt-cache output: %w", err)
 	}
 	return "", errors.New("no Depends field")
+}
+
+// keepModules replaces the module trees that the kernel package unpacked
+// under root (lib/modules/<release>, or usr/lib/modules/<release> in a
+// merged-/usr package) with root/lib/modules/<release> holding only the
+// modules named in mods, uncompressed (busybox's modprobe loads plain .ko
+// files), and the package's modules.order, modules.builtin and
+// modules.builtin.modinfo. A module that the package does not carry is
+// built in or absent: the guest's tests say which. root/lib/modules exists
+// afterwards, empty for a package without modules.
+func keepModules(ctx context.Context, run Runner, root string, mods []Module) error {
+	want := map[string]bool{}
+	for _, m := range mods {
+		want[m.Name] = true
+	}
+	var trees []string
+	for _, d := range []string{"lib/modules", "usr/lib/modules"} {
+		rels, _ := filepath.Glob(filepath.Join(root, d, "*"))
+		trees = append(trees, rels...)
+	}
+	kept := filepath.Join(root, ".modules")
+	for _, tree := range trees {
+		dst := filepath.Join(kept, filepath.Base(tree))
+		for _, name := range []string{"modules.order", "modules.builtin", "modules.builtin.modinfo"} {
+			if _, err := os.Stat(filepath.Join(tree, name)); err == nil {
+				if err := copyFile(filepath.Join(tree, name), filepath.Join(dst, name), 0o644); err != nil {
+					return err
+				}
+			}
+		}
+		err := filepath.WalkDir(filepath.Join(tree, "kernel"), func(p string, d os.DirEntry, err error) error {
+			if err != nil || d.IsDir() {
+				return err
+			}
+			base, ext, ok := strings.Cut(d.Name(), ".ko")
+			if !ok || !want[strings.ReplaceAll(base, "-", "_")] {
+				return nil
+			}
+			rel, err := filepath.Rel(tree, p)
+			if err != nil {
+				return err
+			}
+			out := filepath.Join(dst, strings.TrimSuffix(rel, ext))
+			if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
+				return err
+			}
+			switch ext {
+			case "":
+				return copyFile(p, out, 0o644)
+			case ".xz", ".zst":
+				tool := map[string]string{".xz": "xz", ".zst": "zstd"}[ext]
+				if _, err := run(ctx, root, "sh", "-c", tool+` -dc "$1" > "$2"`, "sh", p, out); err != nil {
+					return fmt.Errorf("decompress %s: %w", p, err)
+				}
+				return nil
+			default:
+				return fmt.Errorf("module %s: unknown compression %s", p, ext)
+			}
+		})
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("keep the guests' modules: %w", err)
+		}
+	}
+	for _, d := range []string{"lib", "usr"} {
+		if err := os.RemoveAll(filepath.Join(root, d)); err != nil {
+			return fmt.Errorf("drop the other modules: %w", err)
+		}
+	}
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		return fmt.Errorf("keep the guests' modules: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "lib"), 0o755); err != nil {
+		return fmt.Errorf("keep the guests' modules: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(kept, modulesListFile), []byte(modulesList(mods)), 0o644); err != nil {
+		return fmt.Errorf("keep the guests' modules: %w", err)
+	}
+	if err := os.Rename(kept, filepath.Join(root, "lib", "modules")); err != nil {
+		return fmt.Errorf("keep the guests' modules: %w", err)
+	}
+	return nil
+}
+
+// modulesListFile, under a cached kernel's lib/modules, names the modules
+// kept from its package: a kernel cached with another list is fetched again.
+const modulesListFile = "nodeshim-guest-modules"
+
+func modulesList(mods []Module) string {
+	var b strings.Builder
+	for _, m := range mods {
+		b.WriteString(m.Name + "\n")
+	}
+	return b.String()
 }

@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
 func TestFirstDependency(t *testing.T) {
@@ -203,5 +207,63 @@ func TestLookupKernel(t *testing.T) {
 	}
 	if _, err := LookupKernel("5.10"); err == nil || !strings.Contains(err.Error(), "known: 6.1 6.12") {
 		t.Errorf("LookupKernel(5.10) error %v, want the known labels", err)
+	}
+}
+
+// TestKeepModules unpacks nothing: it lays out a merged-/usr package's
+// module tree with an xz-compressed and a plain module and checks that only
+// the wanted ones stay, uncompressed, under lib/modules with depmod's inputs.
+func TestKeepModules(t *testing.T) {
+	xz := testutil.RequireBinary(t, "xz")
+	root := t.TempDir()
+	tree := filepath.Join(root, "usr", "lib", "modules", "6.12.1-amd64")
+	files := map[string]string{
+		"kernel/drivers/net/veth.ko":        "veth module",
+		"kernel/net/netfilter/nf_tables.ko": "nf_tables module",
+		"kernel/drivers/net/wireguard.ko":   "not wanted",
+		"modules.order":                     "kernel/drivers/net/veth.ko\n",
+		"modules.builtin":                   "kernel/fs/ext4/ext4.ko\n",
+	}
+	for name, content := range files {
+		p := filepath.Join(tree, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if out, err := exec.Command(xz, filepath.Join(tree, "kernel/drivers/net/veth.ko")).CombinedOutput(); err != nil {
+		t.Fatalf("xz: %v: %s", err, out)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "boot"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mods := []Module{{"veth", "v"}, {"nf_tables", "n"}, {"overlay", "built in or absent"}}
+	if err := keepModules(context.Background(), ExecRunner, root, mods); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	err := filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		rel, _ := filepath.Rel(root, p)
+		got = append(got, rel+": "+string(b))
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		"lib/modules/6.12.1-amd64/kernel/drivers/net/veth.ko: veth module",
+		"lib/modules/6.12.1-amd64/kernel/net/netfilter/nf_tables.ko: nf_tables module",
+		"lib/modules/6.12.1-amd64/modules.builtin: kernel/fs/ext4/ext4.ko\n",
+		"lib/modules/6.12.1-amd64/modules.order: kernel/drivers/net/veth.ko\n",
+		"lib/modules/nodeshim-guest-modules: veth\nnf_tables\noverlay\n",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("kept\n%q\nwant\n%q", got, want)
 	}
 }

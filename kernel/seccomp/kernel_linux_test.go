@@ -232,8 +232,9 @@ func TestCommandExecDenied(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	echo := testutil.RequireBinary(t, "echo") // the path runFilter executes
 	out, stderr, _, err := runFilter(t, f, "echo", "ran")
-	if exitCode(t, err) != 126 || out != "" || !strings.Contains(stderr, "execve /usr/bin/echo: Permission denied") {
+	if exitCode(t, err) != 126 || out != "" || !strings.Contains(stderr, "execve "+echo+": Permission denied") {
 		t.Errorf("exit %v, stdout %q, stderr %q", err, out, stderr)
 	}
 }

@@ -423,7 +423,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	defer s.applyRetention(set, ref) //nolint:errcheck // logged inside
 	s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": dumping with CRIU", 2, 3))
 	var phaseMu sync.Mutex
-	phase := "dumping"
+	phase := criu.PhaseDumping
 	res, err := criu.Checkpoint(ctx, target, criu.Options{
 		Binary:     bin,
 		ArchiveDir: set.Dir,
@@ -433,7 +433,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 		Progress: func(p criu.Progress) {
 			phaseMu.Lock()
 			defer phaseMu.Unlock()
-			if p.Phase == phase || p.Phase != "archiving" {
+			if p.Phase == phase || p.Phase != criu.PhaseArchiving {
 				return
 			}
 			phase = p.Phase

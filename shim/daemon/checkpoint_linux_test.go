@@ -37,6 +37,7 @@ import (
 func requireCriu(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
+	testutil.SkipIfGuestLacks(t, "criu")
 	b, err := criu.Find("", nil)
 	if err != nil {
 		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)

@@ -128,7 +128,10 @@ func (m *Monitor) set(c condition.Condition) {
 // CNI directory, re-evaluating the condition on every update, until ctx is
 // done. A failed subscription leaves the condition Unknown with the reason.
 func (m *Monitor) Run(ctx context.Context) error {
-	h, err := netlink.NewHandleAt(m.opts.NetNS)
+	// Only rtnetlink: without a family, the handle also opens XFRM and
+	// NETLINK_NETFILTER sockets, which fail with EPROTONOSUPPORT where
+	// nfnetlink is a module not loaded yet.
+	h, err := netlink.NewHandleAt(m.opts.NetNS, unix.NETLINK_ROUTE)
 	if err != nil {
 		m.set(unknown(fmt.Errorf("netlink handle: %w", err)))
 		return fmt.Errorf("netlink handle: %w", err)

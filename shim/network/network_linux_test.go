@@ -15,6 +15,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/condition"
@@ -65,7 +66,7 @@ func reason(r string) func(condition.Condition) bool {
 
 func TestNetworkReadyInNamespace(t *testing.T) {
 	ns := newNetNS(t)
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,7 @@ func TestNetworkReadyInNamespace(t *testing.T) {
 
 func TestRequiredLinks(t *testing.T) {
 	ns := newNetNS(t)
-	h, err := netlink.NewHandleAt(ns)
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,12 +8,14 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodeshim/nodeshim/bpf"
+	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
@@ -56,21 +58,23 @@ func startHog(t testing.TB, dir string) int {
 	return cmd.Process.Pid
 }
 
-// TestOOMWatcherSource makes a real OOM kill and finds it in the model. On
-// this host the cgroup v1 memory controller limits the hog (hybrid
-// cgroups); the watcher attaches to the best hook the kernel accepts.
-func TestOOMWatcherSource(t *testing.T) {
-	testutil.RequireRoot(t)
-	const memcgV1 = "/sys/fs/cgroup/memory"
-	testutil.RequireFile(t, filepath.Join(memcgV1, "memory.limit_in_bytes"))
-	m := status.New(nil)
-	sourcetest.Run(t, m, &Source{Logger: discard})
-	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypeOOMWatcher); return ok })
-	if c, _ := d.Condition(status.TypeOOMWatcher); c.Status != condition.True || c.Reason != ReasonAttached || !d.OOMKills.Watching || d.OOMKills.Hook == "" {
-		t.Fatalf("OOM watcher: %+v, %+v", c, d.OOMKills)
+// memoryCgroup creates a cgroup whose memory is limited to limit bytes
+// where this machine's memory controller is: on cgroup2 when its root hands
+// memory to its children (pure cgroup v2), else in the v1 memory hierarchy
+// (hybrid cgroups).
+func memoryCgroup(t *testing.T, limit int) string {
+	t.Helper()
+	mnt, err := cgroup.FindMount("/proc")
+	if err != nil {
+		t.Fatal(err)
 	}
-
-	memcg, err := os.MkdirTemp(memcgV1, "nodeshim-daemon-oom-")
+	parent, limitFile := "/sys/fs/cgroup/memory", "memory.limit_in_bytes"
+	if ctl, err := os.ReadFile(filepath.Join(mnt.Path, "cgroup.subtree_control")); err == nil && slices.Contains(strings.Fields(string(ctl)), "memory") {
+		parent, limitFile = mnt.Path, "memory.max"
+	} else {
+		testutil.RequireFile(t, filepath.Join(parent, limitFile))
+	}
+	memcg, err := os.MkdirTemp(parent, "nodeshim-daemon-oom-")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,9 +83,25 @@ func TestOOMWatcherSource(t *testing.T) {
 			t.Errorf("remove %s: %v", memcg, err)
 		}
 	})
-	if err := os.WriteFile(filepath.Join(memcg, "memory.limit_in_bytes"), []byte(strconv.Itoa(48<<20)), 0); err != nil {
+	if err := os.WriteFile(filepath.Join(memcg, limitFile), []byte(strconv.Itoa(limit)), 0); err != nil {
 		t.Fatal(err)
 	}
+	return memcg
+}
+
+// TestOOMWatcherSource makes a real OOM kill and finds it in the model. The
+// memory controller, v1 or cgroup2, limits the hog; the watcher attaches to
+// the best hook the kernel accepts.
+func TestOOMWatcherSource(t *testing.T) {
+	testutil.RequireRoot(t)
+	memcg := memoryCgroup(t, 48<<20)
+	m := status.New(nil)
+	sourcetest.Run(t, m, &Source{Logger: discard})
+	d := sourcetest.WaitFor(t, m, func(d status.Document) bool { _, ok := d.Condition(status.TypeOOMWatcher); return ok })
+	if c, _ := d.Condition(status.TypeOOMWatcher); c.Status != condition.True || c.Reason != ReasonAttached || !d.OOMKills.Watching || d.OOMKills.Hook == "" {
+		t.Fatalf("OOM watcher: %+v, %+v", c, d.OOMKills)
+	}
+
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "cgroup"), []byte(memcg), 0o600); err != nil {
 		t.Fatal(err)

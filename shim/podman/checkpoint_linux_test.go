@@ -1,7 +1,10 @@
 package podman_test
 
 import (
+	"archive/tar"
+	"bytes"
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -123,4 +126,85 @@ func TestCheckpointRestoredByPodman(t *testing.T) {
 		t.Fatalf("restored container does not count on: %d then %d", restored, next)
 	}
 	t.Logf("count %d before the checkpoint, %d after it in the original, %d in the restored container", before, after, restored)
+}
+
+// TestRestore checkpoints a podman runc container with nodeshim, removes
+// it, and brings it back with podman.Restore (what `nodeshim restore` runs
+// for a podman archive): the restored container is podman's, runs at the
+// pid Restore reports, and its counter continues.
+func TestRestore(t *testing.T) {
+	p := rt.Podman(t)
+	bin := criuFirstOnPath(t)
+	const name = "nodeshim-restore"
+	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
+		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	before := waitCount(t, p, name, 20)
+	target, err := podman.Target("/proc", p.Root, name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := p.Command("rm", "--force", "--time", "0", name).CombinedOutput(); err != nil {
+		t.Fatalf("podman rm: %v: %s", err, out)
+	}
+	// podman exactly as the harness runs it: its binary, global flags and
+	// environment (private storage and containers.conf).
+	cmd := p.Command()
+	r, err := podman.Restore(context.Background(), res.Path, podman.RestoreOptions{
+		Podman: cmd.Path, GlobalFlags: cmd.Args[1:], Env: cmd.Env, Criu: bin,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Command("rm", "--force", "--time", "0", name).Run() })
+	t.Logf("restored %s (%s) at pid %d in %s", r.Name, r.ID, r.Pid, r.Took)
+	if r.Name != name || r.ID != target.ID {
+		t.Errorf("restored %q (%s), want %q (%s)", r.Name, r.ID, name, target.ID)
+	}
+	c, err := podman.Lookup(podman.DBPath(p.Root), r.ID, podman.LockWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "running" || c.Pid != r.Pid {
+		t.Errorf("podman has %s %s at pid %d, Restore said pid %d", c.Name, c.State, c.Pid, r.Pid)
+	}
+	restored := readCount(t, p, name)
+	if restored < before {
+		t.Fatalf("restored container counts %d, below %d seen before the checkpoint: it was not restored", restored, before)
+	}
+	if next := waitCount(t, p, name, restored); next <= restored {
+		t.Fatalf("restored container does not count on: %d then %d", restored, next)
+	}
+}
+
+// TestRestoreRefusesOtherEngines: podman is never run for an archive that
+// is not a podman container's.
+func TestRestoreRefusesOtherEngines(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "process.tar")
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, m := range []struct{ name, body string }{
+		{"config.dump", `{"runtime":"host"}`}, {"spec.dump", `{"annotations":{}}`},
+	} {
+		if err := tw.WriteHeader(&tar.Header{Name: m.name, Typeflag: tar.TypeReg, Mode: 0o600, Size: int64(len(m.body))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write([]byte(m.body)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err := podman.Restore(context.Background(), path, podman.RestoreOptions{Podman: "/nonexistent/podman"})
+	if !errors.Is(err, podman.ErrNotPodmanArchive) {
+		t.Fatalf("error %v, want one wrapping ErrNotPodmanArchive", err)
+	}
 }

@@ -1,0 +1,64 @@
+package criu
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"testing"
+)
+
+func TestReadArchiveMeta(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		config     string
+		spec       string
+		want       Engine
+		wantName   string
+		wantErr    bool
+		dropConfig bool
+	}{
+		{name: "podman", config: `{"name":"web","rootfsImageName":"localhost/busybox:latest"}`,
+			spec: `{"annotations":{"io.container.manager":"libpod"}}`, want: EnginePodman, wantName: "web"},
+		{name: "cri-o", config: `{"name":"app"}`, spec: `{"annotations":{"io.container.manager":"cri-o"}}`, want: EngineCRIO, wantName: "app"},
+		{name: "containerd", config: `{"name":"counter","runtime":"cri"}`,
+			spec: `{"annotations":{"io.kubernetes.cri.container-type":"container","io.kubernetes.cri.container-name":"counter"}}`,
+			want: EngineContainerd, wantName: "counter"},
+		{name: "process", config: `{"name":"sleep","runtime":"host"}`, spec: `{"annotations":{}}`, want: EngineProcess, wantName: "sleep"},
+		{name: "unknown", config: `{}`, spec: `{}`, want: EngineUnknown},
+		{name: "bad-config", config: `{`, spec: `{}`, wantErr: true},
+		{name: "bad-spec", config: `{}`, spec: `[`, wantErr: true},
+		{name: "no-config", spec: `{}`, dropConfig: true, wantErr: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ms := []member{{name: "checkpoint/", typ: tar.TypeDir}, {name: "spec.dump", typ: tar.TypeReg, body: tc.spec}}
+			if !tc.dropConfig {
+				ms = append(ms, member{name: "./config.dump", typ: tar.TypeReg, body: tc.config})
+			}
+			m, err := ReadArchiveMeta(bytes.NewReader(makeTar(t, ms)))
+			if tc.wantErr {
+				if !errors.Is(err, ErrInvalidArchive) {
+					t.Fatalf("error %v, want one wrapping ErrInvalidArchive", err)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m.Engine != tc.want || m.Config.Name != tc.wantName {
+				t.Errorf("engine %q name %q, want %q %q", m.Engine, m.Config.Name, tc.want, tc.wantName)
+			}
+		})
+	}
+}
+
+func FuzzReadArchiveMeta(f *testing.F) {
+	f.Add(makeTar(f, good()))
+	f.Add(makeTar(f, []member{{name: "config.dump", typ: tar.TypeReg, body: `{"runtime":"host"}`},
+		{name: "spec.dump", typ: tar.TypeReg, body: `{"annotations":{"io.container.manager":"libpod"}}`}}))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		m, err := ReadArchiveMeta(bytes.NewReader(b))
+		if err == nil && (m.ConfigDump == nil || m.SpecDump == nil || m.Engine == "") {
+			t.Fatalf("no error but %+v", m)
+		}
+	})
+}

@@ -1,0 +1,284 @@
+package checkpoint
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/shim/status"
+)
+
+// workload counts to /count while a shell variable holds mib MiB, so that
+// CRIU has that much memory to write and the dump lasts a while.
+func workload(mib int) []string {
+	if mib == 0 {
+		return []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}
+	}
+	return []string{"sh", "-c", fmt.Sprintf(
+		"x=$(head -c %d /dev/zero | tr '\\0' a); i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done", mib<<20)}
+}
+
+// count reads /count in ctr, -1 when it has none yet.
+func count(t *testing.T, ctr *runtimetest.Container) int {
+	t.Helper()
+	out, _, code := ctr.Exec(t, "cat", "/count")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if code != 0 || err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitCount waits until ctr has counted past n; go test's -timeout bounds it.
+func waitCount(t *testing.T, ctr *runtimetest.Container, n int) int {
+	t.Helper()
+	for {
+		if c := count(t, ctr); c > n {
+			return c
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// frozen reports what the kernel says of pid's freezing: its cgroup's
+// freezer state (v1 freezer.state, v2 cgroup.freeze) and its task state.
+func frozen(t *testing.T, pid int) string {
+	t.Helper()
+	st, err := criu.ReadContainerState("/proc", pid, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var bad []string
+	if st.FreezerCgroup != "" {
+		for _, f := range []struct{ file, thawed string }{{"freezer.state", "THAWED"}, {"cgroup.freeze", "0"}} {
+			b, err := os.ReadFile(filepath.Join(st.FreezerCgroup, f.file))
+			if err == nil && strings.TrimSpace(string(b)) != f.thawed {
+				bad = append(bad, fmt.Sprintf("%s/%s: %s", st.FreezerCgroup, f.file, strings.TrimSpace(string(b))))
+			}
+		}
+	}
+	ps, err := criu.ReadProcState("/proc", pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ps.Stopped() || ps.TracerPid != 0 {
+		bad = append(bad, "pid "+strconv.Itoa(pid)+": "+ps.String())
+	}
+	return strings.Join(bad, "; ")
+}
+
+// whenDumping calls fn once CRIU has started writing pages images into a
+// work directory under dir, and returns a function that stops watching.
+func whenDumping(dir string, fn func()) (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			if m, _ := filepath.Glob(filepath.Join(dir, "*", criu.ImagesDir, "pages-*.img")); len(m) > 0 {
+				fn()
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
+
+// mountSmallTmpfs mounts a tmpfs of size bytes on a new directory of the
+// test's own temp dir: a filesystem that fills up during a dump.
+func mountSmallTmpfs(t *testing.T, size int) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "small")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("tmpfs", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=0700", size)); err != nil {
+		t.Fatalf("mount tmpfs on %s: %v", dir, err)
+	}
+	t.Cleanup(func() {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			t.Errorf("unmount %s: %v", dir, err)
+		}
+	})
+	return dir
+}
+
+// TestCheckpointFailuresOnContainerd drives checkpoints of real containerd
+// CRI containers through the service into failure: the container is killed
+// while CRIU writes its pages, the timeout expires during the dump, the
+// archive directory's filesystem fills up. Each time the checkpoint fails,
+// the checkpoint directory is left as it was (no archive, no work or temp
+// file), and a container that was not killed runs on: thawed, untraced,
+// counting.
+func TestCheckpointFailuresOnContainerd(t *testing.T) {
+	c := rt.Containerd(t)
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "needs criu: %v", err)
+	}
+	resolver, err := cri.Dial(c.Address)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resolver.Close()
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+
+	for _, tc := range []struct {
+		name string
+		// mib is the container's working set.
+		mib int
+		// dir returns the archive directory.
+		dir func(t *testing.T) string
+		// timeout returns the checkpoint's timeout, given a successful
+		// checkpoint's dump time of the same container (zero: none ran).
+		timeout func(dump time.Duration) time.Duration
+		// measure runs a successful checkpoint first, for timeout.
+		measure bool
+		// kill kills the container while CRIU writes its pages.
+		kill bool
+		// check checks the error.
+		check func(t *testing.T, err error, rec status.CheckpointRecord)
+	}{
+		{
+			// CRIU either notices at once ("killed by 9 unexpectedly":
+			// Failed, the target lost), or keeps the container's init
+			// seized (sleeping, traced, alive) until the timeout kills
+			// CRIU and the SIGKILL takes effect (Aborted); both happen
+			// here, about equally often.
+			name: "container-exits-during-dump", mib: 256, kill: true,
+			dir:     func(t *testing.T) string { return t.TempDir() },
+			timeout: func(time.Duration) time.Duration { return 15 * time.Second },
+			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
+				switch {
+				case errors.Is(err, context.DeadlineExceeded):
+					if rec.Result != status.CheckpointAborted {
+						t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointAborted)
+					}
+				case errors.Is(err, criu.ErrTargetLost):
+					if rec.Result != status.CheckpointFailed {
+						t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointFailed)
+					}
+				default:
+					t.Errorf("error %v, want one wrapping criu.ErrTargetLost or context.DeadlineExceeded", err)
+				}
+			},
+		},
+		{
+			name: "timeout-during-dump", mib: 256, measure: true,
+			dir:     func(t *testing.T) string { return t.TempDir() },
+			timeout: func(dump time.Duration) time.Duration { return dump / 3 },
+			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
+				if !errors.Is(err, context.DeadlineExceeded) {
+					t.Errorf("error %v, want one wrapping context.DeadlineExceeded", err)
+				}
+				if !strings.Contains(err.Error(), "criu killed") {
+					t.Errorf("error %v does not come from the dump: the timeout expired before CRIU ran", err)
+				}
+				if rec.Result != status.CheckpointAborted {
+					t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointAborted)
+				}
+			},
+		},
+		{
+			name: "filesystem-full", mib: 64,
+			dir: func(t *testing.T) string { return mountSmallTmpfs(t, 8<<20) },
+			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
+				if err == nil || errors.Is(err, criu.ErrTargetLost) {
+					t.Errorf("error %v, want a failed dump with the container left running", err)
+				}
+				if rec.Result != status.CheckpointFailed {
+					t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointFailed)
+				}
+			},
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctr := pod.Run(t, runtimetest.ContainerOptions{Name: tc.name, Command: workload(tc.mib)})
+			ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
+			// The working set is filled before the counter starts.
+			before := waitCount(t, ctr, 0)
+			proc, err := resolver.Resolve(context.Background(), cri.Target{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container})
+			if err != nil {
+				t.Fatal(err)
+			}
+			dir := tc.dir(t)
+			model := status.New(nil)
+			svc := New(Options{
+				Settings: func() Settings {
+					return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+				},
+				FindCriu: func() (criu.Binary, error) { return bin, nil },
+				Model:    model,
+			})
+			defer svc.Close()
+			var timeout time.Duration
+			if tc.timeout != nil && !tc.measure {
+				timeout = tc.timeout(0)
+			}
+			if tc.measure {
+				res, err := svc.Checkpoint(context.Background(), ref, 0)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Remove(res.Path); err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("a successful checkpoint dumped in %s (frozen %s)", res.Dump, res.Frozen)
+				timeout = tc.timeout(res.Dump)
+			}
+			stop := func() {}
+			if tc.kill {
+				stop = whenDumping(dir, func() { _ = unix.Kill(proc.PID, unix.SIGKILL) })
+			}
+			res, err := svc.Checkpoint(context.Background(), ref, timeout)
+			stop()
+			t.Logf("checkpoint error: %v", err)
+			if err == nil {
+				t.Fatalf("checkpoint succeeded (%s); want a failure", res.Path)
+			}
+			hist := model.Snapshot().Checkpoints
+			if len(hist) == 0 {
+				t.Fatal("no checkpoint recorded")
+			}
+			tc.check(t, err, hist[len(hist)-1])
+			if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+				var names []string
+				for _, e := range ents {
+					names = append(names, e.Name())
+				}
+				t.Errorf("%s after the failure: %v %v, want it empty", dir, names, err)
+			}
+			if tc.kill {
+				if code := ctr.Wait(t); code == 0 {
+					t.Errorf("killed container exited with 0")
+				}
+				return
+			}
+			if f := frozen(t, proc.PID); f != "" {
+				t.Errorf("container left frozen: %s", f)
+			}
+			after := waitCount(t, ctr, before)
+			t.Logf("count %d before, %d after the failed checkpoint", before, after)
+		})
+	}
+}
