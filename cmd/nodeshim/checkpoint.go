@@ -193,6 +193,7 @@ untraced, and no partial archive is left behind.`,
 	criuFlags.add(cmd)
 	addProgressFlag(cmd, &progressAfter)
 	addOutputFlag(cmd, &output)
+	cmd.AddCommand(newCheckpointPruneCommand(), newCheckpointImageCommand())
 	return cmd
 }
 

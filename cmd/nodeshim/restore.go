@@ -13,6 +13,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
@@ -104,6 +105,13 @@ runtime runs.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			archive := args[0]
 			start := time.Now()
+			// Retention (nodeshim serve, checkpoint prune) keeps an
+			// archive held while it is read.
+			release, err := retention.Hold(archive)
+			if err != nil {
+				return err
+			}
+			defer release() //nolint:errcheck // a read-only descriptor
 			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
 			prog.update(criu.Progress{Phase: criu.PhaseUnpacking})
 			meta, err := readArchive(archive)

@@ -9,15 +9,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 
+	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/metrics"
@@ -40,6 +43,11 @@ var ErrBusy = errdefs.New(errdefs.ErrBusy, "a checkpoint of this container is al
 // errdefs.ErrUnavailable).
 var ErrShuttingDown = errdefs.New(errdefs.ErrUnavailable, "nodeshim is shutting down")
 
+// ErrNoRoom says a checkpoint was refused before freezing anything: its
+// estimated archive does not fit in the checkpoint directory's free space
+// or in the retention byte budget, even after pruning.
+var ErrNoRoom = errors.New("no room for the checkpoint archive")
+
 // Settings are the parts of the active configuration a checkpoint reads.
 type Settings struct {
 	// Enabled turns checkpoints on.
@@ -50,6 +58,8 @@ type Settings struct {
 	DefaultTimeout time.Duration
 	// RuntimeEndpoint is the CRI runtime socket.
 	RuntimeEndpoint string
+	// Retention bounds the archives kept in Dir.
+	Retention retention.Policy
 }
 
 // Options configure a Service.
@@ -87,6 +97,10 @@ type Service struct {
 	inflight  sync.WaitGroup
 	busy      map[criu.ContainerRef]bool
 	resolvers map[string]resolverConn
+
+	// pruneMu serializes retention; removed counts its removals.
+	pruneMu sync.Mutex
+	removed int
 }
 
 type resolverConn struct {
@@ -123,6 +137,138 @@ func New(opts Options) *Service {
 	base, cancel := context.WithCancel(context.Background())
 	return &Service{opts: opts, base: base, cancel: cancel, sem: make(chan struct{}, opts.Parallel),
 		busy: map[criu.ContainerRef]bool{}, resolvers: map[string]resolverConn{}}
+}
+
+// containerKey is how archive names group a container's archives.
+func containerKey(ref criu.ContainerRef) string {
+	return ref.Pod + "_" + ref.Namespace + "-" + ref.Container
+}
+
+// busyExcept reports an archive as busy while a checkpoint of its
+// container other than self is in progress: that checkpoint applies
+// retention to the container's archives itself when it ends.
+func (s *Service) busyExcept(self criu.ContainerRef) func(retention.Archive) bool {
+	s.mu.Lock()
+	keys := map[string]bool{}
+	for ref := range s.busy {
+		if ref != self {
+			keys[containerKey(ref)] = true
+		}
+	}
+	s.mu.Unlock()
+	return func(a retention.Archive) bool { return keys[a.Container] }
+}
+
+// ApplyRetention finishes removals a crash interrupted and applies the
+// configured retention to the checkpoint directory: the daemon calls it at
+// start, and every checkpoint calls it when it ends. Archives of
+// containers being checkpointed, and archives another process holds
+// (retention.Hold: a restore, an image being built), are kept. Each
+// removal is logged with the archive's name and reason and counted; the
+// status document shows what is left.
+func (s *Service) ApplyRetention() (retention.Result, error) {
+	return s.applyRetention(s.opts.Settings(), criu.ContainerRef{})
+}
+
+func (s *Service) applyRetention(set Settings, self criu.ContainerRef) (retention.Result, error) {
+	if set.Dir == "" {
+		return retention.Result{}, nil
+	}
+	s.pruneMu.Lock()
+	defer s.pruneMu.Unlock()
+	res, err := retention.Apply(set.Dir, set.Retention, s.opts.Now(), false, s.busyExcept(self), func(r retention.Removal) {
+		s.removed++
+		s.opts.Logger.Info("checkpoint archive removed", "archive", r.Name, "reason", r.Reason,
+			"container", r.Container, "bytes", r.Size, "dir", set.Dir)
+		if s.opts.Metrics != nil {
+			s.opts.Metrics.Removed(r.Reason)
+		}
+	})
+	if len(res.Swept) > 0 {
+		s.opts.Logger.Info("finished removing checkpoint archives of an interrupted prune", "dir", set.Dir, "archives", res.Swept)
+	}
+	for _, r := range res.Skipped {
+		s.opts.Logger.Info("checkpoint archive kept: in use", "archive", r.Name, "reason", r.Reason)
+	}
+	if err != nil {
+		s.opts.Logger.Warn("checkpoint retention", "dir", set.Dir, "err", err)
+	}
+	a := status.CheckpointArchives{Dir: set.Dir, RemovedTotal: s.removed}
+	for _, sum := range retention.Summarize(res.Kept) {
+		a.Containers = append(a.Containers, status.ArchiveSummary(sum))
+	}
+	s.opts.Model.SetCheckpointArchives(a)
+	return res, err
+}
+
+// makeRoom refuses a checkpoint whose estimated archive (est bytes) does
+// not fit, after pruning, in the retention byte budget or in the free
+// space of the checkpoint directory's file system; when it fits only
+// after pruning, it prunes first.
+func (s *Service) makeRoom(set Settings, ref criu.ContainerRef, est int64) error {
+	list, err := retention.List(set.Dir)
+	if err != nil {
+		return err
+	}
+	busy := s.busyExcept(ref)
+	var all int64
+	for _, a := range list {
+		all += a.Size
+	}
+	plan, kept := retention.Plan(set.Retention, list, s.opts.Now(), est, busy)
+	if set.Retention.MaxBytes > 0 && kept+est > set.Retention.MaxBytes {
+		return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the retention budget maxBytes %s: %s of it stays in use after pruning: %w",
+			ref, sizeString(est), sizeString(set.Retention.MaxBytes), sizeString(kept), ErrNoRoom)
+	}
+	free, err := freeBytes(set.Dir)
+	if err != nil {
+		return err
+	}
+	freed := all - kept
+	if est > free+freed {
+		return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the free space of %s: %s free, %s more after pruning: %w",
+			ref, sizeString(est), set.Dir, sizeString(free), sizeString(freed), ErrNoRoom)
+	}
+	if len(plan) > 0 && (est > free || (set.Retention.MaxBytes > 0 && all+est > set.Retention.MaxBytes)) {
+		// Room only after pruning: prune now, keeping the budget for the
+		// new archive.
+		pre := set
+		pre.Retention.MaxBytes = 0
+		if set.Retention.MaxBytes > 0 {
+			pre.Retention.MaxBytes = max(set.Retention.MaxBytes-est, 1)
+		}
+		if _, err := s.applyRetention(pre, ref); err != nil {
+			return err
+		}
+		if free, err = freeBytes(set.Dir); err != nil {
+			return err
+		}
+		if est > free {
+			return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the free space of %s: %s free after pruning: %w",
+				ref, sizeString(est), set.Dir, sizeString(free), ErrNoRoom)
+		}
+	}
+	return nil
+}
+
+// freeBytes is the space left for unprivileged writers on the file system of dir (statfs f_bavail), or of its nearest
+// existing parent when dir does not exist yet.
+func freeBytes(dir string) (int64, error) {
+	for p := dir; ; p = filepath.Dir(p) {
+		var st unix.Statfs_t
+		err := unix.Statfs(p, &st)
+		if err == nil {
+			return int64(st.Bavail) * int64(st.Bsize), nil
+		}
+		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
+			return 0, fmt.Errorf("free space of %s: %w", p, err)
+		}
+	}
+}
+
+// sizeString formats n bytes for an error message: exact, and in MiB.
+func sizeString(n int64) string {
+	return fmt.Sprintf("%d bytes (%.1f MiB)", n, float64(n)/(1<<20))
 }
 
 // Close refuses new checkpoints, aborts the ones in flight and waits for
@@ -263,6 +409,18 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 		return criu.Result{}, err
 	}
 	defer func() { <-s.sem }()
+	// Before anything is frozen: refuse an archive that cannot be written.
+	est, err := criu.EstimateSize(s.opts.ProcRoot, target)
+	if err == nil {
+		err = s.makeRoom(set, ref, est)
+	}
+	if err != nil {
+		s.finish(rec, criu.Result{}, err, done)
+		return criu.Result{}, err
+	}
+	// Whatever the outcome, the directory is brought back within the
+	// retention limits when this checkpoint ends.
+	defer s.applyRetention(set, ref) //nolint:errcheck // logged inside
 	s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": dumping with CRIU", 2, 3))
 	var phaseMu sync.Mutex
 	phase := criu.PhaseDumping

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"time"
 
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -106,6 +107,24 @@ type Checkpoints struct {
 	Dir string `json:"dir,omitempty"`
 	// DefaultTimeout bounds a checkpoint without ?timeout.
 	DefaultTimeout metav1.Duration `json:"defaultTimeout,omitzero"`
+	// Retention bounds the archives kept in Dir; the oldest go first.
+	Retention CheckpointRetention `json:"retention,omitzero"`
+}
+
+// CheckpointRetention bounds the checkpoint archives nodeshim keeps. It is
+// applied at start, after every checkpoint and by `nodeshim checkpoint
+// prune`; an archive being written, restored or turned into an image is
+// never removed.
+type CheckpointRetention struct {
+	// MaxPerContainer is how many archives of one namespace/pod/container
+	// are kept (default 10); a negative value keeps every one.
+	MaxPerContainer int32 `json:"maxPerContainer,omitempty"`
+	// MaxBytes bounds the archives' total size (e.g. "50Gi"); unset, zero
+	// or negative is no bound. A checkpoint that would not fit in it after
+	// pruning is refused before the container is frozen.
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	// MaxAge removes archives older than this; zero keeps them.
+	MaxAge metav1.Duration `json:"maxAge,omitzero"`
 }
 
 // Plugins configures the plugin registry watcher.
@@ -160,6 +179,7 @@ func Defaults() ShimConfiguration {
 		Checkpoint: Checkpoints{
 			Dir:            "/var/lib/nodeshim/checkpoints",
 			DefaultTimeout: metav1.Duration{Duration: time.Minute},
+			Retention:      CheckpointRetention{MaxPerContainer: 10},
 		},
 		Plugins: Plugins{
 			AcceptedVersions: map[string][]string{
@@ -238,6 +258,9 @@ func (c *ShimConfiguration) Validate() error {
 	}
 	if c.Checkpoint.DefaultTimeout.Duration <= 0 {
 		p = append(p, fmt.Sprintf("checkpoint.defaultTimeout %v is not positive", c.Checkpoint.DefaultTimeout.Duration))
+	}
+	if c.Checkpoint.Retention.MaxAge.Duration < 0 {
+		p = append(p, fmt.Sprintf("checkpoint.retention.maxAge %v is negative", c.Checkpoint.Retention.MaxAge.Duration))
 	}
 	if c.API.TCPAddress != "" {
 		if c.API.TLSCertFile == "" || c.API.TLSKeyFile == "" {

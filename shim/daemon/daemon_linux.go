@@ -29,6 +29,7 @@ import (
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
@@ -162,6 +163,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Metrics:  metrics.NewCheckpoints(reg),
 		Logger:   log,
 	})
+	// Finish removals a crash interrupted and apply retention at start.
+	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
 	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts}
 	if opts.Report != nil {
 		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(opts.Report(ctx)) }
@@ -506,5 +509,6 @@ func (d *daemon) checkpointSettings() checkpoint.Settings {
 	endpoint := d.settings.ContainerRuntimeEndpoint
 	d.mu.Unlock()
 	return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
-		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint}
+		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint,
+		Retention: retention.FromConfig(a.Checkpoint.Retention)}
 }

@@ -12,6 +12,7 @@ type Checkpoints struct {
 	duration *prometheus.HistogramVec
 	frozen   prometheus.Histogram
 	inFlight prometheus.Gauge
+	removed  *prometheus.CounterVec
 }
 
 // NewCheckpoints registers the checkpoint metrics with reg.
@@ -36,7 +37,11 @@ func NewCheckpoints(reg prometheus.Registerer) *Checkpoints {
 			Help: "Checkpoints running now.",
 		}),
 	}
-	reg.MustRegister(c.total, c.duration, c.frozen, c.inFlight)
+	c.removed = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "nodeshim_checkpoint_archives_removed_total",
+		Help: "Checkpoint archives removed by retention, by reason (maxAge, maxPerContainer, maxBytes).",
+	}, []string{"reason"})
+	reg.MustRegister(c.total, c.duration, c.frozen, c.inFlight, c.removed)
 	return c
 }
 
@@ -52,4 +57,9 @@ func (c *Checkpoints) Start() func(result string, total, frozen time.Duration) {
 			c.frozen.Observe(frozen.Seconds())
 		}
 	}
+}
+
+// Removed counts an archive removed by retention for reason.
+func (c *Checkpoints) Removed(reason string) {
+	c.removed.WithLabelValues(reason).Inc()
 }

@@ -44,6 +44,9 @@ type Document struct {
 	OOMKills OOMKills `json:"oomKills"`
 	// Checkpoints is the recent checkpoint history, oldest first.
 	Checkpoints []CheckpointRecord `json:"checkpoints"`
+	// CheckpointArchives are the archives kept in the checkpoint
+	// directory, per container, once retention has run.
+	CheckpointArchives *CheckpointArchives `json:"checkpointArchives,omitempty"`
 	// SeccompProfiles are the Localhost seccomp profiles nodeshim
 	// installed, once the profiles source has reported.
 	SeccompProfiles *SeccompProfiles `json:"seccompProfiles,omitempty"`
@@ -66,6 +69,7 @@ type Model struct {
 	pressure    *Pressure
 	oom         OOMKills
 	checkpoints []CheckpointRecord
+	archives    *CheckpointArchives
 	profiles    *SeccompProfiles
 	shim        ShimHealth
 }
@@ -174,6 +178,11 @@ func (m *Model) Snapshot() Document {
 	d.Checkpoints = m.checkpoints
 	if d.Checkpoints == nil {
 		d.Checkpoints = []CheckpointRecord{}
+	}
+	if m.archives != nil {
+		// Replaced whole, never changed in place.
+		a := *m.archives
+		d.CheckpointArchives = &a
 	}
 	if m.profiles != nil {
 		// Replaced whole, never changed in place.

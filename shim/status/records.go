@@ -167,6 +167,39 @@ func (m *Model) AddCheckpoint(r CheckpointRecord) {
 	m.mu.Unlock()
 }
 
+// CheckpointArchives describes the archives of the checkpoint directory.
+type CheckpointArchives struct {
+	// Dir is the checkpoint directory.
+	Dir string `json:"dir"`
+	// Containers has one entry per container with archives, sorted.
+	Containers []ArchiveSummary `json:"containers"`
+	// RemovedTotal counts the archives retention removed since start.
+	RemovedTotal int `json:"removedTotal"`
+}
+
+// ArchiveSummary is the archives of one container.
+type ArchiveSummary struct {
+	// Container is "<pod>_<namespace>-<container>", as archive names spell it.
+	Container string `json:"container"`
+	// Count and Bytes are the number and total size of its archives.
+	Count int   `json:"count"`
+	Bytes int64 `json:"bytes"`
+	// Oldest is the name of the oldest archive, OldestTime when it was taken.
+	Oldest     string    `json:"oldest"`
+	OldestTime time.Time `json:"oldestTime"`
+}
+
+// SetCheckpointArchives records the archives kept after retention ran.
+func (m *Model) SetCheckpointArchives(a CheckpointArchives) {
+	if a.Containers == nil {
+		a.Containers = []ArchiveSummary{}
+	}
+	m.mu.Lock()
+	m.archives = &a
+	m.gen++
+	m.mu.Unlock()
+}
+
 // SetPressure records the pressure monitor's latest values. They change at
 // every evaluation, so they do not bump the generation: conditions do, at
 // their transitions.

@@ -1,0 +1,175 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+// node is a podman storage root: the rt podman's, or a second one on the
+// same machine that shares nothing with it but the files it is given.
+type node struct {
+	p     *runtimetest.Podman
+	flags []string // --root, --runroot of a second node
+}
+
+func (n node) cmd(args ...string) *exec.Cmd {
+	// podman's persistent flags: the last --root and --runroot win.
+	return n.p.Command(append(append([]string{}, n.flags...), args...)...)
+}
+
+func (n node) run(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := n.cmd(args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("podman %s: %v: %s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// count reads /count in container name; ok is false while it cannot.
+func (n node) count(name string) (int, bool) {
+	out, err := n.cmd("exec", name, "cat", "/count").Output()
+	if err != nil {
+		return 0, false
+	}
+	c, err := strconv.Atoi(strings.TrimSpace(string(out)))
+	return c, err == nil
+}
+
+// waitCount waits until name has counted past min; go test's -timeout
+// bounds the wait.
+func (n node) waitCount(t *testing.T, name string, min int) int {
+	t.Helper()
+	for {
+		if c, ok := n.count(name); ok && c > min {
+			return c
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// secondNode makes a second podman storage root beside p's, with the base
+// image loaded from p through an OCI archive, and cleans it up after t.
+func secondNode(t *testing.T, p *runtimetest.Podman) node {
+	t.Helper()
+	dir, err := os.MkdirTemp(p.Dir, "node-b-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := node{p: p, flags: []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run")}}
+	t.Cleanup(func() {
+		if out, err := b.cmd("rm", "--all", "--force", "--time", "0").CombinedOutput(); err != nil {
+			t.Errorf("podman rm on the second node: %v: %s", err, out)
+		}
+		_ = syscall.Unmount(filepath.Join(dir, "root", "overlay"), syscall.MNT_DETACH)
+		if err := os.RemoveAll(dir); err != nil {
+			t.Errorf("remove the second node: %v", err)
+		}
+	})
+	base := filepath.Join(dir, "base.tar")
+	node{p: p}.run(t, "save", "--format", "oci-archive", "-o", base, runtimetest.BusyboxImage)
+	b.run(t, "load", "-i", base)
+	if err := b.cmd("image", "exists", runtimetest.BusyboxImage).Run(); err != nil {
+		t.Fatalf("the second node has no %s after loading it: %v", runtimetest.BusyboxImage, err)
+	}
+	return b
+}
+
+// TestCheckpointImageMovesAPodmanContainer is the proof of nodeshim's
+// checkpoint images: a podman container checkpointed by nodeshim, made
+// into an image by nodeshim, loaded into a second podman storage root (a
+// second node) and restored there from the image by `podman container
+// restore IMAGE` counts on from where it was, not from 1.
+func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
+	p := rt.Podman(t)
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "needs criu: %v", err)
+	}
+	// runc, run by podman for the restore, finds CRIU on PATH.
+	pathDir := filepath.Join(t.TempDir(), "criu-bin")
+	if err := os.Mkdir(pathDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin.Path, filepath.Join(pathDir, "criu")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", pathDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+
+	a := node{p: p}
+	b := secondNode(t, p)
+	const name = "nodeshim-move"
+	const ref = "localhost/nodeshim-move:checkpoint"
+	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
+		"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.05; done"}}); res.ExitCode != 0 {
+		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	before := a.waitCount(t, name, 20)
+
+	// On node A: nodeshim checkpoints, then makes the image.
+	root := t.TempDir()
+	start := time.Now()
+	out, _, err := runSplit(t, "checkpoint", "--container-id", name, "--podman-root", p.Root, "--root-dir", root, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tCheckpoint := time.Since(start)
+	var ck checkpointOutput
+	if err := json.Unmarshal([]byte(out), &ck); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	file := filepath.Join(t.TempDir(), "nodeshim-move.oci.tar")
+	start = time.Now()
+	out, _, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--output", file, "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tImage := time.Since(start)
+	var img checkpointImageOutput
+	if err := json.Unmarshal([]byte(out), &img); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	// The move: A's container goes, only the file crosses to B.
+	a.run(t, "rm", "--force", "--time", "0", name)
+
+	start = time.Now()
+	b.run(t, "load", "-i", file)
+	tLoad := time.Since(start)
+	start = time.Now()
+	restoreOut := b.run(t, "--runtime", p.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
+	tRestore := time.Since(start)
+	restored, ok := b.count(name)
+	if !ok {
+		t.Fatalf("the restored container %s does not answer on node B (restore said %q)", name, restoreOut)
+	}
+	if restored < before {
+		t.Fatalf("node B's container counts %d, below the %d seen before the checkpoint: it was not restored", restored, before)
+	}
+	next := b.waitCount(t, name, restored)
+	t.Logf("count %d on A before the checkpoint, %d on B at restore, %d on B after", before, restored, next)
+	t.Logf("timings: checkpoint %s (frozen %.3fs, archive %d bytes), image %s (manifest %s), podman load %s, podman restore %s; total %s",
+		tCheckpoint.Round(time.Millisecond), ck.FrozenSeconds, ck.SizeBytes, tImage.Round(time.Millisecond), img.Manifest,
+		tLoad.Round(time.Millisecond), tRestore.Round(time.Millisecond), (tCheckpoint + tImage + tLoad + tRestore).Round(time.Millisecond))
+
+	// containerd takes the same file, under the name in its index.
+	c := rt.Containerd(t)
+	if out, err := c.Ctr("images", "import", file).CombinedOutput(); err != nil {
+		t.Fatalf("ctr images import %s: %v: %s", file, err, out)
+	}
+	t.Cleanup(func() { _ = c.Ctr("images", "rm", ref).Run() })
+	ls, err := c.Ctr("images", "ls", "-q").CombinedOutput()
+	if err != nil || !strings.Contains(string(ls), ref) {
+		t.Errorf("ctr images ls after the import: %v:\n%s", err, ls)
+	}
+}

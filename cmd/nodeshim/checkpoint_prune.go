@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
+	"github.com/nodeshim/nodeshim/shim/config"
+)
+
+func newCheckpointPruneCommand() *cobra.Command {
+	var (
+		source          string
+		dir             string
+		dryRun          bool
+		maxPerContainer int32
+		maxBytes        string
+		maxAge          time.Duration
+		output          string
+	)
+	cmd := &cobra.Command{
+		Use:   "prune [--dry-run]",
+		Short: "Remove the checkpoint archives the retention policy does not keep",
+		Long: `Prune applies checkpoint.retention of the ShimConfiguration to the
+checkpoint directory, as nodeshim serve does at start and after every
+checkpoint: archives older than maxAge go first, then all but the newest
+maxPerContainer of each container, then the oldest until the rest fit in
+maxBytes. An archive held by a restore or an image being built is kept.
+
+Each archive is renamed into the directory's .nodeshim-trash and then
+unlinked, so an interrupted prune leaves no half-removed archive: the
+next prune, or the next start of nodeshim serve, empties the trash.
+
+The policy is read from --config-source (the directory nodeshim serve
+reads), else nodeshim's defaults; the flags override it.`,
+		Example: `  # What would go, without removing anything
+  nodeshim checkpoint prune --dry-run
+
+  # Keep 3 archives per container and at most 20 GiB in all
+  nodeshim checkpoint prune --max-per-container 3 --max-bytes 20Gi`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			cfg := config.Defaults()
+			if source != "" {
+				p, err := config.ReadSource(source)
+				if err != nil {
+					return err
+				}
+				if cfg, err = p.Load(); err != nil {
+					return err
+				}
+			}
+			r := cfg.Checkpoint.Retention
+			f := cmd.Flags()
+			if f.Changed("max-per-container") {
+				r.MaxPerContainer = maxPerContainer
+			}
+			if f.Changed("max-bytes") {
+				q, err := resource.ParseQuantity(maxBytes)
+				if err != nil {
+					return withExitCode(exitUsage, fmt.Errorf("--max-bytes %q: %w", maxBytes, err))
+				}
+				r.MaxBytes = &q
+			}
+			if f.Changed("max-age") {
+				r.MaxAge.Duration = maxAge
+			}
+			if dir == "" {
+				dir = cfg.Checkpoint.Dir
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			res, err := retention.Apply(dir, retention.FromConfig(r), time.Now(), dryRun, nil, func(rm retention.Removal) {
+				if !dryRun {
+					logger.Info("checkpoint archive removed", "archive", rm.Name, "reason", rm.Reason, "bytes", rm.Size)
+				}
+			})
+			if len(res.Swept) > 0 {
+				logger.Info("finished removing checkpoint archives of an interrupted prune", "archives", res.Swept)
+			}
+			if werr := writeOutput(cmd.OutOrStdout(), output, res, func() string {
+				var b strings.Builder
+				tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+				fmt.Fprintln(tw, "ARCHIVE\tSIZE\tACTION")
+				verb := "removed"
+				if dryRun {
+					verb = "would remove"
+				}
+				for _, rm := range res.Removed {
+					fmt.Fprintf(tw, "%s\t%s\t%s (%s)\n", rm.Name, humanBytes(rm.Size), verb, rm.Reason)
+				}
+				for _, rm := range res.Skipped {
+					fmt.Fprintf(tw, "%s\t%s\tkept: in use (%s)\n", rm.Name, humanBytes(rm.Size), rm.Reason)
+				}
+				for _, a := range res.Kept {
+					fmt.Fprintf(tw, "%s\t%s\tkept\n", a.Name, humanBytes(a.Size))
+				}
+				tw.Flush()
+				return b.String()
+			}); werr != nil {
+				return werr
+			}
+			return err
+		},
+	}
+	cmd.Flags().StringVar(&source, "config-source", "", "directory holding config.yaml and *.conf drop-ins, as for nodeshim serve; empty for the defaults")
+	cmd.Flags().StringVar(&dir, "dir", "", "checkpoint directory (default: checkpoint.dir of the configuration)")
+	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
+	cmd.Flags().Int32Var(&maxPerContainer, "max-per-container", 0, "archives kept per container (overrides checkpoint.retention.maxPerContainer; negative: all)")
+	cmd.Flags().StringVar(&maxBytes, "max-bytes", "", "total size kept, a quantity such as 20Gi (overrides checkpoint.retention.maxBytes; 0: no bound)")
+	cmd.Flags().DurationVar(&maxAge, "max-age", 0, "remove archives older than this (overrides checkpoint.retention.maxAge; 0: keep)")
+	addOutputFlag(cmd, &output)
+	return cmd
+}

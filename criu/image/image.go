@@ -1,0 +1,256 @@
+// Package image turns a checkpoint archive into a checkpoint image: an OCI
+// image whose one layer is the archive's contents, marked by the
+// annotations with which podman, CRI-O and containerd recognise a
+// checkpoint to restore, written as an OCI image layout archive that
+// `podman load` and `ctr images import` accept.
+package image
+
+import (
+	"archive/tar"
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	digest "github.com/opencontainers/go-digest"
+	specs "github.com/opencontainers/image-spec/specs-go"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodeshim/nodeshim/criu"
+)
+
+// The annotations of a checkpoint image, as each runtime reads them.
+const (
+	// Podman (libpod/define/annotations.go): runtime.name marks the image
+	// as a checkpoint, and podman refuses one whose runtime differs from
+	// its own.
+	PodmanName            = "io.podman.annotations.checkpoint.name"
+	PodmanRawImageName    = "io.podman.annotations.checkpoint.rawImageName"
+	PodmanRootfsImageID   = "io.podman.annotations.checkpoint.rootfsImageID"
+	PodmanRootfsImageName = "io.podman.annotations.checkpoint.rootfsImageName"
+	PodmanRuntimeName     = "io.podman.annotations.checkpoint.runtime.name"
+	PodmanHostArch        = "io.podman.annotations.checkpoint.host.arch"
+	// CRIOName is CRI-O's checkpoint image marker
+	// (pkg/annotations CheckpointAnnotationName).
+	CRIOName = "io.kubernetes.cri-o.annotations.checkpoint.name"
+	// CRIUName and CRIURootfsImageName are the checkpoint-restore
+	// project's names (checkpointctl's metadata), which containerd's CRI
+	// plugin reads.
+	CRIUName            = "org.criu.checkpoint.container.name"
+	CRIURootfsImageName = "org.criu.checkpoint.rootfsImageName"
+	// ContainerdImageName names the image for `ctr images import`.
+	ContainerdImageName = "io.containerd.image.name"
+)
+
+// Image describes a written checkpoint image.
+type Image struct {
+	// Ref is the image's name.
+	Ref string `json:"ref"`
+	// Manifest is the manifest's digest, the image's identity.
+	Manifest digest.Digest `json:"manifest"`
+	// Layer is the layer's digest (the archive's sha256).
+	Layer digest.Digest `json:"layer"`
+	// Size is the layer's size in bytes.
+	Size int64 `json:"size"`
+	// Annotations are the manifest's annotations.
+	Annotations map[string]string `json:"annotations"`
+}
+
+// ErrNotCheckpoint is returned, wrapped, for an archive without the
+// metadata a checkpoint image needs.
+var ErrNotCheckpoint = errors.New("not a checkpoint archive")
+
+// Archive is what Write reads: the archive's bytes, from the start at
+// each pass (an *os.File).
+type Archive interface {
+	io.ReaderAt
+	io.Reader
+	io.Seeker
+}
+
+// Write validates the checkpoint archive a (criu.ValidateArchive) and
+// writes to out an OCI image layout archive of the checkpoint image ref:
+// one uncompressed layer holding the archive's entries (config.dump
+// without the paths of the node it was taken on, see portableConfig), a
+// config and a
+// manifest carrying the runtimes' checkpoint annotations taken from the
+// archive's config.dump, and an index naming ref. Everything in it is
+// derived from the archive, so the same archive gives the same bytes and
+// the same digests.
+func Write(a Archive, ref string, out io.Writer) (Image, error) {
+	if ref == "" {
+		return Image{}, errors.New("checkpoint image: empty image name")
+	}
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	meta, err := readMetadata(a)
+	if err != nil {
+		return Image{}, err
+	}
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	if _, err := criu.ValidateArchive(a); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	// The layer is written twice, the same bytes each time: once to learn
+	// its digest, which names it in the image archive, then into it.
+	h := sha256.New()
+	counted := &countingWriter{w: h}
+	if err := writeLayer(a, counted, meta.portableConfig); err != nil {
+		return Image{}, err
+	}
+	layer := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer,
+		Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)), Size: counted.n}
+
+	ann := meta.annotations(ref)
+	created := meta.CheckpointedAt
+	cfg := ocispec.Image{
+		Platform: ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+		History:  []ocispec.History{{CreatedBy: "nodeshim checkpoint image", Comment: "checkpoint of " + meta.Name}},
+	}
+	if !created.IsZero() {
+		cfg.Created = &created
+		cfg.History[0].Created = &created
+	}
+	cfgBlob, cfgDesc, err := blob(ocispec.MediaTypeImageConfig, cfg)
+	if err != nil {
+		return Image{}, err
+	}
+	man := ocispec.Manifest{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageManifest,
+		Config: cfgDesc, Layers: []ocispec.Descriptor{layer}, Annotations: ann}
+	manBlob, manDesc, err := blob(ocispec.MediaTypeImageManifest, man)
+	if err != nil {
+		return Image{}, err
+	}
+	// containerd looks for its annotation on the manifest or on the
+	// index's descriptor of it; the image names go on the descriptor.
+	manDesc.Annotations = map[string]string{ocispec.AnnotationRefName: ref, ContainerdImageName: ref, CRIUName: ann[CRIUName]}
+	manDesc.Platform = &cfg.Platform
+	idx := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex,
+		Manifests: []ocispec.Descriptor{manDesc}}
+	idxBlob, err := json.Marshal(idx)
+	if err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: encode index: %w", err)
+	}
+	layout, err := json.Marshal(ocispec.ImageLayout{Version: ocispec.ImageLayoutVersion})
+	if err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: encode layout: %w", err)
+	}
+
+	tw := tar.NewWriter(out)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{
+		{ocispec.ImageLayoutFile, layout},
+		{ocispec.ImageIndexFile, idxBlob},
+		{"blobs/", nil},
+		{"blobs/sha256/", nil},
+		{blobPath(cfgDesc.Digest), cfgBlob},
+		{blobPath(manDesc.Digest), manBlob},
+	} {
+		if err := writeEntry(tw, e.name, bytes.NewReader(e.data), int64(len(e.data))); err != nil {
+			return Image{}, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: blobPath(layer.Digest), Mode: 0o644, Size: layer.Size, ModTime: epoch,
+		Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: write layer: %w", err)
+	}
+	second := &countingWriter{w: tw}
+	if err := writeLayer(a, second, meta.portableConfig); err != nil {
+		return Image{}, err
+	}
+	if second.n != layer.Size {
+		return Image{}, fmt.Errorf("checkpoint image: the archive changed while it was read (%d bytes, then %d)", layer.Size, second.n)
+	}
+	if err := tw.Close(); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	return Image{Ref: ref, Manifest: manDesc.Digest, Layer: layer.Digest, Size: layer.Size, Annotations: ann}, nil
+}
+
+func blobPath(d digest.Digest) string {
+	return "blobs/" + d.Algorithm().String() + "/" + d.Encoded()
+}
+
+// blob encodes v and describes it as mediaType.
+func blob(mediaType string, v any) ([]byte, ocispec.Descriptor, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, ocispec.Descriptor{}, fmt.Errorf("checkpoint image: encode %s: %w", mediaType, err)
+	}
+	return b, ocispec.Descriptor{MediaType: mediaType, Digest: digest.FromBytes(b), Size: int64(len(b))}, nil
+}
+
+// epoch is every entry's time: the output depends on the archive only.
+var epoch = time.Unix(0, 0).UTC()
+
+// writeEntry writes a file (or, for a name ending in "/", a directory)
+// with fixed owner, mode and time.
+func writeEntry(tw *tar.Writer, name string, r io.Reader, size int64) error {
+	h := &tar.Header{Name: name, Mode: 0o644, Size: size, ModTime: epoch, Typeflag: tar.TypeReg, Format: tar.FormatPAX}
+	if name[len(name)-1] == '/' {
+		h.Typeflag, h.Mode, h.Size = tar.TypeDir, 0o755, 0
+	}
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("checkpoint image: write %s: %w", name, err)
+	}
+	if h.Typeflag == tar.TypeReg {
+		if n, err := io.Copy(tw, r); err != nil || n != size {
+			return fmt.Errorf("checkpoint image: write %s: %d of %d bytes: %w", name, n, size, err)
+		}
+	}
+	return nil
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// writeLayer writes the archive's entries from its start as a tar to w,
+// with config.dump replaced by config.
+func writeLayer(a io.ReadSeeker, w io.Writer, config []byte) error {
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("checkpoint image: %w", err)
+	}
+	tr := tar.NewReader(a)
+	tw := tar.NewWriter(w)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("checkpoint image: read archive: %w", err)
+		}
+		var body io.Reader = tr
+		if h.Name == criu.ConfigDump || h.Name == "./"+criu.ConfigDump {
+			h.Size, body = int64(len(config)), bytes.NewReader(config)
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+		if _, err := io.Copy(tw, body); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return fmt.Errorf("checkpoint image: write layer: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,139 @@
+package image
+
+import (
+	"archive/tar"
+	"encoding/json"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/nodeshim/nodeshim/criu"
+)
+
+// maxMetadata bounds config.dump as read into memory.
+const maxMetadata = 1 << 20
+
+// metadata is what a checkpoint image says of its container: the fields
+// of config.dump that podman's (libpod ContainerConfig) and nodeshim's
+// (criu.ContainerConfig) records share or name differently.
+type metadata struct {
+	Name            string    `json:"name"`
+	Runtime         string    `json:"runtime"`
+	RootfsImage     string    `json:"rootfsImage"`
+	RootfsImageName string    `json:"rootfsImageName"`
+	RootfsImageID   string    `json:"rootfsImageID"`
+	RootfsImageRef  string    `json:"rootfsImageRef"`
+	RawImageName    string    `json:"rawImageName"`
+	CheckpointedAt  time.Time `json:"checkpointedTime"`
+
+	// portableConfig is config.dump for the layer (see portable).
+	portableConfig []byte
+}
+
+// nodePaths are the keys of podman's config.dump (libpod
+// ContainerConfig) that hold paths in the storage of the node the
+// checkpoint was taken on. podman fills each one in again for its own
+// storage when it is empty (libpod setupContainer), so a checkpoint image
+// leaves them out: kept, they would send the restored container's conmon
+// pid file, log and shm to directories that do not exist on another node
+// with other storage paths.
+var nodePaths = []string{"staticDir", "conmonPidFile", "pid_file", "ShmDir", "logPath", "secretsPath"}
+
+// portable returns config.dump without nodePaths, re-encoded with sorted
+// keys (deterministic), or unchanged when it has none of them.
+func portable(config []byte) ([]byte, error) {
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(config, &m); err != nil {
+		return nil, err
+	}
+	changed := false
+	for _, k := range nodePaths {
+		if _, ok := m[k]; ok {
+			delete(m, k)
+			changed = true
+		}
+	}
+	if !changed {
+		return config, nil
+	}
+	return json.Marshal(m)
+}
+
+// readMetadata reads config.dump from the archive.
+func readMetadata(r io.Reader) (metadata, error) {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return metadata{}, fmt.Errorf("checkpoint image: no %s: %w", criu.ConfigDump, ErrNotCheckpoint)
+		}
+		if err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: read archive: %w", err)
+		}
+		if h.Name != criu.ConfigDump && h.Name != "./"+criu.ConfigDump {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, maxMetadata+1))
+		if err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: read %s: %w", criu.ConfigDump, err)
+		}
+		if len(b) > maxMetadata {
+			return metadata{}, fmt.Errorf("checkpoint image: %s larger than %d bytes: %w", criu.ConfigDump, maxMetadata, ErrNotCheckpoint)
+		}
+		var m metadata
+		if err := json.Unmarshal(b, &m); err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
+		}
+		if m.portableConfig, err = portable(b); err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
+		}
+		if m.Name == "" {
+			return metadata{}, fmt.Errorf("checkpoint image: %s names no container: %w", criu.ConfigDump, ErrNotCheckpoint)
+		}
+		return m, nil
+	}
+}
+
+// annotations are the manifest's: each runtime's checkpoint marker and
+// what it reads of the original container.
+func (m metadata) annotations(ref string) map[string]string {
+	imageName := m.RootfsImageName
+	if imageName == "" {
+		imageName = m.RootfsImage
+	}
+	rawName := m.RawImageName
+	if rawName == "" {
+		rawName = imageName
+	}
+	imageID := m.RootfsImageID
+	if imageID == "" {
+		imageID = m.RootfsImageRef
+	}
+	runtimeName := m.Runtime
+	if runtimeName == "" || runtimeName == "cri" || runtimeName == "host" {
+		runtimeName = "runc" // nodeshim dumps containers as runc does
+	}
+	ann := map[string]string{
+		PodmanName:                m.Name,
+		PodmanRuntimeName:         runtimeName,
+		PodmanHostArch:            runtime.GOARCH,
+		CRIOName:                  m.Name,
+		CRIUName:                  m.Name,
+		ocispec.AnnotationRefName: ref,
+	}
+	for k, v := range map[string]string{
+		PodmanRawImageName: rawName, PodmanRootfsImageName: imageName, PodmanRootfsImageID: imageID,
+		CRIURootfsImageName: imageName,
+	} {
+		if v != "" {
+			ann[k] = v
+		}
+	}
+	if !m.CheckpointedAt.IsZero() {
+		ann[ocispec.AnnotationCreated] = m.CheckpointedAt.UTC().Format(time.RFC3339)
+	}
+	return ann
+}
