@@ -29,6 +29,7 @@ func HostSuite() []Decision {
 			"serve, reporter and the C workload need go, kube-apiserver and gcc and skip"},
 		{"criu", false, "every test checkpoints with CRIU, which make builds from Debian trixie into .tools " +
 			"with its own loader and libraries and the guest does not carry"},
+		{"criu/image", false, "its tests build images from archives that CRIU makes, and CRIU is not in the guest"},
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
 		{"internal/atomicfile", true, "file replacement on the guest's tmpfs"},
@@ -51,6 +52,7 @@ func HostSuite() []Decision {
 		{"kernel/seccomp", true, "seccomp filters loaded into the guest's kernel, run against busybox's programs"},
 		{"shim/api", true, "the API over a unix socket with peer credentials"},
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
+		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
 		{"shim/client", true, "the client over a unix socket"},
 		{"shim/condition", true, "portable: condition evaluation"},
 		{"shim/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
