@@ -112,6 +112,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 // start), or nothing with the default delay when the checkpoint was quick.
 func TestCheckpointProgressOnTerminal(t *testing.T) {
 	testutil.RequireRoot(t)
+	testutil.SkipIfGuestLacks(t, "criu")
 	if _, err := criu.Find("", nil); err != nil {
 		testutil.Skip(t, "needs criu: %v", err)
 	}

@@ -28,6 +28,7 @@ import (
 func counterService(t *testing.T, p retention.Policy) (*Service, *status.Model, *prometheus.Registry, string, int, string) {
 	t.Helper()
 	nstestutil.RequireRoot(t)
+	nstestutil.SkipIfGuestLacks(t, "criu")
 	bin, err := criu.Find("", nil)
 	if err != nil {
 		nstestutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
