@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -78,38 +77,6 @@ func TestNodeReady(t *testing.T) {
 // nodeshimImage is the image the test builds from the static binary and
 // imports into the node's containerd.
 const nodeshimImage = "localhost/nodeshim/nodeshim:test"
-
-// buildStatic runs the Dockerfile's build command (as TestStaticBuild does)
-// and returns the static binary's path.
-func buildStatic(t *testing.T) string {
-	t.Helper()
-	goBin := testutil.RequireBinary(t, "go")
-	gcc := testutil.RequireBinary(t, "gcc")
-	out, err := exec.Command(gcc, "-print-file-name=libseccomp.a").Output()
-	if err != nil {
-		t.Fatalf("gcc -print-file-name: %v", err)
-	}
-	if a := strings.TrimSpace(string(out)); !filepath.IsAbs(a) {
-		testutil.Skip(t, "no static libseccomp.a (Debian's libseccomp-dev provides it): gcc answers %q", a)
-	}
-	env, args, err := dockerBuild("../Dockerfile", map[string]string{"VERSION": "v0.0.0-cluster-test", "COMMIT": "cluster"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin := filepath.Join(t.TempDir(), "nodeshim")
-	for i, a := range args {
-		if a == "-o" && i+1 < len(args) {
-			args[i+1] = bin
-		}
-	}
-	build := exec.Command(goBin, append([]string{"build"}, args...)...)
-	build.Dir = ".."
-	build.Env = append(os.Environ(), env...)
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
-	}
-	return bin
-}
 
 // nodeshimImageTar writes the nodeshim image, the Dockerfile's run stage
 // without a registry: the static binary as /usr/bin/nodeshim, its
@@ -229,7 +196,7 @@ spec:
 // socket, held lock or mount on the host.
 func TestDaemonSetOnRealNode(t *testing.T) {
 	c := cluster.Cluster(t)
-	bin := buildStatic(t)
+	bin, _ := buildStatic(t, "v0.0.0-cluster-test", "cluster")
 	tarPath := nodeshimImageTar(t, bin)
 	if out, err := c.Containerd.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
 		t.Fatalf("ctr images import: %v: %s", err, out)

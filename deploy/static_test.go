@@ -107,14 +107,11 @@ func TestShellWords(t *testing.T) {
 	}
 }
 
-// TestStaticBuild runs the Dockerfile's own build command here (cgo against
-// Debian's libseccomp.a, netgo and osusergo, -extldflags -static) and checks
-// that the result is a static executable in which libseccomp works: it has
-// no ELF interpreter and no shared library dependency, prints the version it
-// was stamped with, and runs a command under a seccomp profile that denies
-// mkdir(2).
-func TestStaticBuild(t *testing.T) {
-	testutil.RequireRoot(t) // the seccomp exec step below installs a filter for real
+// buildStatic runs the Dockerfile's build command here with VERSION and
+// COMMIT set, and returns the static binary's path and what the link
+// printed.
+func buildStatic(t *testing.T, version, commit string) (string, []byte) {
+	t.Helper()
 	goBin := testutil.RequireBinary(t, "go")
 	gcc := testutil.RequireBinary(t, "gcc")
 	out, err := exec.Command(gcc, "-print-file-name=libseccomp.a").Output()
@@ -124,8 +121,7 @@ func TestStaticBuild(t *testing.T) {
 	if a := strings.TrimSpace(string(out)); !filepath.IsAbs(a) {
 		testutil.Skip(t, "no static libseccomp.a (Debian's libseccomp-dev provides it): gcc answers %q", a)
 	}
-
-	env, args, err := dockerBuild("../Dockerfile", map[string]string{"VERSION": "v0.0.0-static-test", "COMMIT": "abc1234"})
+	env, args, err := dockerBuild("../Dockerfile", map[string]string{"VERSION": version, "COMMIT": commit})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,9 +134,23 @@ func TestStaticBuild(t *testing.T) {
 	build := exec.Command(goBin, append([]string{"build"}, args...)...)
 	build.Dir = ".."
 	build.Env = append(os.Environ(), env...)
-	if out, err := build.CombinedOutput(); err != nil {
+	out, err = build.CombinedOutput()
+	if err != nil {
 		t.Fatalf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
-	} else if len(out) > 0 {
+	}
+	return bin, out
+}
+
+// TestStaticBuild runs the Dockerfile's own build command here (cgo against
+// Debian's libseccomp.a, netgo and osusergo, -extldflags -static) and checks
+// that the result is a static executable in which libseccomp works: it has
+// no ELF interpreter and no shared library dependency, prints the version it
+// was stamped with, and runs a command under a seccomp profile that denies
+// mkdir(2).
+func TestStaticBuild(t *testing.T) {
+	testutil.RequireRoot(t) // the seccomp exec step below installs a filter for real
+	bin, out := buildStatic(t, "v0.0.0-static-test", "abc1234")
+	if len(out) > 0 {
 		// A static glibc link that uses NSS prints "Using 'getaddrinfo' in
 		// statically linked applications requires at runtime the shared
 		// libraries": netgo and osusergo must keep that away.
