@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
 // node is a podman storage root: the rt podman's, or a second one on the
@@ -93,10 +92,7 @@ func secondNode(t *testing.T, p *runtimetest.Podman) node {
 // restore IMAGE` counts on from where it was, not from 1.
 func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	p := rt.Podman(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	bin := criutest.Require(t)
 	// runc, run by podman for the restore, finds CRIU on PATH.
 	pathDir := filepath.Join(t.TempDir(), "criu-bin")
 	if err := os.Mkdir(pathDir, 0o755); err != nil {

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -68,10 +68,7 @@ func TestCheckpointUsage(t *testing.T) {
 // original pid.
 func TestCheckpointRestoreCLI(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.SkipIfGuestLacks(t, "criu")
-	if _, err := criu.Find("", nil); err != nil {
-		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
-	}
+	criutest.Require(t)
 	dir := t.TempDir()
 	pidFile := filepath.Join(dir, "pid")
 	cmd := exec.Command("setsid", "-f", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile)

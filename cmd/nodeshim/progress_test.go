@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -112,10 +113,7 @@ func openPty(t *testing.T) (master, slave *os.File) {
 // start), or nothing with the default delay when the checkpoint was quick.
 func TestCheckpointProgressOnTerminal(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.SkipIfGuestLacks(t, "criu")
-	if _, err := criu.Find("", nil); err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	criutest.Require(t)
 	for _, tc := range []struct {
 		name  string
 		after string

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
@@ -23,9 +24,7 @@ import (
 // its counter continues.
 func TestRestorePodmanCLI(t *testing.T) {
 	p := rt.Podman(t)
-	if _, err := criu.Find("", nil); err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	criutest.Require(t)
 	const name = "nodeshim-cli-restore"
 	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc,
 		Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}}); res.ExitCode != 0 {
@@ -99,10 +98,7 @@ func TestRestorePodmanCLI(t *testing.T) {
 // as a runc container in its pod, where restore says, and counts on.
 func TestRestoreContainerdCLI(t *testing.T) {
 	c := rt.Containerd(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	bin := criutest.Require(t)
 	runc := testutil.RequireBinary(t, "runc")
 	pod := c.RunPod(t, runtimetest.PodOptions{})
 	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter",

@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
@@ -33,13 +34,7 @@ func TestMain(m *testing.M) {
 func realArchive(t *testing.T) string {
 	t.Helper()
 	testutil.RequireRoot(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
-	}
-	if _, err := bin.Check(t.Context()); err != nil {
-		testutil.Skip(t, "%v", err)
-	}
+	bin := criutest.RequireChecked(t)
 	pid, _ := testworkload.Start(t, "count", 2)
 	tg, err := criu.PIDTarget("/proc", pid, time.Now())
 	if err != nil {
@@ -193,10 +188,7 @@ func TestWriteRefusesNonCheckpoints(t *testing.T) {
 // counter touching 64 MiB.
 func BenchmarkWrite(b *testing.B) {
 	testutil.RequireRoot(b)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(b, "no criu (run `make criu-tools`): %v", err)
-	}
+	bin := criutest.Require(b)
 	pid, _ := testworkload.Start(b, "count", 64)
 	tg, err := criu.PIDTarget("/proc", pid, time.Now())
 	if err != nil {

@@ -34,6 +34,7 @@ func HostSuite() []Decision {
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
 		{"internal/atomicfile", true, "file replacement on the guest's tmpfs"},
 		{"internal/clustertest", false, "its test is the single-node cluster itself: kubelet, containerd and the control plane"},
+		{"internal/criutest", false, "its test is the CRIU gate itself, and CRIU is not in the guest"},
 		{"internal/critest", true, "a CRI server on a unix socket"},
 		{"internal/errdefs", true, "portable: no kernel dependency"},
 		{"internal/golden", true, "portable: golden files from the package's testdata"},

@@ -15,8 +15,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -132,10 +132,7 @@ func mountSmallTmpfs(t *testing.T, size int) string {
 // counting.
 func TestCheckpointFailuresOnContainerd(t *testing.T) {
 	c := rt.Containerd(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	bin := criutest.Require(t)
 	resolver, err := cri.Dial(c.Address)
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -28,10 +29,7 @@ import (
 // goes on from where it was.
 func TestRestoreContainerd(t *testing.T) {
 	c := rt.Containerd(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	bin := criutest.Require(t)
 	runc := testutil.RequireBinary(t, "runc")
 	pod := c.RunPod(t, runtimetest.PodOptions{})
 	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: workload(0)})

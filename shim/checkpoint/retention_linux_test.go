@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
@@ -28,14 +29,7 @@ import (
 func counterService(t *testing.T, p retention.Policy) (*Service, *status.Model, *prometheus.Registry, string, int, string) {
 	t.Helper()
 	nstestutil.RequireRoot(t)
-	nstestutil.SkipIfGuestLacks(t, "criu")
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		nstestutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
-	}
-	if _, err := bin.Check(t.Context()); err != nil {
-		nstestutil.Skip(t, "%v", err)
-	}
+	bin := criutest.RequireChecked(t)
 	pid, wdir := testworkload.Start(t, "count", 4)
 	dir := filepath.Join(t.TempDir(), "checkpoints")
 	m := status.New(nil)

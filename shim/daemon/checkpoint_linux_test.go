@@ -23,8 +23,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/critest"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
@@ -37,14 +37,7 @@ import (
 func requireCriu(t testing.TB) {
 	t.Helper()
 	testutil.RequireRoot(t)
-	testutil.SkipIfGuestLacks(t, "criu")
-	b, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
-	}
-	if _, err := b.Check(t.Context()); err != nil {
-		testutil.Skip(t, "%v", err)
-	}
+	criutest.RequireChecked(t)
 }
 
 // daemonRun is a running daemon of a test.

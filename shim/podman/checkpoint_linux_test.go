@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/podman"
@@ -27,12 +28,17 @@ func TestMain(m *testing.M) { os.Exit(rt.Main(m)) }
 // count to /count in its writable layer and to its log.
 var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; echo $i; sleep 0.1; done"}
 
-// readCount reads /count in container name.
+// readCount reads /count in container name. The shell truncates the file
+// before it writes the next count, so an empty read is read again.
 func readCount(t *testing.T, p *runtimetest.Podman, name string) int {
 	t.Helper()
-	out, err := p.Command("exec", name, "cat", "/count").CombinedOutput()
-	if err != nil {
-		t.Fatalf("podman exec %s cat /count: %v: %s", name, err, out)
+	var out []byte
+	for len(bytes.TrimSpace(out)) == 0 {
+		var err error
+		out, err = p.Command("exec", name, "cat", "/count").CombinedOutput()
+		if err != nil {
+			t.Fatalf("podman exec %s cat /count: %v: %s", name, err, out)
+		}
 	}
 	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
 	if err != nil {
@@ -57,10 +63,7 @@ func waitCount(t *testing.T, p *runtimetest.Podman, name string, n int) int {
 // the runc podman runs for a restore finds the same CRIU.
 func criuFirstOnPath(t *testing.T) criu.Binary {
 	t.Helper()
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "needs criu: %v", err)
-	}
+	bin := criutest.Require(t)
 	dir := filepath.Join(t.TempDir(), "criu-bin")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
@@ -66,13 +67,7 @@ func runPrune(dir, stop string) {
 func realArchive(t *testing.T, mib int) string {
 	t.Helper()
 	testutil.RequireRoot(t)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(t, "no criu (run `make criu-tools`): %v", err)
-	}
-	if _, err := bin.Check(t.Context()); err != nil {
-		testutil.Skip(t, "%v", err)
-	}
+	bin := criutest.RequireChecked(t)
 	pid, _ := testworkload.Start(t, "count", mib)
 	tg, err := criu.PIDTarget("/proc", pid, time.Now())
 	if err != nil {

@@ -1,0 +1,34 @@
+// Package criutest gates a test on CRIU: the binary nodeshim itself would
+// use ($NODESHIM_CRIU, which make sets to the CRIU it installs under .tools,
+// else criu on PATH).
+package criutest
+
+import (
+	"testing"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+// Require returns the CRIU binary, or skips t through the testutil gate
+// when there is none (a failure under NODESHIM_REQUIRE_PRIVILEGED=1, except
+// in a kernel-matrix guest, which carries no CRIU).
+func Require(t testing.TB) criu.Binary {
+	t.Helper()
+	testutil.SkipIfGuestLacks(t, "criu")
+	bin, err := criu.Find("", nil)
+	if err != nil {
+		testutil.Skip(t, "no criu (make test installs one under .tools): %v", err)
+	}
+	return bin
+}
+
+// RequireChecked is Require, and `criu check` must pass on this kernel.
+func RequireChecked(t testing.TB) criu.Binary {
+	t.Helper()
+	bin := Require(t)
+	if _, err := bin.Check(t.Context()); err != nil {
+		testutil.Skip(t, "%v", err)
+	}
+	return bin
+}
