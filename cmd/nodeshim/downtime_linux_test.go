@@ -63,8 +63,8 @@ func treeAnon(pid string) (int64, error) {
 // watcher follows a container's counter from the host, every 5 ms, by the
 // runtime's pidfile (which podman's restore on B rewrites at the same
 // path) and /proc/PID/root/count, and notes when the counter moved under
-// which pid. The container's own clock is no use here: CRIU restores it
-// in a time namespace that hides the time it spent frozen.
+// which pid. The host's clock, not the container's: the container's own
+// /proc/uptime showed gaps across a move shorter than the restore alone.
 type watcher struct {
 	pidfile string
 	stop    chan struct{}
