@@ -152,13 +152,12 @@ func (w *watcher) downtime(aPid string, from, to time.Time) (time.Duration, bool
 	return 0, false
 }
 
-// podmanStats is what `podman container checkpoint|restore --print-stats`
-// prints (durations in microseconds).
+// podmanStats is what `podman container checkpoint --print-stats` prints
+// (durations in microseconds).
 type podmanStats struct {
 	Containers []struct {
 		CRIU struct {
-			FrozenTime  int64 `json:"frozen_time"`
-			RestoreTime int64 `json:"restore_time"`
+			FrozenTime int64 `json:"frozen_time"`
 		} `json:"criu_statistics"`
 	} `json:"container_statistics"`
 }
@@ -167,7 +166,7 @@ type podmanStats struct {
 type downtimeRun struct {
 	checkpoint, frozen, restore, downtime time.Duration
 	archiveBytes                          int64
-	rssBytes                              int64
+	anonBytes                             int64
 }
 
 // BenchmarkDowntime moves a busybox container holding a working set of
@@ -177,8 +176,8 @@ type downtimeRun struct {
 // restore --import`. Per move it reports the checkpoint's total and frozen
 // time, the archive's size, the restore's time, and the downtime: from the
 // counter's last advance before the freeze on A to its first advance on
-// B, seen from the host (one 20 ms count and a 5 ms poll of resolution). NODESHIM_DOWNTIME_MIB lists the working sets (default
-// "64,1024").
+// B, seen from the host (one 20 ms count and a 5 ms poll of resolution).
+// NODESHIM_DOWNTIME_MIB lists the working sets (default "64,1024").
 func BenchmarkDowntime(b *testing.B) {
 	p := rt.Podman(b)
 	bin, err := criu.Find("", nil)
@@ -222,7 +221,7 @@ func BenchmarkDowntime(b *testing.B) {
 					sum.restore += r.restore
 					sum.downtime += r.downtime
 					sum.archiveBytes += r.archiveBytes
-					sum.rssBytes += r.rssBytes
+					sum.anonBytes += r.anonBytes
 				}
 				n := float64(b.N)
 				ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / n }
@@ -232,7 +231,7 @@ func BenchmarkDowntime(b *testing.B) {
 				b.ReportMetric(ms(sum.restore), "restore-ms")
 				b.ReportMetric(ms(sum.downtime), "downtime-ms")
 				b.ReportMetric(mb(sum.archiveBytes), "archive-MiB")
-				b.ReportMetric(mb(sum.rssBytes), "anon-MiB")
+				b.ReportMetric(mb(sum.anonBytes), "anon-MiB")
 			})
 		}
 	}
@@ -261,11 +260,11 @@ func moveOnce(b *testing.B, a, nodeB node, runc, tool, name string, mib int) dow
 	pid := a.run(b, "inspect", "--format", "{{.State.Pid}}", name)
 	w := watch(filepath.Join(dir, "pidfile"))
 	var err error
-	if r.rssBytes, err = treeAnon(pid); err != nil {
+	if r.anonBytes, err = treeAnon(pid); err != nil {
 		b.Fatal(err)
 	}
-	if r.rssBytes < int64(mib)<<20 {
-		b.Fatalf("container %s holds %d bytes of anonymous memory, below its %d MiB working set", name, r.rssBytes, mib)
+	if r.anonBytes < int64(mib)<<20 {
+		b.Fatalf("container %s holds %d bytes of anonymous memory, below its %d MiB working set", name, r.anonBytes, mib)
 	}
 
 	archive := filepath.Join(dir, name+".tar")
@@ -321,7 +320,7 @@ func moveOnce(b *testing.B, a, nodeB node, runc, tool, name string, mib int) dow
 	}
 	r.downtime = d
 	b.Logf("%s %s: %d MiB anonymous; count %d on A, %d on B; checkpoint %s (frozen %s), archive %d bytes, restore %s, downtime %s",
-		tool, name, r.rssBytes>>20, before, after, r.checkpoint.Round(time.Millisecond), r.frozen.Round(time.Millisecond),
+		tool, name, r.anonBytes>>20, before, after, r.checkpoint.Round(time.Millisecond), r.frozen.Round(time.Millisecond),
 		r.archiveBytes, r.restore.Round(time.Millisecond), r.downtime)
 	return r
 }
