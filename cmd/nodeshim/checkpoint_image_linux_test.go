@@ -27,7 +27,7 @@ func (n node) cmd(args ...string) *exec.Cmd {
 	return n.p.Command(append(append([]string{}, n.flags...), args...)...)
 }
 
-func (n node) run(t *testing.T, args ...string) string {
+func (n node) run(t testing.TB, args ...string) string {
 	t.Helper()
 	out, err := n.cmd(args...).CombinedOutput()
 	if err != nil {
@@ -48,7 +48,7 @@ func (n node) count(name string) (int, bool) {
 
 // waitCount waits until name has counted past min; go test's -timeout
 // bounds the wait.
-func (n node) waitCount(t *testing.T, name string, min int) int {
+func (n node) waitCount(t testing.TB, name string, min int) int {
 	t.Helper()
 	for {
 		if c, ok := n.count(name); ok && c > min {
@@ -60,7 +60,7 @@ func (n node) waitCount(t *testing.T, name string, min int) int {
 
 // secondNode makes a second podman storage root beside p's, with the base
 // image loaded from p through an OCI archive, and cleans it up after t.
-func secondNode(t *testing.T, p *runtimetest.Podman) node {
+func secondNode(t testing.TB, p *runtimetest.Podman) node {
 	t.Helper()
 	dir, err := os.MkdirTemp(p.Dir, "node-b-")
 	if err != nil {
