@@ -83,6 +83,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testproc"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -156,7 +157,7 @@ type Cluster struct {
 	lock    *os.File
 	sysctls map[string]string
 	created []string // host directories that did not exist at start
-	procs   []*proc
+	procs   []*testproc.Proc
 }
 
 // Cluster returns the Env's cluster, starting it on first use. It gates t
@@ -353,7 +354,7 @@ fileCheckFrequency: 5s
 
 // waitReady waits for the Node's Ready condition, failing as soon as one
 // of procs exits.
-func (c *Cluster) waitReady(procs ...*proc) error {
+func (c *Cluster) waitReady(procs ...*testproc.Proc) error {
 	cs, err := kubernetes.NewForConfig(c.API.AdminConfig())
 	if err != nil {
 		return fmt.Errorf("clustertest: %w", err)
@@ -362,8 +363,8 @@ func (c *Cluster) waitReady(procs ...*proc) error {
 	for {
 		for _, p := range procs {
 			select {
-			case <-p.exited:
-				return fmt.Errorf("clustertest: %s exited (%v); log %s:\n%s", p.name, p.err, p.log, tail(p.log, 30))
+			case <-p.Exited():
+				return fmt.Errorf("clustertest: %s exited (%v); log %s:\n%s", p.Name, p.Err(), p.Log, testproc.Tail(p.Log, 30))
 			default:
 			}
 		}
@@ -374,7 +375,7 @@ func (c *Cluster) waitReady(procs ...*proc) error {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("clustertest: node %s not Ready within %v (last error %v); kubelet log:\n%s", c.NodeName, readyTimeout, err, tail(filepath.Join(c.Dir, "kubelet.log"), 40))
+			return fmt.Errorf("clustertest: node %s not Ready within %v (last error %v); kubelet log:\n%s", c.NodeName, readyTimeout, err, testproc.Tail(filepath.Join(c.Dir, "kubelet.log"), 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
@@ -394,7 +395,7 @@ func Ready(n *corev1.Node) bool {
 // "kube-controller-manager", "kube-scheduler"; the control plane's are
 // API.Logs).
 func (c *Cluster) Log(name string) string {
-	return tail(filepath.Join(c.Dir, name+".log"), 60)
+	return testproc.Tail(filepath.Join(c.Dir, name+".log"), 60)
 }
 
 // saveHost records the sysctls kubelet sets and which of the host
@@ -426,7 +427,7 @@ func (c *Cluster) close() error {
 	var errs []error
 	// kubelet first: it must not restart what is removed below.
 	for i := len(c.procs) - 1; i >= 0; i-- {
-		c.procs[i].stop()
+		c.procs[i].Stop()
 	}
 	if c.Containerd != nil {
 		errs = append(errs, removePods(c.Containerd))

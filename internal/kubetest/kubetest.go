@@ -17,7 +17,6 @@
 package kubetest
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -30,12 +29,10 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -46,6 +43,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/nodeshim/nodeshim/internal/testproc"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -70,17 +68,8 @@ type Cluster struct {
 	adminToken   string
 
 	mu        sync.Mutex
-	etcd      *proc
-	apiserver *proc
-}
-
-// proc is a started process and the channel closed when it has exited.
-type proc struct {
-	name   string
-	cmd    *exec.Cmd
-	log    string
-	exited chan struct{}
-	err    error // valid once exited is closed
+	etcd      *testproc.Proc
+	apiserver *testproc.Proc
 }
 
 func binary(t testing.TB, env, name string) string {
@@ -136,7 +125,7 @@ func (c *Cluster) Stop() { c.stopAll() }
 func (c *Cluster) Logs() string {
 	var b strings.Builder
 	for _, name := range []string{"etcd", "kube-apiserver"} {
-		fmt.Fprintf(&b, "last lines of %s.log:\n%s\n", name, tail(filepath.Join(c.Dir, name+".log"), 40))
+		fmt.Fprintf(&b, "last lines of %s.log:\n%s\n", name, testproc.Tail(filepath.Join(c.Dir, name+".log"), 40))
 	}
 	return b.String()
 }
@@ -231,7 +220,7 @@ func (c *Cluster) startEtcd() error {
 	if err != nil {
 		return err
 	}
-	p, err := c.start("etcd", c.etcdBin, strings.Split(string(b), "\n"))
+	p, err := testproc.Start(c.Dir, "etcd", c.etcdBin, strings.Split(string(b), "\n")...)
 	if err != nil {
 		return err
 	}
@@ -239,7 +228,7 @@ func (c *Cluster) startEtcd() error {
 	c.etcd = p
 	c.mu.Unlock()
 	// etcd answers /health once it has elected itself.
-	return waitHTTP(p, func() bool {
+	return p.WaitReady(func() bool {
 		resp, err := http.Get(c.etcdURL + "/health")
 		if err != nil {
 			return false
@@ -278,14 +267,14 @@ func (c *Cluster) startAPIServer() error {
 		"--profiling=false",
 		"--v=1",
 	}
-	p, err := c.start("kube-apiserver", c.apiserverBin, args)
+	p, err := testproc.Start(c.Dir, "kube-apiserver", c.apiserverBin, args...)
 	if err != nil {
 		return err
 	}
 	c.mu.Lock()
 	c.apiserver = p
 	c.mu.Unlock()
-	return waitHTTP(p, func() bool {
+	return p.WaitReady(func() bool {
 		// The serving certificate appears in the cert dir once the API
 		// server has made it: build the client on each try.
 		if _, err := os.Stat(c.CAFile()); err != nil {
@@ -310,7 +299,7 @@ func (c *Cluster) StopAPIServer() {
 	p := c.apiserver
 	c.apiserver = nil
 	c.mu.Unlock()
-	p.stop()
+	p.Stop()
 }
 
 func (c *Cluster) stopAll() {
@@ -318,84 +307,8 @@ func (c *Cluster) stopAll() {
 	api, etcd := c.apiserver, c.etcd
 	c.apiserver, c.etcd = nil, nil
 	c.mu.Unlock()
-	api.stop()
-	etcd.stop()
-}
-
-// start starts bin with args, its output appended to <name>.log in Dir. The
-// process is killed if the test binary dies first (Pdeathsig).
-func (c *Cluster) start(name, bin string, args []string) (*proc, error) {
-	logPath := filepath.Join(c.Dir, name+".log")
-	f, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", logPath, err)
-	}
-	defer f.Close()
-	cmd := exec.Command(bin, args...)
-	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", bin, err)
-	}
-	p := &proc{name: name, cmd: cmd, log: logPath, exited: make(chan struct{})}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.exited)
-	}()
-	return p, nil
-}
-
-func (p *proc) stop() {
-	if p == nil {
-		return
-	}
-	select {
-	case <-p.exited:
-		return
-	default:
-	}
-	_ = p.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-p.exited:
-	case <-time.After(30 * time.Second):
-		// A process that ignores SIGTERM this long is stuck: the test
-		// must still end.
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-	}
-}
-
-// waitHTTP polls ready until it holds, or fails as soon as p exits: a
-// server that crashed on start must not leave the test waiting.
-func waitHTTP(p *proc, ready func() bool) error {
-	for {
-		if ready() {
-			return nil
-		}
-		select {
-		case <-p.exited:
-			return fmt.Errorf("%s exited before it was ready (%v); log: %s\n%s", p.name, p.err, p.log, tail(p.log, 30))
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
-}
-
-func tail(path string, n int) string {
-	f, err := os.Open(path)
-	if err != nil {
-		return err.Error()
-	}
-	defer f.Close()
-	var lines []string
-	s := bufio.NewScanner(f)
-	s.Buffer(make([]byte, 64<<10), 1<<20)
-	for s.Scan() {
-		lines = append(lines, s.Text())
-		if len(lines) > n {
-			lines = lines[1:]
-		}
-	}
-	return strings.Join(lines, "\n")
+	api.Stop()
+	etcd.Stop()
 }
 
 func (c *Cluster) dumpLogs(t testing.TB) {

@@ -43,6 +43,7 @@ func HostSuite() []Decision {
 		{"internal/procfs", true, "the guest's /proc"},
 		{"internal/runtimetest", false, "its tests are the container runtimes themselves (containerd, podman, runc, crun), which the guest does not carry"},
 		{"internal/syncbuf", true, "portable: a locked buffer"},
+		{"internal/testproc", true, "starting, waiting for and stopping a process with its log"},
 		{"internal/testutil", false, "TestEverySkipGoesThroughTheGate reads the module's source tree, " +
 			"which the image does not carry; the gate's other tests do not depend on the kernel"},
 		{"internal/testworkload", true, "the test workloads that the other packages start"},
