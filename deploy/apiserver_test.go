@@ -134,10 +134,7 @@ func TestReporterRBACOnAPIServer(t *testing.T) {
 	sa := only[*corev1.ServiceAccount](t, reporterObjects(t))
 	reporter := c.Kubeconfig(t, "reporter", c.ServiceAccountConfig(t, sa.Namespace, sa.Name))
 
-	for _, tc := range []struct {
-		args    string
-		allowed bool
-	}{
+	checkCanI(t, reporter, "reporter", []canI{
 		{"get nodes/node-a", true},
 		{"patch nodes/node-a --subresource=status", true},
 		{"create events -n default", true},
@@ -164,20 +161,7 @@ func TestReporterRBACOnAPIServer(t *testing.T) {
 		{"create serviceaccounts/token -n nodeshim", false},
 		{"patch daemonsets.apps -n nodeshim", false},
 		{"create events.events.k8s.io -n default", false},
-	} {
-		t.Run(tc.args, func(t *testing.T) {
-			out, err := runKubectl(t, reporter, nil, append([]string{"auth", "can-i"}, strings.Fields(tc.args)...)...)
-			// The answer is the last line; kubectl may warn before it.
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			got := strings.TrimSpace(lines[len(lines)-1])
-			switch {
-			case tc.allowed && (err != nil || got != "yes"):
-				t.Errorf("the reporter may not %s: %q %v", tc.args, got, err)
-			case !tc.allowed && (err == nil || !strings.HasPrefix(got, "no")):
-				t.Errorf("the reporter may %s: %q %v", tc.args, got, err)
-			}
-		})
-	}
+	})
 
 	// The rights at work, as the reporter does it with client-go: a
 	// strategic-merge patch of nodes/status (no get of nodes/status first,
@@ -246,5 +230,33 @@ func TestReporterRBACOnAPIServer(t *testing.T) {
 		Source: corev1.EventSource{Component: "nodeshim-reporter"},
 	}, metav1.CreateOptions{}); err != nil {
 		t.Errorf("create an Event as the reporter: %v", err)
+	}
+}
+
+// canI is one `kubectl auth can-i` question and whether the answer must
+// be yes.
+type canI struct {
+	args    string
+	allowed bool
+}
+
+// checkCanI asks the API server each question as the user of kubeconfig
+// (who names it in failures): an allowed one must be answered yes, any
+// other no.
+func checkCanI(t *testing.T, kubeconfig, who string, cases []canI) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.args, func(t *testing.T) {
+			out, err := runKubectl(t, kubeconfig, nil, append([]string{"auth", "can-i"}, strings.Fields(tc.args)...)...)
+			// The answer is the last line; kubectl may warn before it.
+			lines := strings.Split(strings.TrimSpace(out), "\n")
+			got := strings.TrimSpace(lines[len(lines)-1])
+			switch {
+			case tc.allowed && (err != nil || got != "yes"):
+				t.Errorf("the %s may not %s: %q %v", who, tc.args, got, err)
+			case !tc.allowed && (err == nil || !strings.HasPrefix(got, "no")):
+				t.Errorf("the %s may %s: %q %v", who, tc.args, got, err)
+			}
+		})
 	}
 }

@@ -143,10 +143,7 @@ func TestControllerRBACOnAPIServer(t *testing.T) {
 	sa := only[*corev1.ServiceAccount](t, controllerObjects(t))
 	kc := c.Kubeconfig(t, "controller", c.ServiceAccountConfig(t, sa.Namespace, sa.Name))
 	lease := "leases.coordination.k8s.io"
-	for _, tc := range []struct {
-		args    string
-		allowed bool
-	}{
+	checkCanI(t, kc, "controller", []canI{
 		{"list nodes", true},
 		{"watch nodes", true},
 		{"patch nodes/node-a --subresource=status", true},
@@ -176,19 +173,7 @@ func TestControllerRBACOnAPIServer(t *testing.T) {
 		{"list pods --all-namespaces", false},
 		{"patch daemonsets.apps -n nodeshim", false},
 		{"create serviceaccounts/token -n nodeshim", false},
-	} {
-		t.Run(tc.args, func(t *testing.T) {
-			out, err := runKubectl(t, kc, nil, append([]string{"auth", "can-i"}, strings.Fields(tc.args)...)...)
-			lines := strings.Split(strings.TrimSpace(out), "\n")
-			got := strings.TrimSpace(lines[len(lines)-1])
-			switch {
-			case tc.allowed && (err != nil || got != "yes"):
-				t.Errorf("the controller may not %s: %q %v", tc.args, got, err)
-			case !tc.allowed && (err == nil || !strings.HasPrefix(got, "no")):
-				t.Errorf("the controller may %s: %q %v", tc.args, got, err)
-			}
-		})
-	}
+	})
 
 	// The rights at work, as the controller uses them with client-go.
 	cc, err := kubernetes.NewForConfig(c.ServiceAccountConfig(t, sa.Namespace, sa.Name))
