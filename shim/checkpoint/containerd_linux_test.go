@@ -26,14 +26,7 @@ func TestCheckpointContainerdPod(t *testing.T) {
 	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}})
 	ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
 	dir := t.TempDir()
-	svc := New(Options{
-		Settings: func() Settings {
-			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
+	svc := containerdService(t, c, bin, dir, status.New(nil))
 	res, err := svc.Checkpoint(context.Background(), ref, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -47,4 +40,20 @@ func TestCheckpointContainerdPod(t *testing.T) {
 		t.Errorf("checkpointctl show: %v:\n%s", err, out)
 	}
 	t.Logf("%s", out)
+}
+
+// containerdService is a checkpoint service enabled into dir, resolving
+// through containerd c's CRI socket and dumping with bin; the test's
+// cleanup closes it.
+func containerdService(t *testing.T, c *runtimetest.Containerd, bin criu.Binary, dir string, model *status.Model) *Service {
+	t.Helper()
+	svc := New(Options{
+		Settings: func() Settings {
+			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		Model:    model,
+	})
+	t.Cleanup(func() { svc.Close() })
+	return svc
 }

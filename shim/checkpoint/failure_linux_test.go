@@ -220,14 +220,7 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			}
 			dir := tc.dir(t)
 			model := status.New(nil)
-			svc := New(Options{
-				Settings: func() Settings {
-					return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-				},
-				FindCriu: func() (criu.Binary, error) { return bin, nil },
-				Model:    model,
-			})
-			defer svc.Close()
+			svc := containerdService(t, c, bin, dir, model)
 			var timeout time.Duration
 			if tc.timeout != nil && !tc.measure {
 				timeout = tc.timeout(0)

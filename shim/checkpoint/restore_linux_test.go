@@ -36,14 +36,7 @@ func TestRestoreContainerd(t *testing.T) {
 	before := waitCount(t, ctr, 10)
 	ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
 	dir := t.TempDir()
-	svc := New(Options{
-		Settings: func() Settings {
-			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
+	svc := containerdService(t, c, bin, dir, status.New(nil))
 	res, err := svc.Checkpoint(context.Background(), ref, 0)
 	if err != nil {
 		t.Fatal(err)
