@@ -59,6 +59,36 @@ func waitCount(t *testing.T, p *runtimetest.Podman, name string, n int) int {
 	}
 }
 
+// checkpointCounter runs counter as podman runc container name, lets it
+// count past 20, and checkpoints it with nodeshim (leaving it running) into
+// a temporary directory with the criu that podman's runc will find too.
+func checkpointCounter(t *testing.T, p *runtimetest.Podman, name string) checkpointed {
+	t.Helper()
+	bin := criuFirstOnPath(t)
+	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
+		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
+	}
+	before := waitCount(t, p, name, 20)
+	target, err := podman.Target("/proc", p.Root, name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return checkpointed{bin: bin, target: target, res: res, before: before}
+}
+
+// checkpointed is what checkpointCounter did: the criu it used, the
+// container it dumped, the checkpoint, and the count before it.
+type checkpointed struct {
+	bin    criu.Binary
+	target criu.Target
+	res    criu.Result
+	before int
+}
+
 // criuFirstOnPath puts the criu that nodeshim uses first on PATH, so that
 // the runc podman runs for a restore finds the same CRIU.
 func criuFirstOnPath(t *testing.T) criu.Binary {
@@ -83,22 +113,9 @@ func criuFirstOnPath(t *testing.T) criu.Binary {
 // from where it was, not from 1.
 func TestCheckpointRestoredByPodman(t *testing.T) {
 	p := rt.Podman(t)
-	bin := criuFirstOnPath(t)
 	const name = "nodeshim-counter"
-	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
-		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
-	}
-	before := waitCount(t, p, name, 20)
-
-	target, err := podman.Target("/proc", p.Root, name, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := checkpointCounter(t, p, name)
+	res, before := ck.res, ck.before
 	t.Logf("checkpoint: %s, %d bytes, frozen %s, total %s", res.Path, res.Size, res.Frozen, res.Total)
 	// Left running: it counts on.
 	after := waitCount(t, p, name, before+5)
@@ -137,20 +154,9 @@ func TestCheckpointRestoredByPodman(t *testing.T) {
 // pid Restore reports, and its counter continues.
 func TestRestore(t *testing.T) {
 	p := rt.Podman(t)
-	bin := criuFirstOnPath(t)
 	const name = "nodeshim-restore"
-	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
-		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
-	}
-	before := waitCount(t, p, name, 20)
-	target, err := podman.Target("/proc", p.Root, name, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: t.TempDir()})
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck := checkpointCounter(t, p, name)
+	bin, target, res, before := ck.bin, ck.target, ck.res, ck.before
 	if out, err := p.Command("rm", "--force", "--time", "0", name).CombinedOutput(); err != nil {
 		t.Fatalf("podman rm: %v: %s", err, out)
 	}
