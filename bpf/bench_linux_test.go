@@ -113,7 +113,9 @@ func threadCPU(b *testing.B) time.Duration {
 // it reports the median per-round ratio recorded/baseline as "ratio" and
 // the same from wall-clock time as "wall-ratio".
 //
-// The "hook-only" variant attaches an empty program (return 0) to the same
+// The "other-target" variant records another process (the parent), so
+// that this loop pays what every task outside the target pays while a
+// recording runs. The "hook-only" variant attaches an empty program (return 0) to the same
 // raw tracepoint instead: the cost of the hook itself (the syscall slow path
 // that an attached sys_enter tracepoint turns on for every task), which no
 // recorder on this tracepoint can avoid.
@@ -122,6 +124,15 @@ func BenchmarkRecorderOverheadInterleaved(b *testing.B) {
 	loops := syscallLoops(b)
 	attachRecorder := func(b *testing.B) func() {
 		r, err := NewRecorder(ProcessTreeTarget(uint32(os.Getpid())))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { r.Close() }
+	}
+	// other-target: the recorder recording a process that is not this
+	// one (its parent): what every other task of the host pays meanwhile.
+	attachOther := func(b *testing.B) func() {
+		r, err := NewRecorder(ProcessTreeTarget(uint32(os.Getppid())))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -147,8 +158,8 @@ func BenchmarkRecorderOverheadInterleaved(b *testing.B) {
 		name   string
 		attach func(*testing.B) func()
 	}{
-		{"getppid/recorder", attachRecorder}, {"getppid/hook-only", attachEmpty},
-		{"read4k/recorder", attachRecorder}, {"read4k/hook-only", attachEmpty},
+		{"getppid/recorder", attachRecorder}, {"getppid/other-target", attachOther}, {"getppid/hook-only", attachEmpty},
+		{"read4k/recorder", attachRecorder}, {"read4k/other-target", attachOther}, {"read4k/hook-only", attachEmpty},
 	} {
 		loop := loops[strings.Split(v.name, "/")[0]]
 		b.Run(v.name, func(b *testing.B) {

@@ -152,9 +152,8 @@ func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 	if err != nil {
 		return nil, newLoadError("recorder", err)
 	}
-	one := uint8(1)
 	for _, k := range target.Keys {
-		if err := r.objs.Targets.Put(k, one); err != nil {
+		if err := r.addTarget(k); err != nil {
 			r.Close()
 			return nil, fmt.Errorf("add %s target %d: %w", target.Kind, k, err)
 		}
@@ -192,8 +191,45 @@ func (r *Recorder) AddProcess(pid uint32) error {
 	if r.target.Kind != TargetProcessTree {
 		return fmt.Errorf("add process %d: target is a %s, not a process tree", pid, r.target.Kind)
 	}
-	if err := r.objs.Targets.Put(uint64(pid), uint8(1)); err != nil {
+	if err := r.addTarget(uint64(pid)); err != nil {
 		return fmt.Errorf("add process %d: %w", pid, err)
+	}
+	return nil
+}
+
+// slotBits and slotMixed mirror SLOT_BITS and SLOT_MIXED in
+// c/recorder.bpf.c: the direct-mapped table in front of the targets map.
+const (
+	slotBits  = 12
+	slotMixed = ^uint64(0)
+)
+
+// slotOf mirrors slot_of in c/recorder.bpf.c.
+func slotOf(key uint64) uint32 { return uint32((key * 0x9E3779B97F4A7C15) >> (64 - slotBits)) }
+
+// addTarget puts key into the targets map and then into its slot, as the
+// fork program does: the slot becomes key when it was empty and
+// slotMixed when it held another key. It never empties a slot, so a lost
+// race with the fork program only sends lookups to the targets map.
+func (r *Recorder) addTarget(key uint64) error {
+	if err := r.objs.Targets.Put(key, uint8(1)); err != nil {
+		return err
+	}
+	s := slotOf(key)
+	var v uint64
+	if err := r.objs.TargetSlots.Lookup(s, &v); err != nil {
+		return fmt.Errorf("read target slot %d: %w", s, err)
+	}
+	switch v {
+	case key:
+		return nil
+	case 0:
+		v = key
+	default:
+		v = slotMixed
+	}
+	if err := r.objs.TargetSlots.Update(s, v, ebpf.UpdateAny); err != nil {
+		return fmt.Errorf("write target slot %d: %w", s, err)
 	}
 	return nil
 }

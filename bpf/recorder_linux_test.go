@@ -96,6 +96,22 @@ func TestRecorderTargets(t *testing.T) {
 			want: 7 + 5, procs: 2,
 		},
 		{
+			// Another key in the same slot of the direct-mapped table:
+			// the slot is mixed and the lookup falls back to the map.
+			name: "process tree sharing its slot",
+			cmd:  func() *exec.Cmd { return workloadCommand("tree", "3", "8") },
+			target: func(t *testing.T, pid int) Target {
+				tgt := ProcessTreeTarget(uint32(pid))
+				for k := uint64(1) << 32; ; k++ {
+					if slotOf(k) == slotOf(uint64(pid)) {
+						tgt.Keys = append(tgt.Keys, k) // no pid is that large
+						return tgt
+					}
+				}
+			},
+			want: 3 + 8, procs: 2,
+		},
+		{
 			name: "mount namespace",
 			cmd: func() *exec.Cmd {
 				c := workloadCommand("sysinfo", "9")

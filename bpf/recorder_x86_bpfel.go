@@ -17,6 +17,7 @@ import (
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	recorderMapCounts          = "counts"
+	recorderMapTargetSlots     = "target_slots"
 	recorderMapTargets         = "targets"
 	recorderProgRecordExit     = "record_exit"
 	recorderProgRecordFork     = "record_fork"
@@ -76,8 +77,9 @@ type recorderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type recorderMapSpecs struct {
-	Counts  *ebpf.MapSpec `ebpf:"counts"`
-	Targets *ebpf.MapSpec `ebpf:"targets"`
+	Counts      *ebpf.MapSpec `ebpf:"counts"`
+	TargetSlots *ebpf.MapSpec `ebpf:"target_slots"`
+	Targets     *ebpf.MapSpec `ebpf:"targets"`
 }
 
 // recorderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -108,13 +110,15 @@ func (o *recorderObjects) Close() error {
 //
 // It can be passed to loadRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type recorderMaps struct {
-	Counts  *ebpf.Map `ebpf:"counts"`
-	Targets *ebpf.Map `ebpf:"targets"`
+	Counts      *ebpf.Map `ebpf:"counts"`
+	TargetSlots *ebpf.Map `ebpf:"target_slots"`
+	Targets     *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *recorderMaps) Close() error {
 	return _RecorderClose(
 		m.Counts,
+		m.TargetSlots,
 		m.Targets,
 	)
 }

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -75,6 +76,7 @@ func Requirements() []capability.Requirement {
 			// Decodes the kernel BTF that the two program loads share.
 			Slow:    true,
 			PerBoot: true,
+			Timeout: loadTimeout,
 		},
 		{
 			ID: "ebpf.tracefs-oom-mark-victim", Group: "ebpf",
@@ -87,6 +89,7 @@ func Requirements() []capability.Requirement {
 			Probe:    recorderProbe(cache),
 			Slow:     true,
 			PerBoot:  true,
+			Timeout:  loadTimeout,
 		},
 		{
 			ID: "ebpf.oom-watcher", Group: "ebpf",
@@ -96,9 +99,16 @@ func Requirements() []capability.Requirement {
 			// period: 30-60 ms of wall time here.
 			Slow:    true,
 			PerBoot: true,
+			Timeout: loadTimeout,
 		},
 	}
 }
+
+// loadTimeout bounds the probes that decode the kernel BTF and load real
+// programs. They take 40-160 ms of wall time on the development host, but
+// 0.8-2 s in a Debian 6.1 guest under QEMU TCG at boot, where two of them
+// ran past the default probe timeout (2 s) and were reported Unknown.
+const loadTimeout = 10 * time.Second
 
 // featureProbe turns a cilium/ebpf feature check into a probe: nil is
 // Supported, ebpf.ErrNotSupported is Unsupported, any other error Unknown.

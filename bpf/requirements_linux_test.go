@@ -166,3 +166,23 @@ func ensureNow() (tracefsMount, error) {
 	p, m, err := ensureTracefs()
 	return tracefsMount{point: p, mounted: m}, err
 }
+
+// TestProgramLoadProbesOutlastTheDefaultTimeout: the probes that load real
+// programs get longer than the collector's default, which a guest under
+// emulation at boot exceeds; the quick feature probes keep the default.
+func TestProgramLoadProbesOutlastTheDefaultTimeout(t *testing.T) {
+	slow := 0
+	for _, r := range Requirements() {
+		switch {
+		case r.Slow && r.Timeout <= capability.DefaultProbeTimeout:
+			t.Errorf("%s loads programs but has timeout %v, not more than the default %v", r.ID, r.Timeout, capability.DefaultProbeTimeout)
+		case !r.Slow && r.Timeout != 0:
+			t.Errorf("%s is a quick probe with its own timeout %v", r.ID, r.Timeout)
+		case r.Slow:
+			slow++
+		}
+	}
+	if slow == 0 {
+		t.Error("no probe loads programs")
+	}
+}

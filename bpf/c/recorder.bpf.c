@@ -40,6 +40,59 @@ struct {
 	__type(value, __u8);
 } targets SEC(".maps");
 
+// A direct-mapped table in front of `targets`, so that most syscalls are
+// decided without hashing: slot_of(key) holds 0 when no target key has
+// been put there, the key itself when one key has, and SLOT_MIXED when
+// more than one (or one that has left). 0 means "not a target" and the key
+// means "a target"; anything else asks `targets`. An array lookup is
+// inlined by the verifier, where a hash lookup hashes the key and walks a
+// bucket on every syscall of every task of the host. A slot never goes back
+// to 0, so a key in `targets` is never missed however writers race: a lost
+// write leaves another key or SLOT_MIXED there, which falls back to
+// `targets`.
+#define SLOT_BITS 12
+#define SLOT_MIXED (~0ULL)
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1 << SLOT_BITS);
+	__type(key, __u32);
+	__type(value, __u64);
+} target_slots SEC(".maps");
+
+// slot_of is Fibonacci hashing of key onto SLOT_BITS bits; recorder.go
+// computes the same.
+static __always_inline __u32 slot_of(__u64 key)
+{
+	return (__u32)((key * 0x9E3779B97F4A7C15ULL) >> (64 - SLOT_BITS));
+}
+
+// slot_add records that key is now in `targets` (after it was put there).
+static __always_inline void slot_add(__u64 key)
+{
+	__u32 s = slot_of(key);
+	__u64 *slot = bpf_map_lookup_elem(&target_slots, &s);
+	__u64 v;
+
+	if (!slot)
+		return;
+	v = *(volatile __u64 *)slot;
+	if (v == 0)
+		*(volatile __u64 *)slot = key;
+	else if (v != key)
+		*(volatile __u64 *)slot = SLOT_MIXED;
+}
+
+// slot_forget records that key has left `targets`.
+static __always_inline void slot_forget(__u64 key)
+{
+	__u32 s = slot_of(key);
+	__u64 *slot = bpf_map_lookup_elem(&target_slots, &s);
+
+	if (slot && *(volatile __u64 *)slot == key)
+		*(volatile __u64 *)slot = SLOT_MIXED;
+}
+
 // Per-CPU counters indexed by syscall number.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -66,6 +119,15 @@ static __always_inline int current_is_target(void)
 		break;
 	default:
 		return 0;
+	}
+	__u32 s = slot_of(key);
+	__u64 *slot = bpf_map_lookup_elem(&target_slots, &s);
+	if (slot) {
+		__u64 v = *(volatile __u64 *)slot;
+		if (v == 0)
+			return 0;
+		if (v == key)
+			return 1;
 	}
 	return bpf_map_lookup_elem(&targets, &key) != NULL;
 }
@@ -105,7 +167,8 @@ int record_fork(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	if (!bpf_map_lookup_elem(&targets, &ptgid))
 		return 0;
-	bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY);
+	if (bpf_map_update_elem(&targets, &ctgid, &one, BPF_ANY) == 0)
+		slot_add(ctgid);
 	return 0;
 }
 
@@ -124,6 +187,7 @@ int record_exit(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 	tgid = BPF_CORE_READ(task, tgid);
 	bpf_map_delete_elem(&targets, &tgid);
+	slot_forget(tgid);
 	return 0;
 }
 

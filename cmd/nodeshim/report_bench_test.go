@@ -27,7 +27,12 @@ import (
 //     -o json` to /dev/null), beside `nodeshim version`, the floor of
 //     starting the binary at all; cpu-ms/op is the user+system time of the
 //     process (children included), collect-ms/op the report's own
-//     elapsedMicroseconds (collection only, without process start-up).
+//     elapsedMicroseconds (collection only, without process start-up);
+//     */run=fresh-tmpfs runs the process as at boot on a systemd host, in
+//     a mount namespace of its own with an empty tmpfs on /run (criu
+//     keeps its kernel facts there); with NODESHIM_REPORT_BASELINE set to
+//     another nodeshim binary, the same cases run with it too, as
+//     baseline/process/*.
 func BenchmarkReport(b *testing.B) {
 	testutil.RequireRoot(b)
 	reqs := catalogue.With(criu.ReportOptions{})
@@ -59,18 +64,45 @@ func BenchmarkReport(b *testing.B) {
 	// second run before the eBPF verdicts were cached); first gets an
 	// empty directory each run, as the first report of a boot does (with
 	// the page cache warm); none probes everything live (--cache-dir "").
+	// NODESHIM_REPORT_BASELINE names another nodeshim binary (an older
+	// build) to run the same cases with, side by side, as baseline/*.
+	bins := []struct{ prefix, path string }{{"", bin}}
+	if base := os.Getenv("NODESHIM_REPORT_BASELINE"); base != "" {
+		bins = append(bins, struct{ prefix, path string }{"baseline/", base})
+	}
+	for _, bb := range bins {
+		benchmarkReportProcess(b, bb.prefix, bb.path)
+	}
+}
+
+// benchmarkReportProcess runs the process/* cases of BenchmarkReport with
+// the binary bin, their names prefixed with prefix.
+func benchmarkReportProcess(b *testing.B, prefix, bin string) {
 	warm, criuOnly, firsts := b.TempDir(), b.TempDir(), b.TempDir()
 	for _, d := range []string{warm, criuOnly} {
 		if out, err := exec.Command(bin, "report", "-o", "json", "--cache-dir", d).CombinedOutput(); err != nil {
 			b.Fatalf("prime the cache: %v\n%s", err, out)
 		}
 	}
-	for _, bc := range []struct {
+	type benchCase struct {
 		name string
 		args func() []string
-	}{
-		{"version", func() []string { return []string{"version"} }},
-		{"report/cache=warm", func() []string { return []string{"report", "-o", "json", "--cache-dir", warm} }},
+		// freshRun runs the process in a mount namespace of its own with
+		// an empty tmpfs on /run, as /run is at boot on a systemd host:
+		// criu keeps its kernel facts there (criu.kdat) for the criu runs
+		// after it, and this VM's /run is not a tmpfs.
+		freshRun bool
+	}
+	first := func() []string {
+		d, err := os.MkdirTemp(firsts, "first")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return []string{"report", "-o", "json", "--cache-dir", d}
+	}
+	cases := []benchCase{
+		{"version", func() []string { return []string{"version"} }, false},
+		{"report/cache=warm", func() []string { return []string{"report", "-o", "json", "--cache-dir", warm} }, false},
 		{"report/cache=criu-only", func() []string {
 			// What a second run paid before the eBPF verdicts were kept:
 			// criu check cached, every other probe live.
@@ -78,17 +110,17 @@ func BenchmarkReport(b *testing.B) {
 				b.Fatal(err)
 			}
 			return []string{"report", "-o", "json", "--cache-dir", criuOnly}
-		}},
-		{"report/cache=first", func() []string {
-			d, err := os.MkdirTemp(firsts, "first")
-			if err != nil {
-				b.Fatal(err)
-			}
-			return []string{"report", "-o", "json", "--cache-dir", d}
-		}},
-		{"report/cache=none", func() []string { return []string{"report", "-o", "json", "--cache-dir", ""} }},
-	} {
-		b.Run("process/"+bc.name, func(b *testing.B) {
+		}, false},
+		{"report/cache=first", first, false},
+		{"report/cache=none", func() []string { return []string{"report", "-o", "json", "--cache-dir", ""} }, false},
+	}
+	if _, err := exec.LookPath("unshare"); err == nil {
+		cases = append(cases,
+			benchCase{"version/run=fresh-tmpfs", func() []string { return []string{"version"} }, true},
+			benchCase{"report/cache=first/run=fresh-tmpfs", first, true})
+	}
+	for _, bc := range cases {
+		b.Run(prefix+"process/"+bc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			var worst, cpu, collect time.Duration
 			n := 0
@@ -96,6 +128,9 @@ func BenchmarkReport(b *testing.B) {
 				var out bytes.Buffer
 				args := bc.args()
 				cmd := exec.Command(bin, args...)
+				if bc.freshRun {
+					cmd = exec.Command("unshare", append([]string{"--mount", "--propagation", "private", "sh", "-c", `mount -t tmpfs tmpfs /run && exec "$0" "$@"`, bin}, args...)...)
+				}
 				cmd.Stdout, cmd.Stderr = &out, os.Stderr
 				t0 := time.Now()
 				if err := cmd.Run(); err != nil {

@@ -260,3 +260,43 @@ func TestReportCachesPerBootVerdicts(t *testing.T) {
 		t.Error("no per-boot requirement had a definitive verdict to cache")
 	}
 }
+
+// TestServeReportUsesPerBootCache collects serve's start-up report twice
+// with one root directory: the first writes the per-boot verdicts under
+// <root-dir>/report-cache, the second answers them from there, as the
+// second `nodeshim report` of a boot does.
+func TestServeReportUsesPerBootCache(t *testing.T) {
+	testutil.RequireRoot(t)
+	root := t.TempDir()
+	collect := serveReport("/", "", root, capability.DefaultProbeTimeout)
+	byID := func() map[string]capability.Result {
+		t.Helper()
+		r, err := collect(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		m := map[string]capability.Result{}
+		for _, res := range r.Requirements {
+			m[res.ID] = res
+		}
+		return m
+	}
+	first := byID()
+	if _, err := os.Stat(filepath.Join(root, "report-cache", capability.BootCacheFile)); err != nil {
+		t.Fatalf("serve's report kept no per-boot verdicts: %v", err)
+	}
+	second := byID()
+	perBoot := 0
+	for _, req := range catalogue.With(criu.ReportOptions{}) {
+		if !req.PerBoot || first[req.ID].Verdict == capability.Unknown {
+			continue
+		}
+		perBoot++
+		if b := second[req.ID]; !strings.Contains(b.Evidence, "(cached: probed at") || b.Verdict != first[req.ID].Verdict {
+			t.Errorf("%s: second serve report %s %q, want the first's %s from the cache", req.ID, b.Verdict, b.Evidence, first[req.ID].Verdict)
+		}
+	}
+	if perBoot == 0 {
+		t.Error("no per-boot requirement had a definitive verdict to cache")
+	}
+}

@@ -73,8 +73,11 @@ removed and the lock released.`,
 }
 
 // serveReport collects the full catalogue of `nodeshim report` against
-// the host under hostRoot (procfs at procRoot when set), keeping `criu
-// check` results for the boot under <root-dir>/report-cache.
+// the host under hostRoot (procfs at procRoot when set), keeping the
+// per-boot results (`criu check`, the eBPF program loads, PSI triggers)
+// under <root-dir>/report-cache as `nodeshim report` keeps them, so that a
+// serve started after a report of the same boot (or restarted) does not
+// probe them again.
 func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*capability.Report, error) {
 	return func(ctx context.Context) (*capability.Report, error) {
 		def := kernel.DefaultHost()
@@ -88,6 +91,12 @@ func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration)
 			ModulesRoot: filepath.Join(hostRoot, def.ModulesRoot),
 		}}
 		h := o.host
-		return capability.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, catalogue.With(o.criuOptions()))
+		cache := o.bootCache()
+		r, err := capability.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, cache.Wrap(catalogue.With(o.criuOptions())))
+		if _, serr := cache.Save(); serr != nil {
+			// The report stands without the cache; the next one probes again.
+			slog.Warn("keep per-boot verdicts", "err", serr)
+		}
+		return r, err
 	}
 }
