@@ -62,7 +62,8 @@ func (r PodRoots) MemoryHierarchy() string {
 
 // ReadPodUsage discovers the pods under roots (in the memory hierarchy,
 // with cgroupfs or systemd naming) and reads each pod's figures. A pod
-// removed during the read is left out.
+// removed during the read is left out. Each call is a pass of r (see
+// Reader.EndPass).
 func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	mem := roots.MemoryHierarchy()
 	tree, err := DiscoverPods(filepath.Join(mem, roots.Parent))
@@ -108,6 +109,9 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 		}
 		out = append(out, u)
 	}
+	// The pods not read in this pass are gone: a Reader that keeps files
+	// open closes theirs.
+	r.EndPass()
 	SortByPressure(out)
 	return tree, out, nil
 }
