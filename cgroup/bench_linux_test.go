@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -269,68 +270,94 @@ func reportPerCgroup(b *testing.B, n int, cpuStart time.Duration) {
 // reports the p50 and p99 over the iterations (run with -benchtime=Nx).
 //
 // "watcher" times the Watcher's own event. The "monitor" cases time the
-// event where a Monitor's consumer receives it, with the pods' cgroups
-// read (ReadPodUsage) at every evaluation, as the pressure source does
-// every PodInterval: with no pods, and with 10,000 pod cgroups present,
-// read by a Reader that opens every file and by one that keeps them open.
-// An event that arrives while an evaluation reads the pods waits for it.
+// event where a Monitor's consumer receives it, with pod cgroups present
+// and read (ReadPodUsage) as the pressure source reads them:
+//   - "inline": from the Monitor's evaluation, at most every 10 s, each
+//     file opened per read (the source before it read pods in the
+//     background); an event that arrives during the read waits for it;
+//   - "background": in a goroutine of their own, pass after pass (the
+//     worst case of the source's reads every PodInterval), with kept-open
+//     files.
 func BenchmarkDetectionLatency(b *testing.B) {
 	m, err := FindMount("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
 	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, nil) })
-	b.Run("monitor/pods=0", func(b *testing.B) {
-		benchDetection(b, m, &podLoad{reader: NewReader()})
-	})
+	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, &podLoad{}) })
 	const pods = 10000
-	parent := podTree(b, m, pods)
-	for _, rd := range []struct {
-		name string
-		r    *Reader
-	}{{"open", NewReader()}, {"keep", NewKeepReader(KeepOptions{})}} {
-		b.Run(fmt.Sprintf("monitor/pods=%d/%s", pods, rd.name), func(b *testing.B) {
-			defer rd.r.Close()
-			benchDetection(b, m, &podLoad{roots: PodRoots{V2: m.Path, Parent: parent}, reader: rd.r, want: pods})
-		})
-	}
+	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, pods)}
+	b.Run(fmt.Sprintf("monitor/pods=%d/inline", pods), func(b *testing.B) {
+		benchDetection(b, m, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
+	})
+	b.Run(fmt.Sprintf("monitor/pods=%d/background", pods), func(b *testing.B) {
+		l := &podLoad{roots: roots, reader: NewKeepReader(KeepOptions{}), want: pods}
+		defer l.reader.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				l.read(b)
+			}
+		}()
+		defer func() { cancel(); <-done }()
+		benchDetection(b, m, nil, l)
+	})
 }
 
-// podLoad is the pods' read a Monitor does at every evaluation.
+// podLoad is the read of the pods' cgroups beside a Monitor.
 type podLoad struct {
 	roots  PodRoots
 	reader *Reader
 	want   int
+	// every, when set, makes the Monitor's evaluation read the pods at
+	// most this often.
+	every time.Duration
+	last  time.Time
 	// passes and took sum the reads' count and duration.
-	passes int
-	took   time.Duration
+	passes atomic.Int64
+	took   atomic.Int64
+}
+
+func (l *podLoad) evaluate(b *testing.B) {
+	if l.every > 0 && time.Since(l.last) >= l.every {
+		l.last = time.Now()
+		l.read(b)
+	}
 }
 
 func (l *podLoad) read(b *testing.B) {
-	if l.want == 0 {
-		return
-	}
 	start := time.Now()
 	_, pods, err := ReadPodUsage(l.roots, l.reader)
-	l.took += time.Since(start)
-	l.passes++
+	l.took.Add(int64(time.Since(start)))
+	l.passes.Add(1)
 	if err != nil || len(pods) != l.want {
 		b.Errorf("read pods: %d pods, %v", len(pods), err)
 	}
 }
 
-func benchDetection(b *testing.B, m Mount, load *podLoad) {
+// benchDetection times detectOnce through a Watcher (load nil) or a
+// Monitor; loads that run beside it are only reported on.
+func benchDetection(b *testing.B, m Mount, load *podLoad, beside ...*podLoad) {
 	var mode WatchMode
 	var fromStart, fromStall []time.Duration
 	for i := 0; b.Loop(); i++ {
-		d, s, md := detectOnce(b, m, i, load)
+		monitored := load
+		if monitored == nil && len(beside) > 0 {
+			monitored = &podLoad{}
+		}
+		d, s, md := detectOnce(b, m, i, monitored)
 		fromStart, fromStall = append(fromStart, d), append(fromStall, s)
 		mode = md
 	}
 	reportLatency(b, "release", fromStart, mode)
 	reportLatency(b, "stall", fromStall, mode)
-	if load != nil && load.passes > 0 {
-		b.ReportMetric(float64(load.took.Milliseconds())/float64(load.passes), "ms/pod-pass")
+	for _, l := range append(beside, load) {
+		if l != nil && l.passes.Load() > 0 {
+			b.ReportMetric(float64(time.Duration(l.took.Load()).Milliseconds())/float64(l.passes.Load()), "ms/pod-pass")
+			b.ReportMetric(float64(l.passes.Load()), "pod-passes")
+		}
 	}
 }
 
@@ -425,7 +452,7 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 		mon, err = NewMonitor(MonitorConfig{
 			Sources:    NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: b.TempDir()},
 			WatchPaths: []string{pressure},
-			OnEvaluate: func(Snapshot) { load.read(b) },
+			OnEvaluate: func(Snapshot) { load.evaluate(b) },
 		})
 		if err != nil {
 			b.Fatal(err)
