@@ -106,7 +106,7 @@ func BenchmarkScan(b *testing.B) {
 					r := NewKeepReader(KeepOptions{})
 					defer r.Close()
 					slab := unreclaimableSlab(b)
-					benchReader(b, r, dirs)
+					benchReader(b, r, dirs, StatAll)
 					k := r.Keeping()
 					b.ReportMetric(float64(k.Groups), "kept-cgroups")
 					b.ReportMetric(float64(k.Files), "kept-files")
@@ -115,7 +115,14 @@ func BenchmarkScan(b *testing.B) {
 					// machine moves this figure too.
 					b.ReportMetric(float64(unreclaimableSlab(b)-slab)/float64(max(k.Files, 1)), "slab-B/kept-file")
 				})
-				b.Run("open", func(b *testing.B) { benchReader(b, NewReader(), dirs) })
+				// The groups ReadPodUsage reads on a cgroup v2 node:
+				// what the status model shows of a pod.
+				b.Run("keep-pod-stats", func(b *testing.B) {
+					r := NewKeepReader(KeepOptions{})
+					defer r.Close()
+					benchReader(b, r, dirs, podStats)
+				})
+				b.Run("open", func(b *testing.B) { benchReader(b, NewReader(), dirs, StatAll) })
 				b.Run("containerd-Stat", func(b *testing.B) {
 					b.ReportAllocs()
 					cpu := cpuTime()
@@ -231,11 +238,11 @@ func unreclaimableSlab(b *testing.B) int64 {
 // benchReader times passes of r over dirs; a Reader that keeps files open
 // has them open from a first pass before the timing starts, as it has in
 // a long-running shim.
-func benchReader(b *testing.B, r *Reader, dirs []string) {
+func benchReader(b *testing.B, r *Reader, dirs []string, mask Mask) {
 	var s Stats
 	pass := func() {
 		for _, d := range dirs {
-			if err := r.Read(d, StatAll, &s); err != nil {
+			if err := r.Read(d, mask, &s); err != nil {
 				b.Fatal(err)
 			}
 		}

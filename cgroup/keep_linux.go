@@ -199,8 +199,14 @@ func (r *Reader) fetch(fd int, dir string, name cname) ([]byte, error) {
 			return nil, ferr
 		}
 	}
-	g.fds[i] = int32(f)
-	r.keep.files++
+	if r.keep.files >= r.keep.maxFiles {
+		// No room left (the cgroup was kept for fewer files): read it
+		// this once.
+		defer closeFd(f)
+	} else {
+		g.fds[i] = int32(f)
+		r.keep.files++
+	}
 	data, err := preadAll(f, &r.buf)
 	if err != nil {
 		r.stale = true

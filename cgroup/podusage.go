@@ -86,7 +86,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 			}
 			u.Memory = PodMemory{Err: m.Err, Source: SourceV1, Usage: m.Usage, WorkingSet: m.WorkingSet(), Limit: m.Limit, OOMKills: m.OOMKill}
 		} else {
-			if err := r.Read(p.Path, StatMemory|StatMemoryEvents, &st); err != nil {
+			if err := r.Read(p.Path, podStats&^StatPressure, &st); err != nil {
 				tree.Vanished++
 				continue
 			}
@@ -115,6 +115,10 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	SortByPressure(out)
 	return tree, out, nil
 }
+
+// podStats are the stat groups ReadPodUsage reads of a pod on a cgroup v2
+// node.
+const podStats = StatMemory | StatMemoryEvents | StatPressure
 
 // pressureKey orders pods by memory, then IO, then CPU "some" avg10;
 // unknown PSI counts as none.
