@@ -222,6 +222,9 @@ func (k *keeper) snapshotControllers(g *keptGroup, dirfd int) bool {
 	if g.ctrl >= 0 {
 		return true
 	}
+	if k.files >= k.maxFiles {
+		return false
+	}
 	f, err := openAt(dirfd, fControllers)
 	if err != nil {
 		return false

@@ -3,6 +3,7 @@ package cgroup
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -247,4 +248,39 @@ func FuzzPreadAll(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, bufSize int) {
 		checkPreadAll(t, data, bufSize&0xffff)
 	})
+}
+
+// TestKeptFilesBound: however the masks of successive reads widen, a
+// Reader keeps no more descriptors than MaxFiles, and its stats are those
+// of a Reader that opens every file.
+func TestKeptFilesBound(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("testdata", "unified"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := DiscoverPods(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{root, tree.Kubepods, tree.Burstable, tree.BestEffort}
+	for _, p := range tree.Pods {
+		dirs = append(dirs, p.Path)
+	}
+	for _, limit := range []int{1, nKept + 1, 2*nKept + 2, 20, 1000} {
+		r := NewKeepReader(KeepOptions{MaxFiles: limit})
+		for _, mask := range []Mask{StatPressure, StatCPU | StatPressure, StatAll, StatAll} {
+			for _, d := range dirs {
+				var got, want Stats
+				errGot, errWant := r.Read(d, mask, &got), NewReader().Read(d, mask, &want)
+				if fmt.Sprint(errGot, got) != fmt.Sprint(errWant, want) {
+					t.Errorf("limit %d, mask %b, %s: kept %v %+v, opened %v %+v", limit, mask, d, errGot, got, errWant, want)
+				}
+				if k := r.Keeping(); k.Files > limit {
+					t.Fatalf("limit %d, mask %b, %s: %+v", limit, mask, d, k)
+				}
+			}
+			r.EndPass()
+		}
+		r.Close()
+	}
 }
