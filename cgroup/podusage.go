@@ -68,6 +68,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	mem := roots.MemoryHierarchy()
 	tree, err := DiscoverPods(filepath.Join(mem, roots.Parent))
 	if err != nil {
+		r.EndPass() // no pods read: a Reader that keeps files closes them all
 		return PodTree{}, nil, err
 	}
 	out := make([]PodUsage, 0, len(tree.Pods))
@@ -75,6 +76,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	for _, p := range tree.Pods {
 		rel, err := filepath.Rel(mem, p.Path)
 		if err != nil {
+			r.EndPass()
 			return PodTree{}, nil, fmt.Errorf("pod cgroup %s: %w", p.Path, err)
 		}
 		u := PodUsage{UID: p.UID, QOS: p.QOS, Cgroup: "/" + rel, Containers: len(p.Containers)}
