@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -81,49 +84,177 @@ func realTree(b *testing.B, n int) (root string, groups []string) {
 	return m.Path, groups
 }
 
-// BenchmarkScan is one full stats pass over 1,000 pod cgroups: nodeshim's
-// Reader beside containerd's cgroup2 Stat(), in the same binary.
+// BenchmarkScan is one full stats pass over n pod cgroups (100, 1,000 and
+// 10,000): nodeshim's Reader keeping files open ("keep"), the Reader that
+// opens every file ("open"), containerd's cgroup2 Stat(), and the floor of
+// one pread(2) of one small kept-open file (cgroup.controllers) per cgroup,
+// in the same binary on the same tree.
 func BenchmarkScan(b *testing.B) {
-	const n = 1000
 	trees := []struct {
 		name  string
 		build func(*testing.B, int) (string, []string)
 	}{{"synthetic-tmpfs", syntheticTree}, {"real-cgroup2", realTree}}
 	for _, tr := range trees {
-		b.Run(tr.name, func(b *testing.B) {
-			root, groups := tr.build(b, n)
-			b.Run("nodeshim", func(b *testing.B) {
-				r := NewReader()
-				var s Stats
-				b.ReportAllocs()
-				cpu := cpuTime()
-				for b.Loop() {
-					for _, g := range groups {
-						if err := r.Read(root+g, StatAll, &s); err != nil {
-							b.Fatal(err)
+		for _, n := range []int{100, 1000, 3000, 10000} {
+			b.Run(fmt.Sprintf("%s/n=%d", tr.name, n), func(b *testing.B) {
+				root, groups := tr.build(b, n)
+				dirs := make([]string, len(groups))
+				for i, g := range groups {
+					dirs[i] = root + g
+				}
+				b.Run("keep", func(b *testing.B) {
+					r := NewKeepReader(KeepOptions{})
+					defer r.Close()
+					slab := unreclaimableSlab(b)
+					benchReader(b, r, dirs, StatAll)
+					k := r.Keeping()
+					b.ReportMetric(float64(k.Groups), "kept-cgroups")
+					b.ReportMetric(float64(k.Files), "kept-files")
+					// The kernel memory the kept files hold (seq_file
+					// buffers, open-file structures); other work on the
+					// machine moves this figure too.
+					b.ReportMetric(float64(unreclaimableSlab(b)-slab)/float64(max(k.Files, 1)), "slab-B/kept-file")
+				})
+				// The groups ReadPodUsage reads on a cgroup v2 node:
+				// what the status model shows of a pod.
+				b.Run("keep-pod-stats", func(b *testing.B) {
+					r := NewKeepReader(KeepOptions{})
+					defer r.Close()
+					benchReader(b, r, dirs, podStats)
+				})
+				b.Run("open", func(b *testing.B) { benchReader(b, NewReader(), dirs, StatAll) })
+				b.Run("containerd-Stat", func(b *testing.B) {
+					b.ReportAllocs()
+					cpu := cpuTime()
+					for b.Loop() {
+						for _, g := range groups {
+							cg, err := cgroup2.Load(g, cgroup2.WithMountpoint(root))
+							if err != nil {
+								b.Fatal(err)
+							}
+							if _, err := cg.Stat(); err != nil {
+								b.Fatal(err)
+							}
 						}
 					}
+					reportPerCgroup(b, n, cpu)
+				})
+				if fds := openStatFiles(b, dirs); fds != nil {
+					// The kernel's floor for the pass: a bare pread of every
+					// file Read reads, kept open, without parsing.
+					b.Run("pread-files", func(b *testing.B) {
+						defer func() {
+							for _, fd := range fds {
+								_ = unix.Close(fd)
+							}
+						}()
+						buf := make([]byte, 8192)
+						b.ReportAllocs()
+						cpu := cpuTime()
+						for b.Loop() {
+							for _, fd := range fds {
+								if _, err := unix.Pread(fd, buf, 0); err != nil {
+									b.Fatal(err)
+								}
+							}
+						}
+						reportPerCgroup(b, n, cpu)
+					})
 				}
-				reportPerCgroup(b, n, cpu)
-			})
-			b.Run("containerd-Stat", func(b *testing.B) {
-				b.ReportAllocs()
-				cpu := cpuTime()
-				for b.Loop() {
-					for _, g := range groups {
-						cg, err := cgroup2.Load(g, cgroup2.WithMountpoint(root))
+				b.Run("pread-floor", func(b *testing.B) {
+					fds := make([]int, 0, len(dirs))
+					defer func() {
+						for _, fd := range fds {
+							_ = unix.Close(fd)
+						}
+					}()
+					for _, d := range dirs {
+						fd, err := unix.Open(filepath.Join(d, "cgroup.controllers"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 						if err != nil {
 							b.Fatal(err)
 						}
-						if _, err := cg.Stat(); err != nil {
-							b.Fatal(err)
+						fds = append(fds, fd)
+					}
+					buf := make([]byte, 4096)
+					b.ReportAllocs()
+					cpu := cpuTime()
+					for b.Loop() {
+						for _, fd := range fds {
+							if _, err := unix.Pread(fd, buf, 0); err != nil {
+								b.Fatal(err)
+							}
 						}
 					}
-				}
-				reportPerCgroup(b, n, cpu)
+					reportPerCgroup(b, n, cpu)
+				})
 			})
-		})
+		}
 	}
+}
+
+// openStatFiles opens each of the files Read reads that exists in dirs, or
+// returns nil when they are more than a Reader would keep open.
+func openStatFiles(b *testing.B, dirs []string) []int {
+	limit := NewKeepReader(KeepOptions{}).Keeping().MaxFiles
+	var fds []int
+	for _, d := range dirs {
+		for _, name := range []cname{fMemoryCurrent, fMemoryMax, fMemoryStat, fMemoryEvents, fPidsCurrent, fPidsMax,
+			fCPUStat, fIOStat, fPressure[0], fPressure[1], fPressure[2]} {
+			fd, err := unix.Open(filepath.Join(d, name.s), unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				continue
+			}
+			fds = append(fds, fd)
+			if len(fds) > limit {
+				for _, fd := range fds {
+					_ = unix.Close(fd)
+				}
+				return nil
+			}
+		}
+	}
+	return fds
+}
+
+// unreclaimableSlab is SUnreclaim of /proc/meminfo in bytes.
+func unreclaimableSlab(b *testing.B) int64 {
+	data, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		b.Fatal(err)
+	}
+	for line := range strings.Lines(string(data)) {
+		if rest, ok := strings.CutPrefix(line, "SUnreclaim:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return kb << 10
+		}
+	}
+	b.Fatal("no SUnreclaim in /proc/meminfo")
+	return 0
+}
+
+// benchReader times passes of r over dirs; a Reader that keeps files open
+// has them open from a first pass before the timing starts, as it has in
+// a long-running shim.
+func benchReader(b *testing.B, r *Reader, dirs []string, mask Mask) {
+	var s Stats
+	pass := func() {
+		for _, d := range dirs {
+			if err := r.Read(d, mask, &s); err != nil {
+				b.Fatal(err)
+			}
+		}
+		r.EndPass()
+	}
+	pass()
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		pass()
+	}
+	reportPerCgroup(b, len(dirs), cpu)
 }
 
 // cpuTime is the process's user+system CPU time so far. On a shared
@@ -144,20 +275,124 @@ func reportPerCgroup(b *testing.B, n int, cpuStart time.Duration) {
 // BenchmarkDetectionLatency measures, per iteration, the time from the
 // start of thrashing in a fresh cgroup to the first pressure event, and
 // reports the p50 and p99 over the iterations (run with -benchtime=Nx).
+//
+// "watcher" times the Watcher's own event. The "monitor" cases time the
+// event where a Monitor's consumer receives it, with pod cgroups present
+// and read (ReadPodUsage) as the pressure source reads them:
+//   - "inline": from the Monitor's evaluation, at most every 10 s, each
+//     file opened per read (the source before it read pods in the
+//     background); an event that arrives during the read waits for it;
+//   - "background": in a goroutine of their own, pass after pass (the
+//     worst case of the source's reads every PodInterval), with kept-open
+//     files.
 func BenchmarkDetectionLatency(b *testing.B) {
 	m, err := FindMount("/proc")
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, nil) })
+	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, &podLoad{}) })
+	const pods = 10000
+	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, pods)}
+	b.Run(fmt.Sprintf("monitor/pods=%d/inline", pods), func(b *testing.B) {
+		benchDetection(b, m, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
+	})
+	b.Run(fmt.Sprintf("monitor/pods=%d/background", pods), func(b *testing.B) {
+		l := &podLoad{roots: roots, reader: NewKeepReader(KeepOptions{}), want: pods}
+		defer l.reader.Close()
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			for ctx.Err() == nil {
+				l.read(b)
+			}
+		}()
+		defer func() { cancel(); <-done }()
+		benchDetection(b, m, nil, l)
+	})
+}
+
+// podLoad is the read of the pods' cgroups beside a Monitor.
+type podLoad struct {
+	roots  PodRoots
+	reader *Reader
+	want   int
+	// every, when set, makes the Monitor's evaluation read the pods at
+	// most this often.
+	every time.Duration
+	last  time.Time
+	// passes and took sum the reads' count and duration.
+	passes atomic.Int64
+	took   atomic.Int64
+}
+
+func (l *podLoad) evaluate(b *testing.B) {
+	if l.every > 0 && time.Since(l.last) >= l.every {
+		l.last = time.Now()
+		l.read(b)
+	}
+}
+
+func (l *podLoad) read(b *testing.B) {
+	start := time.Now()
+	_, pods, err := ReadPodUsage(l.roots, l.reader)
+	l.took.Add(int64(time.Since(start)))
+	l.passes.Add(1)
+	if err != nil || len(pods) != l.want {
+		b.Errorf("read pods: %d pods, %v", len(pods), err)
+	}
+}
+
+// benchDetection times detectOnce through a Watcher (load nil) or a
+// Monitor; loads that run beside it are only reported on.
+func benchDetection(b *testing.B, m Mount, load *podLoad, beside ...*podLoad) {
 	var mode WatchMode
 	var fromStart, fromStall []time.Duration
 	for i := 0; b.Loop(); i++ {
-		d, s, md := detectOnce(b, m, i)
+		monitored := load
+		if monitored == nil && len(beside) > 0 {
+			monitored = &podLoad{}
+		}
+		d, s, md := detectOnce(b, m, i, monitored)
 		fromStart, fromStall = append(fromStart, d), append(fromStall, s)
 		mode = md
 	}
 	reportLatency(b, "release", fromStart, mode)
 	reportLatency(b, "stall", fromStall, mode)
+	for _, l := range append(beside, load) {
+		if l != nil && l.passes.Load() > 0 {
+			b.ReportMetric(float64(time.Duration(l.took.Load()).Milliseconds())/float64(l.passes.Load()), "ms/pod-pass")
+			b.ReportMetric(float64(l.passes.Load()), "pod-passes")
+		}
+	}
+}
+
+// podTree creates n pod cgroups (cgroupfs naming, burstable) in the
+// cgroup2 hierarchy and returns the cgroup under which their kubepods is.
+func podTree(b *testing.B, m Mount, n int) string {
+	parent := fmt.Sprintf("/nodeshim-lat-pods-%d", os.Getpid())
+	qos := filepath.Join(m.Path, parent, "kubepods", "burstable")
+	if err := os.MkdirAll(qos, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	var dirs []string
+	b.Cleanup(func() {
+		for _, d := range dirs {
+			_ = os.Remove(d)
+		}
+		_ = os.Remove(qos)
+		_ = os.Remove(filepath.Dir(qos))
+		_ = os.Remove(filepath.Join(m.Path, parent))
+	})
+	for i := range n {
+		d := filepath.Join(qos, fmt.Sprintf("pod%08d-0000-4000-8000-000000000000", i))
+		if err := os.Mkdir(d, 0o755); err != nil {
+			b.Fatal(err)
+		}
+		dirs = append(dirs, d)
+	}
+	return parent
 }
 
 // reportLatency reports the p50 and p99 of lat, measured from the given start.
@@ -170,8 +405,10 @@ func reportLatency(b *testing.B, from string, lat []time.Duration, mode WatchMod
 }
 
 // detectOnce thrashes a new cgroup and times the first event from the
-// thrasher's release and from the cgroup's first stall.
-func detectOnce(b *testing.B, m Mount, i int) (time.Duration, time.Duration, WatchMode) {
+// thrasher's release and from the cgroup's first stall: the Watcher's
+// event when load is nil, else the event as a Monitor's consumer receives
+// it, with load read at every evaluation.
+func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, time.Duration, WatchMode) {
 	name := fmt.Sprintf("nodeshim-lat-%d-%d", os.Getpid(), i)
 	var dirs []string
 	defer func() {
@@ -208,11 +445,27 @@ func detectOnce(b *testing.B, m Mount, i int) (time.Duration, time.Duration, Wat
 		}
 	}
 	enter = append(enter, v2)
-	w, err := NewWatcher(filepath.Join(v2, "memory.pressure"), DefaultTrigger, WatchOptions{})
-	if err != nil {
-		b.Fatal(err)
+	pressure := filepath.Join(v2, "memory.pressure")
+	var w *Watcher
+	var mon *Monitor
+	var err error
+	if load == nil {
+		w, err = NewWatcher(pressure, DefaultTrigger, WatchOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer w.Close()
+	} else {
+		mon, err = NewMonitor(MonitorConfig{
+			Sources:    NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: b.TempDir()},
+			WatchPaths: []string{pressure},
+			OnEvaluate: func(Snapshot) { load.evaluate(b) },
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer mon.Close()
 	}
-	defer w.Close()
 	b.StopTimer()
 	th := newThrasher(b, 96<<20)
 	for _, d := range enter {
@@ -225,11 +478,20 @@ func detectOnce(b *testing.B, m Mount, i int) (time.Duration, time.Duration, Wat
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		_ = w.Run(ctx, nil, func(e PressureEvent) {
-			if first.IsZero() {
-				first = e.Time
+		if w != nil {
+			_ = w.Run(ctx, nil, func(e PressureEvent) {
+				if first.IsZero() {
+					first = e.Time
+				}
+				cancel()
+			})
+			return
+		}
+		_ = mon.Run(ctx, func(e Event) {
+			if e.Kind == EventPressure && first.IsZero() {
+				first = time.Now()
+				cancel()
 			}
-			cancel()
 		})
 	}()
 	onsetCtx, stopOnset := context.WithCancel(context.Background())
@@ -244,5 +506,36 @@ func detectOnce(b *testing.B, m Mount, i int) (time.Duration, time.Duration, Wat
 	if first.IsZero() || !ok {
 		b.Fatal("no event or no stall seen")
 	}
-	return first.Sub(start), first.Sub(stall), w.Mode()
+	if w != nil {
+		return first.Sub(start), first.Sub(stall), w.Mode()
+	}
+	return first.Sub(start), first.Sub(stall), mon.Watchers()[0].Mode
+}
+
+// BenchmarkReadPodUsage is the pressure source's pods pass, discovery
+// included, over 10,000 pod cgroups in this host's cgroup2 hierarchy.
+func BenchmarkReadPodUsage(b *testing.B) {
+	m, err := FindMount("/proc")
+	if err != nil {
+		b.Fatal(err)
+	}
+	const n = 10000
+	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, n)}
+	for _, rd := range []struct {
+		name string
+		new  func() *Reader
+	}{{"open", NewReader}, {"keep", func() *Reader { return NewKeepReader(KeepOptions{}) }}} {
+		b.Run(rd.name, func(b *testing.B) {
+			r := rd.new()
+			defer r.Close()
+			b.ReportAllocs()
+			cpu := cpuTime()
+			for b.Loop() {
+				if _, pods, err := ReadPodUsage(roots, r); err != nil || len(pods) != n {
+					b.Fatalf("%d pods, %v", len(pods), err)
+				}
+			}
+			reportPerCgroup(b, n, cpu)
+		})
+	}
 }

@@ -13,9 +13,14 @@ import (
 type cname struct {
 	s string
 	z []byte
+	// k is the file's slot in a kept cgroup, -1 for a file that is never
+	// kept open.
+	k int8
 }
 
-func newCname(s string) cname { return cname{s: s, z: append([]byte(s), 0)} }
+func newCname(s string) cname { return cname{s: s, z: append([]byte(s), 0), k: -1} }
+
+func keptCname(s string, k int8) cname { return cname{s: s, z: append([]byte(s), 0), k: k} }
 
 // openDir opens a cgroup directory for openat(2).
 func openDir(dir string) (int, error) {

@@ -84,11 +84,32 @@ var goldenTrees = []string{"unified", "recorded-6.1"}
 
 func TestGoldenTrees(t *testing.T) {
 	for _, name := range goldenTrees {
-		t.Run(name, func(t *testing.T) { goldenTree(t, name) })
+		for _, rd := range goldenReaders {
+			t.Run(name+"/"+rd.name, func(t *testing.T) {
+				r := rd.new()
+				defer r.Close()
+				// Two passes: a Reader that keeps files open reads the
+				// second one from the files opened in the first.
+				goldenTree(t, name, r)
+				goldenTree(t, name, r)
+			})
+		}
 	}
 }
 
-func goldenTree(t *testing.T, name string) {
+// goldenReaders are the ways of reading a tree that must give the same
+// stats: opening every file, and keeping the files open between passes.
+var goldenReaders = []struct {
+	name string
+	new  func() *Reader
+}{
+	{"open", NewReader},
+	{"keep", func() *Reader { return NewKeepReader(KeepOptions{}) }},
+	// Room for one cgroup: the others are read by opening their files.
+	{"keep-bounded", func() *Reader { return NewKeepReader(KeepOptions{MaxFiles: nKept + 1}) }},
+}
+
+func goldenTree(t *testing.T, name string, r *Reader) {
 	root, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
@@ -106,7 +127,6 @@ func goldenTree(t *testing.T, name string) {
 	}
 	// A pod that ended between discovery and the stats pass.
 	dirs = append(dirs, filepath.Join(tree.Burstable, "pod00000000-dead-4bad-8bad-000000000000"))
-	r := NewReader()
 	var out []goldenStats
 	for _, d := range dirs {
 		var s Stats

@@ -62,11 +62,13 @@ func (r PodRoots) MemoryHierarchy() string {
 
 // ReadPodUsage discovers the pods under roots (in the memory hierarchy,
 // with cgroupfs or systemd naming) and reads each pod's figures. A pod
-// removed during the read is left out.
+// removed during the read is left out. Each call is a pass of r (see
+// Reader.EndPass).
 func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	mem := roots.MemoryHierarchy()
 	tree, err := DiscoverPods(filepath.Join(mem, roots.Parent))
 	if err != nil {
+		r.EndPass() // no pods read: a Reader that keeps files closes them all
 		return PodTree{}, nil, err
 	}
 	out := make([]PodUsage, 0, len(tree.Pods))
@@ -74,6 +76,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	for _, p := range tree.Pods {
 		rel, err := filepath.Rel(mem, p.Path)
 		if err != nil {
+			r.EndPass()
 			return PodTree{}, nil, fmt.Errorf("pod cgroup %s: %w", p.Path, err)
 		}
 		u := PodUsage{UID: p.UID, QOS: p.QOS, Cgroup: "/" + rel, Containers: len(p.Containers)}
@@ -85,7 +88,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 			}
 			u.Memory = PodMemory{Err: m.Err, Source: SourceV1, Usage: m.Usage, WorkingSet: m.WorkingSet(), Limit: m.Limit, OOMKills: m.OOMKill}
 		} else {
-			if err := r.Read(p.Path, StatMemory|StatMemoryEvents, &st); err != nil {
+			if err := r.Read(p.Path, podStats&^StatPressure, &st); err != nil {
 				tree.Vanished++
 				continue
 			}
@@ -108,9 +111,16 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 		}
 		out = append(out, u)
 	}
+	// The pods not read in this pass are gone: a Reader that keeps files
+	// open closes theirs.
+	r.EndPass()
 	SortByPressure(out)
 	return tree, out, nil
 }
+
+// podStats are the stat groups ReadPodUsage reads of a pod on a cgroup v2
+// node.
+const podStats = StatMemory | StatMemoryEvents | StatPressure
 
 // pressureKey orders pods by memory, then IO, then CPU "some" avg10;
 // unknown PSI counts as none.

@@ -51,11 +51,17 @@ func TestReadPodUsage(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			tree, pods, err := ReadPodUsage(PodRoots{V2: root, Parent: "/"}, NewReader())
-			if err != nil {
-				t.Fatal(err)
+			for _, rd := range goldenReaders {
+				r := rd.new()
+				for range 2 {
+					tree, pods, err := ReadPodUsage(PodRoots{V2: root, Parent: "/"}, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					golden.CheckJSON(t, "podusage-"+name+".golden.json", renderPodUsage(root, tree, pods))
+				}
+				r.Close()
 			}
-			golden.CheckJSON(t, "podusage-"+name+".golden.json", renderPodUsage(root, tree, pods))
 		})
 	}
 	t.Run("hybrid", func(t *testing.T) {

@@ -119,26 +119,41 @@ func (s *Stats) PressureOf(r Resource) Pressure {
 	return Pressure{Err: fmt.Errorf("resource %q: %w", r, ErrMissing)}
 }
 
+// The files Read reads, each with its slot in a kept cgroup (keptGroup.fds).
 var (
-	fMemoryCurrent = newCname("memory.current")
-	fMemoryMax     = newCname("memory.max")
-	fMemoryStat    = newCname("memory.stat")
-	fMemoryEvents  = newCname("memory.events")
-	fPidsCurrent   = newCname("pids.current")
-	fPidsMax       = newCname("pids.max")
-	fCPUStat       = newCname("cpu.stat")
-	fIOStat        = newCname("io.stat")
-	fPressure      = [len(Resources)]cname{newCname("cpu.pressure"), newCname("memory.pressure"), newCname("io.pressure")}
+	fMemoryCurrent = keptCname("memory.current", 0)
+	fMemoryMax     = keptCname("memory.max", 1)
+	fMemoryStat    = keptCname("memory.stat", 2)
+	fMemoryEvents  = keptCname("memory.events", 3)
+	fPidsCurrent   = keptCname("pids.current", 4)
+	fPidsMax       = keptCname("pids.max", 5)
+	fCPUStat       = keptCname("cpu.stat", 6)
+	fIOStat        = keptCname("io.stat", 7)
+	fPressure      = [len(Resources)]cname{keptCname("cpu.pressure", 8), keptCname("memory.pressure", 9), keptCname("io.pressure", 10)}
 )
 
+// nKept is the number of files of a cgroup a Reader can keep open.
+const nKept = 11
+
 // Reader reads cgroup stats with a reused buffer, so that a pass over many
-// cgroups does not allocate per file. A Reader is not safe for concurrent use.
+// cgroups does not allocate per file. A Reader made by NewKeepReader also
+// keeps each cgroup's files open between passes. A Reader is not safe for
+// concurrent use.
 type Reader struct {
-	buf []byte
+	buf  []byte
+	keep *keeper
+	// cur is the kept cgroup Read is reading, nil outside Read or when
+	// the cgroup is read by opening its files.
+	cur *keptGroup
+	// stale is set when a kept file failed during Read: the cgroup was
+	// removed, or a controller disabled, since the file was opened.
+	stale bool
+	// curDir is the directory of r.cur while Read has it open, else -1.
+	curDir int
 }
 
-// NewReader returns a Reader.
-func NewReader() *Reader { return &Reader{buf: make([]byte, 0, 8192)} }
+// NewReader returns a Reader that opens and closes each file it reads.
+func NewReader() *Reader { return &Reader{buf: make([]byte, 0, 8192), curDir: -1} }
 
 // Read fills out with the stats of the cgroup directory dir selected by mask.
 // It returns an error (wrapping ErrVanished when the cgroup is gone) only
@@ -146,11 +161,21 @@ func NewReader() *Reader { return &Reader{buf: make([]byte, 0, 8192)} }
 // disappears sets the Err of its group. Groups not in mask are left
 // untouched.
 func (r *Reader) Read(dir string, mask Mask, out *Stats) error {
+	if r.keep != nil {
+		return r.readKept(dir, mask, out)
+	}
 	fd, err := openDir(dir)
 	if err != nil {
 		return err
 	}
 	defer closeFd(fd)
+	r.read(fd, dir, mask, out)
+	return nil
+}
+
+// read fills out from the cgroup dir, open as fd (-1 when it is a kept
+// cgroup, r.cur).
+func (r *Reader) read(fd int, dir string, mask Mask, out *Stats) {
 	if mask&StatMemory != 0 {
 		out.Memory = r.readMemory(fd, dir)
 	}
@@ -191,7 +216,6 @@ func (r *Reader) Read(dir string, mask Mask, out *Stats) error {
 			out.Pressure[i] = r.readPressure(fd, dir, fPressure[i])
 		}
 	}
-	return nil
 }
 
 func (r *Reader) readMemory(fd int, dir string) MemoryStats {
@@ -227,7 +251,7 @@ func (r *Reader) readMemory(fd int, dir string) MemoryStats {
 }
 
 func (r *Reader) readIO(fd int, dir string) IOStats {
-	data, err := readAt(fd, dir, fIOStat, &r.buf)
+	data, err := r.fetch(fd, dir, fIOStat)
 	if err != nil {
 		return IOStats{Err: err}
 	}
@@ -268,7 +292,7 @@ func (r *Reader) readIO(fd int, dir string) IOStats {
 }
 
 func (r *Reader) readPressure(fd int, dir string, name cname) Pressure {
-	data, err := readAt(fd, dir, name, &r.buf)
+	data, err := r.fetch(fd, dir, name)
 	if err != nil {
 		return Pressure{Err: err}
 	}
@@ -280,7 +304,7 @@ func (r *Reader) readPressure(fd int, dir string, name cname) Pressure {
 }
 
 func (r *Reader) readUint(fd int, dir string, name cname) (uint64, error) {
-	data, err := readAt(fd, dir, name, &r.buf)
+	data, err := r.fetch(fd, dir, name)
 	if err != nil {
 		return 0, err
 	}
@@ -292,7 +316,7 @@ func (r *Reader) readUint(fd int, dir string, name cname) (uint64, error) {
 }
 
 func (r *Reader) readLimit(fd int, dir string, name cname) (Limit, error) {
-	data, err := readAt(fd, dir, name, &r.buf)
+	data, err := r.fetch(fd, dir, name)
 	if err != nil {
 		return Limit{}, err
 	}
@@ -306,7 +330,7 @@ func (r *Reader) readLimit(fd int, dir string, name cname) (Limit, error) {
 // readKV parses a flat-keyed file ("key value" per line) and calls f for
 // each pair.
 func (r *Reader) readKV(fd int, dir string, name cname, f func(k []byte, v uint64)) error {
-	data, err := readAt(fd, dir, name, &r.buf)
+	data, err := r.fetch(fd, dir, name)
 	if err != nil {
 		return err
 	}

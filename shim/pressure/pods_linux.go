@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -60,27 +61,49 @@ func psiOf(r cgroup.Resource, pr cgroup.Pressure) status.PSI {
 	return v
 }
 
-// podReader reads the pods' cgroups at most every interval and keeps the
-// last view.
+// podReader reads the pods' cgroups every interval in its own goroutine,
+// so that a long read (thousands of pods) never holds up the monitor's
+// handling of a pressure event, and keeps the last view.
 type podReader struct {
 	roots    cgroup.PodRoots
 	names    PodNames
 	interval time.Duration
 	reader   *cgroup.Reader
+	mu       sync.Mutex
 	last     *status.PodPressures
-	lastRead time.Time
 }
 
-// read returns the pods' view, read again when interval has passed.
-func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressures {
-	if p.last != nil && now.Sub(p.lastRead) < p.interval {
-		return p.last
+// run reads the pods every interval until ctx is done, then closes the
+// files the reader keeps open.
+func (p *podReader) run(ctx context.Context) {
+	defer p.reader.Close()
+	t := time.NewTicker(p.interval)
+	defer t.Stop()
+	for {
+		v := p.read(ctx, time.Now())
+		p.mu.Lock()
+		p.last = v
+		p.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
 	}
-	p.lastRead = now
+}
+
+// view returns the last view, nil before the first read ends.
+func (p *podReader) view() *status.PodPressures {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
+// read reads the pods' cgroups and names them.
+func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressures {
 	tree, pods, err := cgroup.ReadPodUsage(p.roots, p.reader)
 	if err != nil {
-		p.last = &status.PodPressures{ObservedAt: now, Unknown: err.Error(), Items: []status.PodPressure{}}
-		return p.last
+		return &status.PodPressures{ObservedAt: now, Unknown: err.Error(), Items: []status.PodPressure{}}
 	}
 	var names map[string]cri.PodName
 	if p.names != nil {
@@ -92,8 +115,7 @@ func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressure
 		names, _ = p.names.Names(rctx, uids)
 		cancel()
 	}
-	p.last = FromPods(now, tree, pods, names)
-	return p.last
+	return FromPods(now, tree, pods, names)
 }
 
 // podRoots finds the hierarchies that hold the pods' cgroups.

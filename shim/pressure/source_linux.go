@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -129,7 +130,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	if err != nil {
 		return err
 	}
-	pods := &podReader{roots: roots, interval: s.PodInterval, reader: cgroup.NewReader()}
+	pods := &podReader{roots: roots, interval: s.PodInterval, reader: cgroup.NewKeepReader(cgroup.KeepOptions{})}
 	if pods.interval <= 0 {
 		pods.interval = DefaultPodInterval
 	}
@@ -141,6 +142,16 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		defer r.Close()
 		pods.names = cri.NewPodNamer(r.Client())
 	}
+	maxFiles := pods.reader.Keeping().MaxFiles // read before the reader's goroutine owns it
+	podCtx, stopPods := context.WithCancel(ctx)
+	var podsDone sync.WaitGroup
+	podsDone.Add(1)
+	go func() {
+		defer podsDone.Done()
+		pods.run(podCtx)
+	}()
+	defer podsDone.Wait()
+	defer stopPods()
 	var mon *cgroup.Monitor
 	mon, err = cgroup.NewMonitor(cgroup.MonitorConfig{
 		Sources:    src,
@@ -149,7 +160,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
 		OnEvaluate: func(snap cgroup.Snapshot) {
 			p := FromSnapshot(snap, mon.Watchers())
-			p.Pods = pods.read(ctx, snap.Time)
+			p.Pods = pods.view()
 			model.SetPressure(p)
 		},
 	})
@@ -168,7 +179,11 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		}
 		how = append(how, d)
 	}
-	msg := fmt.Sprintf("cgroup2 at %s; %s", m.Path, strings.Join(how, "; "))
+	// Which way the pods' cgroups are read: kept-open files re-read
+	// with pread(2), up to a bound on descriptors, beyond which each file
+	// is opened per read.
+	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read every %s in the background, their cgroup2 files kept open and re-read with pread (up to %d descriptors)",
+		m.Path, strings.Join(how, "; "), pods.interval, maxFiles)
 	if s.ThresholdsFrom != "" {
 		msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)
 	}
