@@ -12,7 +12,7 @@
 # $(CRIU_WRAPPER) (.tools/bin/criu) is always a wrapper: either an `exec` of the
 # system's criu or of the private prefix. Tests and `nodeshim checkpoint`
 # find criu through criu.Find: an explicit path (--criu-path), then
-# $NODESHIM_CRIU, then `criu` on PATH. This file exports NODESHIM_CRIU (and
+# $NODESHIM_CRIU, then `criu` on PATH, then /usr/sbin/criu. This file exports NODESHIM_CRIU (and
 # NODESHIM_CHECKPOINTCTL) so that `make test`, `make bench` and `make run`
 # use the wrapper.
 
