@@ -2,8 +2,8 @@
 #
 # nodeshim's image: one static binary on a minimal base, run as the shim
 # (`nodeshim serve`, as root in a privileged container) and as the reporter
-# (`nodeshim reporter`, as uid 65532) by deploy/daemonset.yaml.
-# See docs/deploy.md.
+# (`nodeshim reporter`, as uid 65532) by deploy/daemonset.yaml, and CRIU
+# for the shim's checkpoints. See docs/deploy.md.
 #
 #   docker build -t REGISTRY/nodeshim:TAG \
 #     --build-arg VERSION=$(git describe --tags --always --dirty) \
@@ -29,8 +29,31 @@ ARG COMMIT=unknown
 # checks that the result is static and that libseccomp works in it.
 RUN CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -linkmode external -extldflags -static" -o /out/nodeshim ./cmd/nodeshim
 
-# Run: distroless static has no shell, no package manager and no libc;
+# CRIU: Debian trixie's criu 4.1.1 (bookworm's 3.17 fails `criu check` on
+# kernels that map [vvar_vclock]) with its whole shared-library closure
+# and glibc's loader, at Debian's own paths: the run stage has no libc of
+# its own and no shell for a wrapper, and criu's ELF interpreter is
+# /lib64/ld-linux-x86-64.so.2. criu.Find finds /usr/sbin/criu without
+# configuration. deploy/image_test.go builds the test image from these
+# same ARGs and checks that CRIU_LIBS is criu's exact closure (sonames
+# under /usr/lib/x86_64-linux-gnu, loader excluded).
+FROM debian:trixie-slim AS criu
+ARG CRIU_VERSION=4.1.1
+ARG CRIU_LIBS="libbsd.so.0 libc.so.6 libffi.so.8 libgmp.so.10 libgnutls.so.30 libhogweed.so.6 libidn2.so.0 libjansson.so.4 libmd.so.0 libmnl.so.0 libnet.so.1 libnettle.so.8 libnftables.so.1 libnftnl.so.11 libnl-3.so.200 libp11-kit.so.0 libprotobuf-c.so.1 libtasn1.so.6 libunistring.so.5 libuuid.so.1 libxtables.so.12"
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends criu \
+ && rm -rf /var/lib/apt/lists/* \
+ && criu --version | grep -qx "Version: ${CRIU_VERSION}"
+RUN mkdir -p /out/usr/sbin /out/lib64 /out/usr/lib/x86_64-linux-gnu \
+ && cp -L /usr/sbin/criu /out/usr/sbin/criu \
+ && cp -L /lib64/ld-linux-x86-64.so.2 /out/lib64/ld-linux-x86-64.so.2 \
+ && for l in ${CRIU_LIBS}; do cp -L "/usr/lib/x86_64-linux-gnu/$l" "/out/usr/lib/x86_64-linux-gnu/$l" || exit 1; done \
+ && chroot /out /usr/sbin/criu --version
+
+# Run: distroless static has no shell, no package manager and no libc but
+# the criu stage's;
 # /etc/passwd names uid 65532 "nonroot", the reporter's uid.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/nodeshim /usr/bin/nodeshim
+COPY --from=criu /out/ /
 ENTRYPOINT ["/usr/bin/nodeshim"]

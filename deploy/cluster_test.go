@@ -79,21 +79,29 @@ func TestNodeReady(t *testing.T) {
 const nodeshimImage = "localhost/nodeshim/nodeshim:test"
 
 // nodeshimImageTar writes the nodeshim image, the Dockerfile's run stage
-// without a registry: the static binary as /usr/bin/nodeshim, its
-// entrypoint. CRIU is not in it (the machine's CRIU is a dynamically
-// linked build with its own loader and libraries), so the test overlay
-// leaves checkpoints disabled, as the base configuration does.
-func nodeshimImageTar(t *testing.T, bin string) string {
+// without a registry (imageFiles: the static binary as /usr/bin/nodeshim,
+// its entrypoint, and CRIU with its libraries and loader from criuRoot),
+// and logs its size and that of the same image without CRIU.
+func nodeshimImageTar(t *testing.T, bin, criuRoot string) string {
 	t.Helper()
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "nodeshim.oci.tar")
-	files := []runtimetest.ImageFile{{Name: "usr/bin/nodeshim", Mode: 0o755, Data: data}}
+	files := imageFiles(t, bin, criuRoot)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodeshim.oci.tar")
 	if err := runtimetest.WriteImage(path, nodeshimImage, files, []string{"/usr/bin/nodeshim"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	bare := filepath.Join(dir, "bare.oci.tar")
+	if err := runtimetest.WriteImage(bare, nodeshimImage, files[:1], []string{"/usr/bin/nodeshim"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	size := func(p string) string {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%.1f MiB", float64(st.Size())/(1<<20))
+	}
+	t.Logf("image (OCI tar, uncompressed layer): %s with CRIU, %s without", size(path), size(bare))
 	return path
 }
 
@@ -196,8 +204,9 @@ spec:
 // socket, held lock or mount on the host.
 func TestDaemonSetOnRealNode(t *testing.T) {
 	c := cluster.Cluster(t)
+	root := criuRoot(t)
 	bin, _ := buildStatic(t, "v0.0.0-cluster-test", "cluster")
-	tarPath := nodeshimImageTar(t, bin)
+	tarPath := nodeshimImageTar(t, bin, root)
 	if out, err := c.Containerd.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
 		t.Fatalf("ctr images import: %v: %s", err, out)
 	}

@@ -33,6 +33,11 @@ TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
 
 export NODESHIM_CRIU := $(CRIU_WRAPPER)
+# deploy/'s test image takes CRIU and its libraries from the prefix, as the
+# Dockerfile takes them from trixie's package, even where the system's criu
+# is the one the wrapper runs.
+export NODESHIM_CRIU_ROOT := $(CRIU_PREFIX)
+TEST_DEPS += $(CRIU_PREFIX)/usr/sbin/criu
 export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
 
 .PHONY: criu-tools
@@ -59,6 +64,9 @@ $(CRIU_WRAPPER):
 	$@.tmp --version >/dev/null; \
 	$@.tmp check || { echo "criu check fails with $$(head -c 300 $@.tmp)" >&2; rm -f $@.tmp; exit 1; }; \
 	mv $@.tmp $@
+
+$(CRIU_PREFIX)/usr/sbin/criu:
+	$(CRIU_SUBMAKE) criu-prefix
 
 .PHONY: criu-prefix
 criu-prefix:
