@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -264,6 +265,19 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	return res, ensureRunning(o, t, before, frozenBefore)
 }
 
+// networkLock picks how CRIU locks the traffic of a network namespace it
+// dumps (a container's): with iptables, CRIU's default, where
+// iptables-restore is on PATH (CRIU runs it, and ip6tables-restore);
+// else with nftables, through the libnftables CRIU links, as in nodeshim's
+// image, which carries CRIU but no iptables. Restore unlocks with the
+// dump's method, which CRIU records in the images' inventory.
+func networkLock(lookPath func(string) (string, error)) *rpc.CriuNetworkLockMethod {
+	if _, err := lookPath("iptables-restore"); err == nil {
+		return rpc.CriuNetworkLockMethod_IPTABLES.Enum()
+	}
+	return rpc.CriuNetworkLockMethod_NFTABLES.Enum()
+}
+
 // dump runs CRIU's dump request for t into images.
 func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	imgDir, err := os.Open(images)
@@ -292,6 +306,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		NotifyScripts:   proto.Bool(true),
 		OrphanPtsMaster: proto.Bool(t.Container.OrphanPtsMaster),
 		External:        t.Container.External,
+		NetworkLock:     networkLock(exec.LookPath),
 	}
 	for _, m := range t.Container.ExtMounts {
 		opts.ExtMnt = append(opts.ExtMnt, &rpc.ExtMountMap{Key: proto.String(m.Key), Val: proto.String(m.Val)})
