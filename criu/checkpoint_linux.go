@@ -398,7 +398,8 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-// logErrors returns CRIU's "Error" lines from a log, or its last lines.
+// logErrors returns CRIU's "Error" lines from a log and the lines of the
+// programs it ran, or its last lines.
 func logErrors(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -407,7 +408,11 @@ func logErrors(path string) string {
 	var errs []string
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	for _, l := range lines {
-		if strings.Contains(l, "Error (") && !isRlimitNoise(l) {
+		// CRIU's own lines start with a "(seconds)" stamp and its
+		// parasite's with "pie:"; any other line is from a program CRIU
+		// ran (tar, iptables-restore), which logs its reason there.
+		external := l != "" && !strings.HasPrefix(l, "(") && !strings.HasPrefix(l, "pie:")
+		if (strings.Contains(l, "Error (") || external) && !isRlimitNoise(l) {
 			errs = append(errs, strings.TrimSpace(l))
 		}
 	}
@@ -417,8 +422,8 @@ func logErrors(path string) string {
 		}
 		errs = lines
 	}
-	if len(errs) > 5 {
-		errs = errs[len(errs)-5:]
+	if len(errs) > 8 {
+		errs = errs[len(errs)-8:]
 	}
 	return strings.Join(errs, "; ")
 }

@@ -172,7 +172,7 @@ images:
   newName: %s
   newTag: %s
 patches:
-- path: loopback.yaml
+# Before loopback.yaml, whose strategic merge reorders the containers.
 - target:
     kind: DaemonSet
     name: nodeshim
@@ -183,6 +183,7 @@ patches:
     - op: replace
       path: /spec/template/spec/containers/%[4]d/volumeMounts/%[5]d/mountPath
       value: %[6]s
+- path: loopback.yaml
 `, k.Images[0].NewName, ref, tag, shim, rootMount, p.runtimeRoot))
 	writeFile(t, filepath.Join(overlay, "loopback.yaml"), fmt.Sprintf(`apiVersion: apps/v1
 kind: DaemonSet

@@ -5,6 +5,7 @@ import (
 	"debug/elf"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -25,8 +26,9 @@ import (
 const envCriuRoot = "NODESHIM_CRIU_ROOT"
 
 // CRIU's files in the image, at Debian's own paths (the Dockerfile's criu
-// stage): criu at criu.DefaultPath, glibc's loader at criu's ELF
-// interpreter path, and the libraries of CRIU_LIBS by soname in imageLibDir.
+// stage): CRIU_PROGRAMS (criu at criu.DefaultPath, and the tar, gzip and
+// sh it runs), glibc's loader at their ELF interpreter path, and the libraries
+// of CRIU_LIBS by soname in imageLibDir.
 const (
 	imageLoader = "/lib64/ld-linux-x86-64.so.2"
 	imageLibDir = "/usr/lib/x86_64-linux-gnu"
@@ -53,10 +55,15 @@ func dockerArg(dockerfile, name string) (string, error) {
 	return "", fmt.Errorf("%s: no ARG %s=", dockerfile, name)
 }
 
-// dockerCriu reads the criu stage's CRIU_VERSION and CRIU_LIBS.
-func dockerCriu(t *testing.T) (version string, libs []string) {
+// dockerCriu reads the criu stage's CRIU_VERSION, CRIU_PROGRAMS and
+// CRIU_LIBS.
+func dockerCriu(t *testing.T) (version string, programs, libs []string) {
 	t.Helper()
 	version, err := dockerArg("../Dockerfile", "CRIU_VERSION")
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := dockerArg("../Dockerfile", "CRIU_PROGRAMS")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -64,7 +71,7 @@ func dockerCriu(t *testing.T) (version string, libs []string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return version, strings.Fields(list)
+	return version, strings.Fields(progs), strings.Fields(list)
 }
 
 // criuRoot gates t on $NODESHIM_CRIU_ROOT and returns it.
@@ -78,24 +85,29 @@ func criuRoot(t *testing.T) string {
 	return root
 }
 
+// inRoot returns the path of p under root. Packages unpacked with dpkg -x
+// have no merged-/usr links (/bin -> usr/bin, /lib64 -> usr/lib64): a p
+// outside /usr that is missing from root is looked up under root/usr.
+func inRoot(root, p string) string {
+	if _, err := os.Lstat(filepath.Join(root, p)); err != nil && !strings.HasPrefix(p, "/usr/") {
+		return filepath.Join(root, "usr", p)
+	}
+	return filepath.Join(root, p)
+}
+
 // criuImageFiles are CRIU's files in the image, read from root as the
-// Dockerfile's criu stage copies them from the package (symlinks
-// followed): criu, the loader and CRIU_LIBS.
+// Dockerfile's criu stage copies them from the packages (symlinks
+// followed): CRIU_PROGRAMS, the loader and CRIU_LIBS.
 func criuImageFiles(t *testing.T, root string) []runtimetest.ImageFile {
 	t.Helper()
-	_, libs := dockerCriu(t)
-	paths := []string{criu.DefaultPath, imageLoader}
+	_, programs, libs := dockerCriu(t)
+	paths := append(slices.Clone(programs), imageLoader)
 	for _, l := range libs {
 		paths = append(paths, filepath.Join(imageLibDir, l))
 	}
 	var files []runtimetest.ImageFile
 	for _, p := range paths {
-		data, err := os.ReadFile(filepath.Join(root, p))
-		if errors.Is(err, os.ErrNotExist) && !strings.HasPrefix(p, "/usr/") {
-			// A package unpacked with dpkg -x has no merged-/usr links
-			// (/lib64 -> usr/lib64): the file is under usr/.
-			data, err = os.ReadFile(filepath.Join(root, "usr", p))
-		}
+		data, err := os.ReadFile(inRoot(root, p))
 		if err != nil {
 			t.Fatalf("CRIU's file %s for the image: %v", p, err)
 		}
@@ -118,37 +130,41 @@ func imageFiles(t *testing.T, bin, root string) []runtimetest.ImageFile {
 	return append(files, criuImageFiles(t, root)...)
 }
 
-// elfClosure returns the sonames that exe needs, directly or through
-// another library, resolved in libDir, and exe's ELF interpreter.
-func elfClosure(exe, libDir string) (needed []string, interp string, err error) {
+// elfInterp returns exe's ELF interpreter ("" for none).
+func elfInterp(exe string) (string, error) {
 	f, err := elf.Open(exe)
 	if err != nil {
-		return nil, "", err
+		return "", err
 	}
+	defer f.Close()
 	for _, p := range f.Progs {
 		if p.Type == elf.PT_INTERP {
 			b := make([]byte, p.Filesz)
 			if _, err := p.ReadAt(b, 0); err != nil {
-				f.Close()
-				return nil, "", fmt.Errorf("%s: PT_INTERP: %w", exe, err)
+				return "", fmt.Errorf("%s: PT_INTERP: %w", exe, err)
 			}
-			interp = string(bytes.TrimRight(b, "\x00"))
+			return string(bytes.TrimRight(b, "\x00")), nil
 		}
 	}
-	f.Close()
+	return "", nil
+}
+
+// elfClosure returns the sonames that the executables exes need, directly
+// or through another library, resolved in libDir.
+func elfClosure(exes []string, libDir string) ([]string, error) {
 	seen := map[string]bool{}
-	queue := []string{exe}
+	queue := slices.Clone(exes)
 	for len(queue) > 0 {
 		path := queue[0]
 		queue = queue[1:]
 		f, err := elf.Open(path)
 		if err != nil {
-			return nil, "", err
+			return nil, err
 		}
 		libs, err := f.ImportedLibraries()
 		f.Close()
 		if err != nil && !errors.Is(err, elf.ErrNoSymbols) {
-			return nil, "", fmt.Errorf("%s: DT_NEEDED: %w", path, err)
+			return nil, fmt.Errorf("%s: DT_NEEDED: %w", path, err)
 		}
 		for _, l := range libs {
 			if !seen[l] {
@@ -157,28 +173,37 @@ func elfClosure(exe, libDir string) (needed []string, interp string, err error) 
 			}
 		}
 	}
-	for l := range seen {
-		needed = append(needed, l)
-	}
-	slices.Sort(needed)
-	return needed, interp, nil
+	return slices.Sorted(maps.Keys(seen)), nil
 }
 
 // TestImageCriu holds the Dockerfile's criu stage and the test image to
-// each other and to the package: CRIU_LIBS plus the loader are exactly the
-// closure of trixie's criu (DT_NEEDED, recursively), criu's interpreter is
-// the loader the image carries, and the image's files, alone under a new
-// root, run criu of CRIU_VERSION with nothing from the host.
+// each other and to the packages: CRIU_LIBS plus the loader are exactly
+// the closure of trixie's criu, tar, gzip and sh (DT_NEEDED, recursively),
+// their interpreter is the loader the image carries, and the image's
+// files, alone under a new root and with nothing from the host, run criu
+// of CRIU_VERSION and tar --gzip (tar, /bin/sh, gzip) as CRIU runs it.
 func TestImageCriu(t *testing.T) {
 	testutil.RequireRoot(t) // chroot
 	root := criuRoot(t)
-	version, libs := dockerCriu(t)
-	needed, interp, err := elfClosure(filepath.Join(root, criu.DefaultPath), filepath.Join(root, imageLibDir))
+	version, programs, libs := dockerCriu(t)
+	if !slices.Contains(programs, criu.DefaultPath) {
+		t.Errorf("CRIU_PROGRAMS %v lack criu.DefaultPath %s", programs, criu.DefaultPath)
+	}
+	var exes []string
+	for _, p := range programs {
+		exe := inRoot(root, p)
+		exes = append(exes, exe)
+		interp, err := elfInterp(exe)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if interp != imageLoader {
+			t.Errorf("%s's ELF interpreter is %s, the image's loader %s", p, interp, imageLoader)
+		}
+	}
+	needed, err := elfClosure(exes, filepath.Join(root, imageLibDir))
 	if err != nil {
 		t.Fatal(err)
-	}
-	if interp != imageLoader {
-		t.Errorf("criu's ELF interpreter is %s, the image's loader %s", interp, imageLoader)
 	}
 	want := slices.DeleteFunc(slices.Clone(needed), func(l string) bool { return l == filepath.Base(imageLoader) })
 	got := slices.Sorted(slices.Values(libs))
@@ -190,7 +215,7 @@ func TestImageCriu(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, p := range []string{criu.DefaultPath, imageLoader, imageLibDir + "/$l"} {
+	for _, p := range []string{"$p", imageLoader, imageLibDir + "/$l"} {
 		if !strings.Contains(string(data), `/out`+p) {
 			t.Errorf("the Dockerfile's criu stage copies nothing to /out%s", p)
 		}
@@ -208,13 +233,24 @@ func TestImageCriu(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command(criu.DefaultPath, "--version")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: dir}
-	cmd.Env = []string{}
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("chroot %s %s --version: %v\n%s", dir, criu.DefaultPath, err, out)
+	run := func(name string, args ...string) []byte {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: dir}
+		cmd.Env = []string{}
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chroot %s %s %s: %v\n%s", dir, name, strings.Join(args, " "), err, stderr.Bytes())
+		}
+		return out
 	}
+	// As CRIU dumps a tmpfs: tar runs gzip through /bin/sh.
+	if gz := run("/usr/bin/tar", "--create", "--gzip", "--directory", "/usr/sbin", "."); !bytes.HasPrefix(gz, []byte{0x1f, 0x8b}) {
+		t.Errorf("tar --create --gzip wrote no gzip stream (%d bytes)", len(gz))
+	}
+	out := run(criu.DefaultPath, "--version")
 	v, err := criu.ParseVersion(string(out))
 	if err != nil {
 		t.Fatal(err)

@@ -20,10 +20,12 @@ CRIU_SUITE     := trixie
 CRIU_PREFIX    := $(TOOLS)/criu-$(CRIU_SUITE)
 CRIU_APT       := $(CACHE)/apt-$(CRIU_SUITE)
 CRIU_WRAPPER   := $(TOOLS)/bin/criu
+# criu and its libraries, and the tar and gzip it runs for the content of a
+# container's tmpfs mounts (the image carries them: see the Dockerfile).
 CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6t64 \
 	libp11-kit0 libunistring5 libidn2-0 libtasn1-6 libgmp10 libnftables1 libnl-3-200 \
 	libprotobuf-c1 libnet1 libbsd0 libmd0 libuuid1 libjansson4 libmnl0 libnftnl11 \
-	libxtables12 libffi8
+	libxtables12 libffi8 tar gzip libacl1 libselinux1 libpcre2-8-0 dash
 CHECKPOINTCTL_VERSION := v1.6.0
 CHECKPOINTCTL  := $(TOOLS)/bin/checkpointctl
 
@@ -33,11 +35,14 @@ TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
 
 export NODESHIM_CRIU := $(CRIU_WRAPPER)
-# deploy/'s test image takes CRIU and its libraries from the prefix, as the
-# Dockerfile takes them from trixie's package, even where the system's criu
-# is the one the wrapper runs.
+# deploy/'s test image takes CRIU, the tar and gzip it runs, and their
+# libraries from the prefix, as the Dockerfile takes them from trixie's
+# packages, even where the system's criu is the one the wrapper runs. The
+# stamp names the package list, so that a prefix unpacked from another list
+# is unpacked again.
 export NODESHIM_CRIU_ROOT := $(CRIU_PREFIX)
-TEST_DEPS += $(CRIU_PREFIX)/usr/sbin/criu
+CRIU_STAMP := $(CRIU_PREFIX)/.packages-$(shell echo '$(CRIU_PACKAGES)' | cksum | cut -d' ' -f1)
+TEST_DEPS += $(CRIU_STAMP)
 export NODESHIM_CHECKPOINTCTL := $(CHECKPOINTCTL)
 
 .PHONY: criu-tools
@@ -65,8 +70,9 @@ $(CRIU_WRAPPER):
 	$@.tmp check || { echo "criu check fails with $$(head -c 300 $@.tmp)" >&2; rm -f $@.tmp; exit 1; }; \
 	mv $@.tmp $@
 
-$(CRIU_PREFIX)/usr/sbin/criu:
+$(CRIU_STAMP):
 	$(CRIU_SUBMAKE) criu-prefix
+	touch $@
 
 .PHONY: criu-prefix
 criu-prefix:
