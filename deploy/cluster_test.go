@@ -1,8 +1,10 @@
 package deploy
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -607,6 +609,11 @@ func checkpointOnNode(t *testing.T, c *clustertest.Cluster, cs kubernetes.Interf
 	} else {
 		t.Logf("archive %.1f MiB", float64(st.Size())/(1<<20))
 	}
+	// The writable layer's diff (the counter's /tmp/count) came from
+	// containerd's root, mounted at its host path.
+	if names := archiveEntries(t, archive); !slices.Contains(names, "rootfs-diff.tar") {
+		t.Errorf("the archive has no rootfs-diff.tar: %v", names)
+	}
 	if out, err := exec.Command(ctl, "show", archive).CombinedOutput(); err != nil || !strings.Contains(string(out), name) {
 		t.Errorf("checkpointctl show %s: %v:\n%s", archive, err, out)
 	}
@@ -653,4 +660,26 @@ func checkpointOnNode(t *testing.T, c *clustertest.Cluster, cs kubernetes.Interf
 	// Transition Events are rate-limited (a burst at start, then one per
 	// 30 s): the checkpoint's own may wait for a token.
 	t.Logf("the reporter's Events about the Node, by reason: %v", reasons)
+}
+
+// archiveEntries lists the names in the tar at path.
+func archiveEntries(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		names = append(names, h.Name)
+	}
 }
