@@ -524,7 +524,6 @@ const counterScript = `i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sle
 // that the container keeps counting, and that the reporter publishes the
 // checkpoint condition and sends condition-change Events for the Node.
 func checkpointOnNode(t *testing.T, c *clustertest.Cluster, cs kubernetes.Interface, kubeconfig, state string, diag func() string) {
-	t.Helper()
 	ctl := testutil.RequireTool(t, "NODESHIM_CHECKPOINTCTL", "checkpointctl")
 	ctx := context.Background()
 	const ns, name = "default", "counter"

@@ -61,7 +61,7 @@ $(CRIU_WRAPPER):
 		printf '#!/bin/sh\nexec %s "$$@"\n' "$$sys" > $@.tmp; \
 	else \
 		echo "criu: system criu missing or failing criu check; installing $(CRIU_SUITE)'s into $(CRIU_PREFIX)"; \
-		$(CRIU_SUBMAKE) criu-prefix; \
+		$(CRIU_SUBMAKE) $(CRIU_STAMP); \
 		printf '#!/bin/sh\nexec %s/usr/lib64/ld-linux-x86-64.so.2 --library-path %s/usr/lib/x86_64-linux-gnu %s/usr/sbin/criu "$$@"\n' \
 			"$(CRIU_PREFIX)" "$(CRIU_PREFIX)" "$(CRIU_PREFIX)" > $@.tmp; \
 	fi; \
