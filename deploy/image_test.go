@@ -123,7 +123,7 @@ func criuImageFiles(t *testing.T, root string) []runtimetest.ImageFile {
 }
 
 // imageFiles are the nodeshim image's files, as the Dockerfile's run stage
-// assembles them: the static binary bin as /usr/bin/nodeshim (the
+// assembles them: first the static binary bin as /usr/bin/nodeshim (the
 // entrypoint) and CRIU from root. A file the image gains is added here and
 // in the Dockerfile.
 func imageFiles(t *testing.T, bin, root string) []runtimetest.ImageFile {
