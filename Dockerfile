@@ -53,10 +53,10 @@ RUN mkdir -p /out/usr/sbin /out/usr/bin /out/bin /out/lib64 /out/usr/lib/x86_64-
  && chroot /out /usr/sbin/criu --version \
  && chroot /out /usr/bin/tar --create --gzip --directory /usr/sbin . >/dev/null
 
-# Run: distroless static has no shell, no package manager and no libc but
-# the criu stage's (for CRIU and the programs it runs), and no shell but
-# the /bin/sh that tar needs;
-# /etc/passwd names uid 65532 "nonroot", the reporter's uid.
+# Run: distroless static has no package manager, and here no libc but the
+# criu stage's (for CRIU and the programs it runs) and no shell but the
+# /bin/sh that tar needs; /etc/passwd names uid 65532 "nonroot", the
+# reporter's uid.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/nodeshim /usr/bin/nodeshim
 COPY --from=criu /out/ /

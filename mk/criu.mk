@@ -12,16 +12,17 @@
 # $(CRIU_WRAPPER) (.tools/bin/criu) is always a wrapper: either an `exec` of the
 # system's criu or of the private prefix. Tests and `nodeshim checkpoint`
 # find criu through criu.Find: an explicit path (--criu-path), then
-# $NODESHIM_CRIU, then `criu` on PATH, then /usr/sbin/criu. This file exports NODESHIM_CRIU (and
-# NODESHIM_CHECKPOINTCTL) so that `make test`, `make bench` and `make run`
-# use the wrapper.
+# $NODESHIM_CRIU, then `criu` on PATH, then /usr/sbin/criu. This file
+# exports NODESHIM_CRIU (and NODESHIM_CHECKPOINTCTL) so that `make test`,
+# `make bench` and `make run` use the wrapper.
 
 CRIU_SUITE     := trixie
 CRIU_PREFIX    := $(TOOLS)/criu-$(CRIU_SUITE)
 CRIU_APT       := $(CACHE)/apt-$(CRIU_SUITE)
 CRIU_WRAPPER   := $(TOOLS)/bin/criu
-# criu and its libraries, and the tar and gzip it runs for the content of a
-# container's tmpfs mounts (the image carries them: see the Dockerfile).
+# criu and its libraries, and the tar, gzip and sh (dash) it runs for the
+# content of a container's tmpfs mounts (the image carries them: see the
+# Dockerfile).
 CRIU_PACKAGES  := criu libcompel1 libc6 libgnutls30t64 libnettle8t64 libhogweed6t64 \
 	libp11-kit0 libunistring5 libidn2-0 libtasn1-6 libgmp10 libnftables1 libnl-3-200 \
 	libprotobuf-c1 libnet1 libbsd0 libmd0 libuuid1 libjansson4 libmnl0 libnftnl11 \
@@ -35,7 +36,7 @@ TEST_DEPS += criu-tools
 RUN_DEPS  += $(CRIU_WRAPPER)
 
 export NODESHIM_CRIU := $(CRIU_WRAPPER)
-# deploy/'s test image takes CRIU, the tar and gzip it runs, and their
+# deploy/'s test image takes CRIU, the programs it runs, and their
 # libraries from the prefix, as the Dockerfile takes them from trixie's
 # packages, even where the system's criu is the one the wrapper runs. The
 # stamp names the package list, so that a prefix unpacked from another list
