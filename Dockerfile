@@ -2,8 +2,8 @@
 #
 # nodeshim's image: one static binary on a minimal base, run as the shim
 # (`nodeshim serve`, as root in a privileged container) and as the reporter
-# (`nodeshim reporter`, as uid 65532) by deploy/daemonset.yaml.
-# See docs/deploy.md.
+# (`nodeshim reporter`, as uid 65532) by deploy/daemonset.yaml, and CRIU
+# for the shim's checkpoints. See docs/deploy.md.
 #
 #   docker build -t REGISTRY/nodeshim:TAG \
 #     --build-arg VERSION=$(git describe --tags --always --dirty) \
@@ -29,8 +29,35 @@ ARG COMMIT=unknown
 # checks that the result is static and that libseccomp works in it.
 RUN CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -linkmode external -extldflags -static" -o /out/nodeshim ./cmd/nodeshim
 
-# Run: distroless static has no shell, no package manager and no libc;
-# /etc/passwd names uid 65532 "nonroot", the reporter's uid.
+# CRIU: Debian trixie's criu 4.1.1 (bookworm's 3.17 fails `criu check` on
+# kernels that map [vvar_vclock]) and the programs it runs: tar dumps and
+# restores the content of a container's tmpfs mounts (such as /dev) and
+# runs gzip through /bin/sh (dash). With their whole shared-library closure
+# and glibc's loader, at Debian's own paths: the run stage has no libc of
+# its own, and their ELF interpreter is /lib64/ld-linux-x86-64.so.2.
+# criu.Find finds /usr/sbin/criu without configuration. deploy/image_test.go
+# builds the test image from these same ARGs and checks that CRIU_LIBS is
+# the programs' exact closure (sonames in /usr/lib/x86_64-linux-gnu).
+FROM debian:trixie-slim AS criu
+ARG CRIU_VERSION=4.1.1
+ARG CRIU_PROGRAMS="/usr/sbin/criu /usr/bin/tar /usr/bin/gzip /bin/sh"
+ARG CRIU_LIBS="libacl.so.1 libbsd.so.0 libc.so.6 libffi.so.8 libgmp.so.10 libgnutls.so.30 libhogweed.so.6 libidn2.so.0 libjansson.so.4 libmd.so.0 libmnl.so.0 libnet.so.1 libnettle.so.8 libnftables.so.1 libnftnl.so.11 libnl-3.so.200 libp11-kit.so.0 libpcre2-8.so.0 libprotobuf-c.so.1 libselinux.so.1 libtasn1.so.6 libunistring.so.5 libuuid.so.1 libxtables.so.12"
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends criu tar gzip dash \
+ && rm -rf /var/lib/apt/lists/* \
+ && criu --version | grep -qx "Version: ${CRIU_VERSION}"
+RUN mkdir -p /out/usr/sbin /out/usr/bin /out/bin /out/lib64 /out/usr/lib/x86_64-linux-gnu \
+ && for p in ${CRIU_PROGRAMS}; do cp -L "$p" "/out$p" || exit 1; done \
+ && cp -L /lib64/ld-linux-x86-64.so.2 /out/lib64/ld-linux-x86-64.so.2 \
+ && for l in ${CRIU_LIBS}; do cp -L "/usr/lib/x86_64-linux-gnu/$l" "/out/usr/lib/x86_64-linux-gnu/$l" || exit 1; done \
+ && chroot /out /usr/sbin/criu --version \
+ && chroot /out /usr/bin/tar --create --gzip --directory /usr/sbin . >/dev/null
+
+# Run: distroless static has no package manager, and here no libc but the
+# criu stage's (for CRIU and the programs it runs) and no shell but the
+# /bin/sh that tar needs; /etc/passwd names uid 65532 "nonroot", the
+# reporter's uid.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/nodeshim /usr/bin/nodeshim
+COPY --from=criu /out/ /
 ENTRYPOINT ["/usr/bin/nodeshim"]

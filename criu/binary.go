@@ -20,6 +20,12 @@ import (
 // `make` sets it to .tools/bin/criu.
 const EnvCriu = "NODESHIM_CRIU"
 
+// DefaultPath is where Find looks for criu last, after $NODESHIM_CRIU and
+// PATH: where Debian's criu package and nodeshim's image (see the
+// Dockerfile) install it, so that the DaemonSet's shim finds the image's
+// CRIU without configuration, whatever PATH the pod runs with.
+const DefaultPath = "/usr/sbin/criu"
+
 // ErrNotFound is returned, wrapped, when no criu binary can be found.
 var ErrNotFound = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
 
@@ -33,14 +39,20 @@ var ErrCheckFailed = errors.New("criu check failed")
 type Binary struct {
 	// Path is the absolute path of the executable.
 	Path string
-	// Source says how Path was found: "configured", "$NODESHIM_CRIU" or "PATH".
+	// Source says how Path was found: "configured", "$NODESHIM_CRIU",
+	// "PATH" or "default" (DefaultPath).
 	Source string
 }
 
 // Find locates criu: the configured path if not empty, else the value of
-// $NODESHIM_CRIU (read through getenv), else `criu` on PATH. getenv may be
-// nil for os.Getenv.
+// $NODESHIM_CRIU (read through getenv), else `criu` on PATH, else
+// DefaultPath. getenv may be nil for os.Getenv.
 func Find(configured string, getenv func(string) string) (Binary, error) {
+	return find(configured, getenv, DefaultPath)
+}
+
+// find is Find with the default path as a parameter.
+func find(configured string, getenv func(string) string, defaultPath string) (Binary, error) {
 	if getenv == nil {
 		getenv = os.Getenv
 	}
@@ -65,10 +77,14 @@ func Find(configured string, getenv func(string) string) (Binary, error) {
 		return check(p, "$"+EnvCriu)
 	}
 	p, err := exec.LookPath("criu")
-	if err != nil {
-		return Binary{}, fmt.Errorf("look up criu on PATH: %w: %w", ErrNotFound, err)
+	if err == nil {
+		return check(p, "PATH")
 	}
-	return check(p, "PATH")
+	b, derr := check(defaultPath, "default")
+	if derr != nil {
+		return Binary{}, fmt.Errorf("criu not configured, $%s unset, not on PATH (%w) and not at %s: %w", EnvCriu, err, defaultPath, ErrNotFound)
+	}
+	return b, nil
 }
 
 // Version is a CRIU release, major.minor.sublevel.

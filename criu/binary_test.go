@@ -64,10 +64,16 @@ func TestCheckMessage(t *testing.T) {
 	}
 }
 
+// TestFind: the configured path, then $NODESHIM_CRIU, then PATH, then the
+// default path; a missing or non-executable file is ErrNotFound.
 func TestFind(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "criu")
 	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	def := filepath.Join(t.TempDir(), "criu")
+	if err := os.WriteFile(def, []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	plain := filepath.Join(dir, "plain")
@@ -87,29 +93,32 @@ func TestFind(t *testing.T) {
 		configured string
 		env        string
 		path       string
+		defPath    string
 		wantPath   string
 		wantSource string
 		wantErr    bool
 	}{
-		{"configured wins", exe, "/nonexistent", "", exe, "configured", false},
-		{"environment next", "", exe, "", exe, "$" + EnvCriu, false},
-		{"then PATH", "", "", dir, exe, "PATH", false},
-		{"configured missing", "/nonexistent/criu", "", "", "", "", true},
-		{"not executable", plain, "", "", "", "", true},
-		{"nowhere", "", "", t.TempDir(), "", "", true},
+		{"configured wins", exe, "/nonexistent", "", def, exe, "configured", false},
+		{"environment next", "", exe, "", def, exe, "$" + EnvCriu, false},
+		{"then PATH", "", "", dir, def, exe, "PATH", false},
+		{"then the default path", "", "", t.TempDir(), def, def, "default", false},
+		{"configured missing", "/nonexistent/criu", "", "", def, "", "", true},
+		{"not executable", plain, "", "", def, "", "", true},
+		{"default not executable", "", "", t.TempDir(), plain, "", "", true},
+		{"nowhere", "", "", t.TempDir(), "/nonexistent/criu", "", "", true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("PATH", tc.path)
-			b, err := Find(tc.configured, env(tc.env))
+			b, err := find(tc.configured, env(tc.env), tc.defPath)
 			if tc.wantErr {
 				if !errors.Is(err, ErrNotFound) {
-					t.Fatalf("Find = %v, %v; want ErrNotFound", b, err)
+					t.Fatalf("find = %v, %v; want ErrNotFound", b, err)
 				}
 				return
 			}
 			if err != nil || b.Path != tc.wantPath || b.Source != tc.wantSource {
-				t.Fatalf("Find = %+v, %v; want %s via %s", b, err, tc.wantPath, tc.wantSource)
+				t.Fatalf("find = %+v, %v; want %s via %s", b, err, tc.wantPath, tc.wantSource)
 			}
 		})
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -264,6 +265,19 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	return res, ensureRunning(o, t, before, frozenBefore)
 }
 
+// networkLock picks how CRIU locks the traffic of a network namespace it
+// dumps (a container's): with iptables, CRIU's default, where
+// iptables-restore is on PATH (CRIU runs it, and ip6tables-restore);
+// else with nftables, through the libnftables CRIU links, as in nodeshim's
+// image, which carries CRIU but no iptables. Restore unlocks with the
+// dump's method, which CRIU records in the images' inventory.
+func networkLock(lookPath func(string) (string, error)) *rpc.CriuNetworkLockMethod {
+	if _, err := lookPath("iptables-restore"); err == nil {
+		return rpc.CriuNetworkLockMethod_IPTABLES.Enum()
+	}
+	return rpc.CriuNetworkLockMethod_NFTABLES.Enum()
+}
+
 // dump runs CRIU's dump request for t into images.
 func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	imgDir, err := os.Open(images)
@@ -292,6 +306,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 		NotifyScripts:   proto.Bool(true),
 		OrphanPtsMaster: proto.Bool(t.Container.OrphanPtsMaster),
 		External:        t.Container.External,
+		NetworkLock:     networkLock(exec.LookPath),
 	}
 	for _, m := range t.Container.ExtMounts {
 		opts.ExtMnt = append(opts.ExtMnt, &rpc.ExtMountMap{Key: proto.String(m.Key), Val: proto.String(m.Val)})
@@ -383,7 +398,8 @@ func dirSize(dir string) int64 {
 	return n
 }
 
-// logErrors returns CRIU's "Error" lines from a log, or its last lines.
+// logErrors returns CRIU's "Error" lines from a log and the lines of the
+// programs it ran, or its last lines.
 func logErrors(path string) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -392,7 +408,11 @@ func logErrors(path string) string {
 	var errs []string
 	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
 	for _, l := range lines {
-		if strings.Contains(l, "Error (") && !isRlimitNoise(l) {
+		// CRIU's own lines start with a "(seconds)" stamp and its
+		// parasite's with "pie:"; any other line is from a program CRIU
+		// ran (tar, iptables-restore), which logs its reason there.
+		external := l != "" && !strings.HasPrefix(l, "(") && !strings.HasPrefix(l, "pie:")
+		if (strings.Contains(l, "Error (") || external) && !isRlimitNoise(l) {
 			errs = append(errs, strings.TrimSpace(l))
 		}
 	}
@@ -402,8 +422,8 @@ func logErrors(path string) string {
 		}
 		errs = lines
 	}
-	if len(errs) > 5 {
-		errs = errs[len(errs)-5:]
+	if len(errs) > 8 {
+		errs = errs[len(errs)-8:]
 	}
 	return strings.Join(errs, "; ")
 }

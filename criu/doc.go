@@ -5,7 +5,8 @@
 // # Finding criu
 //
 // Find looks, in order, at a configured path (`nodeshim checkpoint
-// --criu-path`), at $NODESHIM_CRIU, and at `criu` on PATH. The path may be a
+// --criu-path`), at $NODESHIM_CRIU, at `criu` on PATH, and at DefaultPath
+// (/usr/sbin/criu, where nodeshim's image puts CRIU). The path may be a
 // wrapper script: `make` installs .tools/bin/criu, which execs either the
 // system's criu (when it passes `criu check`) or Debian trixie's criu 4.1.1
 // unpacked into .tools/criu-trixie and run through that prefix's own

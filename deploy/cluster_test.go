@@ -1,14 +1,18 @@
 package deploy
 
 import (
+	"archive/tar"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -25,6 +29,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/shim/status"
 )
 
 // TestNodeReady: this machine registers as a Node with kubelet's own
@@ -79,39 +84,58 @@ func TestNodeReady(t *testing.T) {
 const nodeshimImage = "localhost/nodeshim/nodeshim:test"
 
 // nodeshimImageTar writes the nodeshim image, the Dockerfile's run stage
-// without a registry: the static binary as /usr/bin/nodeshim, its
-// entrypoint. CRIU is not in it (the machine's CRIU is a dynamically
-// linked build with its own loader and libraries), so the test overlay
-// leaves checkpoints disabled, as the base configuration does.
-func nodeshimImageTar(t *testing.T, bin string) string {
+// without a registry (imageFiles: the static binary as /usr/bin/nodeshim,
+// its entrypoint, and CRIU with its libraries and loader from criuRoot),
+// and logs its size and that of the same image without CRIU.
+func nodeshimImageTar(t *testing.T, bin, criuRoot string) string {
 	t.Helper()
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(t.TempDir(), "nodeshim.oci.tar")
-	files := []runtimetest.ImageFile{{Name: "usr/bin/nodeshim", Mode: 0o755, Data: data}}
+	files := imageFiles(t, bin, criuRoot)
+	dir := t.TempDir()
+	path := filepath.Join(dir, "nodeshim.oci.tar")
 	if err := runtimetest.WriteImage(path, nodeshimImage, files, []string{"/usr/bin/nodeshim"}, nil); err != nil {
 		t.Fatal(err)
 	}
+	bare := filepath.Join(dir, "bare.oci.tar")
+	if err := runtimetest.WriteImage(bare, nodeshimImage, files[:1], []string{"/usr/bin/nodeshim"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	size := func(p string) string {
+		st, err := os.Stat(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fmt.Sprintf("%.1f MiB", float64(st.Size())/(1<<20))
+	}
+	t.Logf("image (OCI tar, uncompressed layer): %s with CRIU, %s without", size(path), size(bare))
 	return path
 }
 
 // hostPaths are the host side of the DaemonSet's volumes that a loopback
 // single-node test cluster moves into its own directories.
 type hostPaths struct {
-	state, lock, kubelet, runtimeSocket, cniConf string
-	apiPort                                      int
+	state, lock, kubelet, runtimeSocket, runtimeRoot, cniConf string
+	apiPort                                                   int
 }
 
 // writeOverlay writes deploy/'s files into dir/base and a kustomize overlay
 // into dir/overlay, and returns the overlay's directory. The overlay
 // changes only what a loopback single-node cluster needs: the image (the
 // local one), the host paths of state, lock, kubelet root dir, CRI socket
-// and CNI configuration (the test's own), and the API server's address
-// for the reporter (no kube-proxy serves the kubernetes Service here).
+// and CNI configuration (the test's own), containerd's root (the test's
+// own, mounted at its host path as the base mounts /var/lib/containerd),
+// and the API server's address for the reporter (no kube-proxy serves the
+// kubernetes Service here).
 func writeOverlay(t *testing.T, dir string, p hostPaths) string {
 	t.Helper()
+	ds := daemonSet(t)
+	shim := slices.IndexFunc(ds.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return c.Name == "shim" })
+	if shim < 0 {
+		t.Fatal("the DaemonSet has no shim container")
+	}
+	rootMount := slices.IndexFunc(ds.Spec.Template.Spec.Containers[shim].VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "runtime-root" })
+	if rootMount < 0 {
+		t.Fatal("the shim mounts no runtime-root volume")
+	}
 	base := filepath.Join(dir, "base")
 	if err := os.MkdirAll(base, 0o755); err != nil {
 		t.Fatal(err)
@@ -150,8 +174,19 @@ images:
   newName: %s
   newTag: %s
 patches:
+# Before loopback.yaml, whose strategic merge reorders the containers.
+- target:
+    kind: DaemonSet
+    name: nodeshim
+  patch: |
+    - op: test
+      path: /spec/template/spec/containers/%[4]d/volumeMounts/%[5]d/name
+      value: runtime-root
+    - op: replace
+      path: /spec/template/spec/containers/%[4]d/volumeMounts/%[5]d/mountPath
+      value: %[6]s
 - path: loopback.yaml
-`, k.Images[0].NewName, ref, tag))
+`, k.Images[0].NewName, ref, tag, shim, rootMount, p.runtimeRoot))
 	writeFile(t, filepath.Join(overlay, "loopback.yaml"), fmt.Sprintf(`apiVersion: apps/v1
 kind: DaemonSet
 metadata:
@@ -180,10 +215,13 @@ spec:
       - name: runtime-socket
         hostPath:
           path: %s
+      - name: runtime-root
+        hostPath:
+          path: %s
       - name: cni-conf
         hostPath:
           path: %s
-`, strconv.Itoa(p.apiPort), p.state, p.lock, p.kubelet, p.runtimeSocket, p.cniConf))
+`, strconv.Itoa(p.apiPort), p.state, p.lock, p.kubelet, p.runtimeSocket, p.runtimeRoot, p.cniConf))
 	return overlay
 }
 
@@ -191,13 +229,16 @@ spec:
 // real single-node cluster (internal/clustertest): the DaemonSet's pod is
 // scheduled on this machine and runs both containers from an image built
 // here, the shim serves on its socket, the reporter publishes the NodeShim*
-// conditions next to kubelet's (which stay as they were) and renews its
-// Lease. Deleting the DaemonSet removes the pod, and the shim leaves no
-// socket, held lock or mount on the host.
+// conditions next to kubelet's (which stay as they were), renews its Lease
+// and sends Events, and a pod's container is checkpointed through the
+// shim's API with the image's CRIU (checkpointOnNode). Deleting the
+// DaemonSet removes the pod, and the shim leaves no socket, held lock or
+// mount on the host.
 func TestDaemonSetOnRealNode(t *testing.T) {
 	c := cluster.Cluster(t)
+	root := criuRoot(t)
 	bin, _ := buildStatic(t, "v0.0.0-cluster-test", "cluster")
-	tarPath := nodeshimImageTar(t, bin)
+	tarPath := nodeshimImageTar(t, bin, root)
 	if out, err := c.Containerd.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
 		t.Fatalf("ctr images import: %v: %s", err, out)
 	}
@@ -208,6 +249,7 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 		lock:          filepath.Join(dir, "nodeshim.lock"),
 		kubelet:       c.KubeletRootDir,
 		runtimeSocket: c.Containerd.Address,
+		runtimeRoot:   filepath.Join(c.Containerd.Dir, "root"),
 		cniConf:       filepath.Join(c.Containerd.Dir, "cni/net.d"),
 		apiPort:       c.API.Port(),
 	}
@@ -291,6 +333,8 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	} else if lease.Spec.RenewTime == nil {
 		t.Error("the reporter's Lease has no renew time")
 	}
+
+	checkpointOnNode(t, c, cs, kubeconfig, p.state, diag)
 
 	// Delete the DaemonSet: the pod goes, and nothing of the shim stays.
 	del := time.Now()
@@ -465,5 +509,176 @@ func checkNoMounts(t *testing.T, state, uid string) {
 		if strings.Contains(l, uid) {
 			t.Errorf("mount of the deleted pod left: %s", l)
 		}
+	}
+}
+
+// counterScript counts in the container's writable layer, so that the
+// archive carries a rootfs diff and a resumed count shows the container
+// kept running.
+const counterScript = `i=0; while true; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done`
+
+// checkpointOnNode runs a busybox counter pod, checkpoints its container
+// through POST /checkpoint on the DaemonSet shim's socket (state is the
+// shim's state directory on the host), and checks that the archive is
+// under the host's checkpoint directory, that checkpointctl reads it,
+// that the container keeps counting, and that the reporter publishes the
+// checkpoint condition and sends condition-change Events for the Node.
+func checkpointOnNode(t *testing.T, c *clustertest.Cluster, cs kubernetes.Interface, kubeconfig, state string, diag func() string) {
+	ctl := testutil.RequireTool(t, "NODESHIM_CHECKPOINTCTL", "checkpointctl")
+	ctx := context.Background()
+	const ns, name = "default", "counter"
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.PodSpec{
+			Containers: []corev1.Container{{
+				Name: name, Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", counterScript},
+			}},
+			TerminationGracePeriodSeconds: new(int64),
+		},
+	}
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		err := cs.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64)})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Error(err)
+		}
+	})
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err == nil && p.Status.Phase == corev1.PodRunning {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pod %s/%s not running within 2m (%v):\n%s", ns, name, err, diag())
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	count := func() int {
+		t.Helper()
+		for {
+			out, err := runKubectl(t, kubeconfig, nil, "-n", ns, "exec", name, "--", "cat", "/tmp/count")
+			if n, perr := strconv.Atoi(strings.TrimSpace(out)); err == nil && perr == nil {
+				return n
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("kubectl exec cat /tmp/count: %v: %s", err, out)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	count() // the counter has started
+
+	hc := testutil.UnixHTTPClient(filepath.Join(state, "nodeshim.sock"))
+	start := time.Now()
+	resp, err := hc.Post("http://nodeshim/checkpoint/"+ns+"/"+name+"/"+name, "", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	took := time.Since(start)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		out, _ := runKubectl(t, kubeconfig, nil, "-n", "nodeshim", "logs", "daemonset/nodeshim", "-c", "shim", "--tail=40")
+		t.Fatalf("POST /checkpoint/%s/%s/%s: %s: %s\nshim log:\n%s", ns, name, name, resp.Status, body, out)
+	}
+	var res struct {
+		Items []string `json:"items"`
+	}
+	if err := json.Unmarshal(body, &res); err != nil || len(res.Items) != 1 {
+		t.Fatalf("POST /checkpoint: %v: %s", err, body)
+	}
+	t.Logf("checkpoint of %s/%s/%s through the shim's API: %v, archive %s", ns, name, name, took.Round(time.Millisecond), res.Items[0])
+
+	// The archive, named by its path in the shim's container, is in the
+	// host's checkpoint directory under the state directory.
+	rel, ok := strings.CutPrefix(res.Items[0], "/var/lib/nodeshim/")
+	if !ok {
+		t.Fatalf("archive %s is not under the shim's state directory /var/lib/nodeshim", res.Items[0])
+	}
+	archive := filepath.Join(state, rel)
+	if st, err := os.Stat(archive); err != nil {
+		t.Fatalf("the archive on the host: %v", err)
+	} else {
+		t.Logf("archive %.1f MiB", float64(st.Size())/(1<<20))
+	}
+	// The writable layer's diff (the counter's /tmp/count) came from
+	// containerd's root, mounted at its host path.
+	if names := archiveEntries(t, archive); !slices.Contains(names, "rootfs-diff.tar") {
+		t.Errorf("the archive has no rootfs-diff.tar: %v", names)
+	}
+	if out, err := exec.Command(ctl, "show", archive).CombinedOutput(); err != nil || !strings.Contains(string(out), name) {
+		t.Errorf("checkpointctl show %s: %v:\n%s", archive, err, out)
+	}
+	if out, err := exec.Command(ctl, "inspect", "--ps-tree", archive).CombinedOutput(); err != nil || !strings.Contains(string(out), "sleep") && !strings.Contains(string(out), "sh") {
+		t.Errorf("checkpointctl inspect --ps-tree %s: %v:\n%s", archive, err, out)
+	}
+
+	// The container runs on: its count goes up after the checkpoint.
+	before := count()
+	time.Sleep(500 * time.Millisecond)
+	if after := count(); after <= before {
+		t.Errorf("the counter stopped after the checkpoint: %d, then %d", before, after)
+	}
+
+	// The reporter publishes the checkpoint's outcome as a Node condition,
+	// and an Event for each condition change of the Node.
+	typ := reporter.NodeConditionType(status.TypeCheckpoint)
+	for {
+		n, err := cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		if err == nil {
+			if i := slices.IndexFunc(n.Status.Conditions, func(cond corev1.NodeCondition) bool { return cond.Type == typ }); i >= 0 && n.Status.Conditions[i].Status == corev1.ConditionTrue {
+				t.Logf("%s on the Node %v after the checkpoint: %s", typ, time.Since(start).Round(time.Millisecond), n.Status.Conditions[i].Message)
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is not True on the Node within 2m of the checkpoint (%v):\n%s", typ, err, diag())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	events, err := cs.CoreV1().Events(metav1.NamespaceDefault).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var reasons []string
+	for _, e := range events.Items {
+		if e.Source.Component == reporter.Component && e.InvolvedObject.Kind == "Node" && e.InvolvedObject.Name == c.NodeName {
+			reasons = append(reasons, e.Reason)
+		}
+	}
+	if len(reasons) == 0 {
+		t.Errorf("no Event from %s about Node %s", reporter.Component, c.NodeName)
+	}
+	// Transition Events are rate-limited (a burst at start, then one per
+	// 30 s): the checkpoint's own may wait for a token.
+	t.Logf("the reporter's Events about the Node, by reason: %v", reasons)
+}
+
+// archiveEntries lists the names in the tar at path.
+func archiveEntries(t *testing.T, path string) []string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return names
+		}
+		if err != nil {
+			t.Fatalf("read %s: %v", path, err)
+		}
+		names = append(names, h.Name)
 	}
 }

@@ -234,8 +234,14 @@ func TestShimConfigMapLoads(t *testing.T) {
 	if err != nil {
 		t.Fatalf("the shim rejects the ConfigMap: %v", err)
 	}
-	if cfg.Checkpoint.Enabled {
-		t.Errorf("checkpoints enabled by default; they are opt-in")
+	// The image carries CRIU: checkpoints are on, through the CRI socket
+	// the DaemonSet mounts (checked below).
+	if !cfg.Checkpoint.Enabled {
+		t.Errorf("checkpoints are disabled; the image carries CRIU")
+	}
+	endpoint, ok := strings.CutPrefix(cfg.ContainerRuntimeEndpoint, "unix://")
+	if !ok {
+		t.Errorf("containerRuntimeEndpoint %q is not a unix socket", cfg.ContainerRuntimeEndpoint)
 	}
 	// The reporter reads the socket as its own uid: the shim must admit
 	// exactly that uid, read-only, or every read is a 401.
@@ -272,6 +278,8 @@ func TestShimConfigMapLoads(t *testing.T) {
 		{what: "lockFile", path: cfg.LockFile, writable: true},
 		{what: "--lock-file", path: args["--lock-file"], writable: true},
 		{what: "checkpoint.dir", path: cfg.Checkpoint.Dir, writable: true},
+		// Connecting to a unix socket writes to it.
+		{what: "containerRuntimeEndpoint", path: endpoint, writable: true},
 		{what: "kubeletRootDir", path: cfg.KubeletRootDir},
 		{what: "network.cniConfDir", path: cfg.Network.CNIConfDir},
 		{what: "--config-source", path: args["--config-source"]},
@@ -339,6 +347,9 @@ func TestShimContainer(t *testing.T) {
 		{mount: "/var/run/nodeshim.lock", host: "/var/run/nodeshim.lock", typ: corev1.HostPathFileOrCreate},
 		{mount: "/var/lib/nodeshim", host: "/var/lib/nodeshim", typ: corev1.HostPathDirectoryOrCreate},
 		{mount: "/etc/cni/net.d", host: "/etc/cni/net.d", readOnly: true, typ: corev1.HostPathDirectoryOrCreate},
+		// The writable layers a checkpoint archives, at the host paths the
+		// containers' mount tables name.
+		{mount: "/var/lib/containerd", host: "/var/lib/containerd", readOnly: true, typ: corev1.HostPathDirectory},
 	} {
 		t.Run(strings.ReplaceAll(strings.TrimPrefix(tc.mount, "/"), "/", "_"), func(t *testing.T) {
 			var m *corev1.VolumeMount
