@@ -239,7 +239,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 
 	archStart := time.Now()
-	config, spec, err := metadata(t, checkpointedAt)
+	meta, err := metadata(t, checkpointedAt)
 	if err != nil {
 		return res, err
 	}
@@ -248,7 +248,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 		}
 	}
-	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
+	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, meta, func(attempt int) string {
 		return ArchiveName(t.Ref, checkpointedAt, attempt)
 	})
 	res.Archive = time.Since(archStart)
@@ -495,9 +495,9 @@ func errOr(err error, st ProcState) string {
 // writeArchive writes the tar of a finished dump to a private temp file in
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
-func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []metaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	if big := largestPages(images); big != "" && !o.CopyArchive {
-		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, config, spec, name)
+		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, meta, name)
 		if !errors.Is(err, errNoInPlace) {
 			*inPlace = err == nil
 			return path, size, fsync, err
@@ -518,7 +518,7 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 		}
 	}()
 	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
-	if err := addTree(aw, work, images, config, spec); err != nil {
+	if err := addTree(aw, work, images, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if o.Progress != nil {
@@ -545,9 +545,9 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 }
 
 // addTree writes the archive's members: checkpoint/ and the CRIU images
-// under it, then config.dump, spec.dump, dump.log and stats-dump at the
+// under it, then config.dump, spec.dump, status.dump, dump.log and stats-dump at the
 // root, then the end-of-archive blocks.
-func addTree(aw *archiveWriter, work, images string, config, spec []byte) error {
+func addTree(aw *archiveWriter, work, images string, meta []metaFile) error {
 	now := time.Now()
 	if err := aw.header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
 		return err
@@ -568,18 +568,16 @@ func addTree(aw *archiveWriter, work, images string, config, spec []byte) error 
 			return err
 		}
 	}
-	return aw.rest(work, config, spec)
+	return aw.rest(work, meta)
 }
 
-// rest writes the members at the archive's root, config.dump, spec.dump,
+// rest writes the members at the archive's root, the metadata files
+// (config.dump, spec.dump, status.dump),
 // rootfs-diff.tar and deleted.files when the work directory has them,
 // dump.log and stats-dump, and the end of the archive.
-func (a *archiveWriter) rest(work string, config, spec []byte) error {
+func (a *archiveWriter) rest(work string, meta []metaFile) error {
 	now := time.Now()
-	for _, m := range []struct {
-		name string
-		data []byte
-	}{{ConfigDump, config}, {SpecDump, spec}} {
+	for _, m := range meta {
 		if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
 			return err
 		}
