@@ -225,7 +225,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if derr != nil {
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
-	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
+	if st, err := ReadDumpStats(filepath.Join(work, StatsDump)); err == nil {
 		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
 		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
 		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
@@ -414,9 +414,11 @@ func isRlimitNoise(l string) bool {
 	return strings.Contains(l, "Can't setup RLIMIT_NOFILE")
 }
 
-// readDumpStats reads CRIU's stats-dump image: two magics, a length and a
-// StatsEntry (go-criu's stats.proto).
-func readDumpStats(path string) (*stats.DumpStatsEntry, error) {
+// ReadDumpStats reads CRIU's stats-dump image at path (the work
+// directory's, or an archive's stats-dump, which runtimes copy as CRIU
+// wrote it): two magics, a length and a StatsEntry (go-criu's
+// stats.proto). Its frozen_time is how long the tree was frozen.
+func ReadDumpStats(path string) (*stats.DumpStatsEntry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)

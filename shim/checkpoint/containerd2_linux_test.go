@@ -4,11 +4,9 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
-	"errors"
 	"io"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,20 +14,19 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/criu/image"
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// TestContainerd2RestoresNodeshimCheckpoints checkpoints a container of a
-// real containerd 2.3.7 CRI pod through the service, then has containerd
-// itself restore it through CRI, as kubelet would: CreateContainer with the
-// archive's path as the image, and CreateContainer with a nodeshim
-// checkpoint image imported by ctr, each in a new pod, then StartContainer.
-// Each time the counter goes on from where it was.
-func TestContainerd2RestoresNodeshimCheckpoints(t *testing.T) {
+// TestContainerd2RestoresNodeshimArchive checkpoints a container of a real
+// containerd 2.3.7 CRI pod through the service, then has containerd itself
+// restore it through CRI: CreateContainer in a new pod with the archive's
+// path as the image, then StartContainer; the counter goes on from where
+// it was. (cmd/nodeshim's TestCheckpointImageRestoredByContainerd2 does
+// the same from a checkpoint image.)
+func TestContainerd2RestoresNodeshimArchive(t *testing.T) {
 	c := rt.Containerd2(t)
 	bin := criutest.Require(t)
 	pod := c.RunPod(t, runtimetest.PodOptions{})
@@ -51,35 +48,7 @@ func TestContainerd2RestoresNodeshimCheckpoints(t *testing.T) {
 	ctr.Stop(t, 0)
 	ctr.Remove(t)
 
-	t.Run("archive", func(t *testing.T) {
-		restoreThroughCRI(t, c, res.Path, before)
-	})
-	t.Run("image", func(t *testing.T) {
-		f, err := os.Open(res.Path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer f.Close()
-		tarPath := filepath.Join(t.TempDir(), "image.tar")
-		out, err := os.Create(tarPath)
-		if err != nil {
-			t.Fatal(err)
-		}
-		imgRef := "localhost/nodeshim/checkpoint-" + ref.Pod + ":test"
-		img, err := image.Write(f, imgRef, out)
-		if err := errors.Join(err, out.Close()); err != nil {
-			t.Fatal(err)
-		}
-		start := time.Now()
-		if out, err := c.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
-			t.Fatalf("ctr images import %s: %v: %s", tarPath, err, out)
-		}
-		if err := c.WaitImage(imgRef); err != nil {
-			t.Fatal(err)
-		}
-		t.Logf("ctr images import of %s (%s, %d bytes): %s", imgRef, img.Manifest, img.Size, time.Since(start))
-		restoreThroughCRI(t, c, imgRef, before)
-	})
+	restoreThroughCRI(t, c, res.Path, before)
 }
 
 // restoreThroughCRI creates a container from the checkpoint image (an
