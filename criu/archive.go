@@ -9,6 +9,8 @@ import (
 	"path"
 	"strings"
 	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // The fixed parts of a checkpoint archive, as kubelet, CRI-O and
@@ -25,6 +27,11 @@ const (
 	ConfigDump = "config.dump"
 	// SpecDump is the container's OCI spec with its CRI annotations.
 	SpecDump = "spec.dump"
+	// StatusDump is the container's CRI ContainerStatus as JSON
+	// (checkpointctl's StatusDumpFile): containerd 2.x's CRI writes it on
+	// checkpoint and reads it back to restore a container through
+	// CreateContainer (name, labels, annotations, image).
+	StatusDump = "status.dump"
 	// DumpLog is CRIU's log of the dump.
 	DumpLog = "dump.log"
 	// StatsDump is CRIU's dump statistics (stats.proto).
@@ -84,13 +91,21 @@ type SpecProcess struct {
 	Args []string `json:"args,omitempty"`
 }
 
-// metadata returns config.dump and spec.dump for t checkpointed at at.
-// config.dump is t.ConfigDump when the runtime gave its own, else
-// nodeshim's ContainerConfig; spec.dump is t.Spec when set, else the parts
-// of a spec nodeshim knows of a plain process. The CRI annotations that
-// name the container are added where the spec does not have them.
-func metadata(t Target, at time.Time) (config, spec []byte, err error) {
-	config = t.ConfigDump
+// metaFile is one metadata member at the archive's root.
+type metaFile struct {
+	name string
+	data []byte
+}
+
+// metadata returns config.dump, spec.dump and status.dump for t
+// checkpointed at at, in that order. config.dump is t.ConfigDump when the
+// runtime gave its own, else nodeshim's ContainerConfig; spec.dump is
+// t.Spec when set, else the parts of a spec nodeshim knows of a plain
+// process. The CRI annotations that name the container are added where
+// the spec does not have them. status.dump is t.Status, or what is known
+// of the target in a CRI ContainerStatus (see statusOf).
+func metadata(t Target, at time.Time) ([]metaFile, error) {
+	config := t.ConfigDump
 	if config == nil {
 		cfg := ContainerConfig{
 			ID:             t.ID,
@@ -104,8 +119,9 @@ func metadata(t Target, at time.Time) (config, spec []byte, err error) {
 			CreatedTime:    t.Created.UTC(),
 			CheckpointedAt: at.UTC(),
 		}
+		var err error
 		if config, err = json.MarshalIndent(cfg, "", "  "); err != nil {
-			return nil, nil, fmt.Errorf("encode %s: %w", ConfigDump, err)
+			return nil, fmt.Errorf("encode %s: %w", ConfigDump, err)
 		}
 	}
 	ann := map[string]string{}
@@ -140,11 +156,53 @@ func metadata(t Target, at time.Time) (config, spec []byte, err error) {
 		}
 		v = sp
 	}
-	if spec, err = json.MarshalIndent(v, "", "  "); err != nil {
-		return nil, nil, fmt.Errorf("encode %s: %w", SpecDump, err)
+	spec, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", SpecDump, err)
 	}
-	return config, spec, nil
+	// As containerd writes it: encoding/json of the CRI message.
+	status, err := json.Marshal(statusOf(t))
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", StatusDump, err)
+	}
+	return []metaFile{{ConfigDump, config}, {SpecDump, spec}, {StatusDump, status}}, nil
 }
+
+// statusOf returns t.Status, or else the CRI ContainerStatus of a running
+// container built from what t says: its id, name, kubelet's labels, image
+// and creation time. containerd's restore takes the restored container's
+// name, labels, annotations and image from it.
+func statusOf(t Target) *runtimeapi.ContainerStatus {
+	if t.Status != nil {
+		return t.Status
+	}
+	created := int64(0)
+	if !t.Created.IsZero() {
+		created = t.Created.UnixNano()
+	}
+	return &runtimeapi.ContainerStatus{
+		Id:        t.ID,
+		Metadata:  &runtimeapi.ContainerMetadata{Name: t.Ref.Container},
+		State:     runtimeapi.ContainerState_CONTAINER_RUNNING,
+		CreatedAt: created,
+		StartedAt: created,
+		Image:     &runtimeapi.ImageSpec{Image: t.Image},
+		ImageRef:  t.ImageRef,
+		Labels: map[string]string{
+			labelPodName:       t.Ref.Pod,
+			labelPodNamespace:  t.Ref.Namespace,
+			labelContainerName: t.Ref.Container,
+		},
+		Annotations: t.Annotations,
+	}
+}
+
+// kubelet's labels on a container (pkg/kubelet/types/labels.go).
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelContainerName = "io.kubernetes.container.name"
+)
 
 // ErrInvalidArchive is returned, wrapped, for an archive that nodeshim
 // refuses to unpack or restore.

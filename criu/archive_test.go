@@ -3,12 +3,17 @@ package criu
 import (
 	"archive/tar"
 	"bytes"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	"google.golang.org/protobuf/proto"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 type member struct {
@@ -224,6 +229,52 @@ func TestTargetValidate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if err := tc.target.Validate(); (err != nil) != tc.wantErr {
 				t.Errorf("Validate() = %v, want error %v", err, tc.wantErr)
+			}
+		})
+	}
+}
+
+// TestStatusDump checks status.dump, which containerd 2.x's restore
+// decodes into a CRI ContainerStatus: the runtime's own status verbatim,
+// else one built from the target.
+func TestStatusDump(t *testing.T) {
+	created := time.Date(2025, 1, 2, 3, 4, 5, 6, time.UTC)
+	base := Target{Pid: 42, ID: "abc", Ref: ContainerRef{Namespace: "default", Pod: "web-0", Container: "app"},
+		Image: "localhost/x:1", ImageRef: "sha256:0123", Created: created, Annotations: map[string]string{"a": "b"}}
+	withStatus := base
+	withStatus.Status = &runtimeapi.ContainerStatus{Id: "abc", Metadata: &runtimeapi.ContainerMetadata{Name: "app", Attempt: 3},
+		Image: &runtimeapi.ImageSpec{Image: "localhost/x:1", UserSpecifiedImage: "x:1"}, LogPath: "/var/log/pods/x/app/0.log"}
+	tests := []struct {
+		name string
+		t    Target
+		want *runtimeapi.ContainerStatus
+	}{
+		{"runtime's status", withStatus, withStatus.Status},
+		{"built from the target", base, &runtimeapi.ContainerStatus{
+			Id: "abc", Metadata: &runtimeapi.ContainerMetadata{Name: "app"}, State: runtimeapi.ContainerState_CONTAINER_RUNNING,
+			CreatedAt: created.UnixNano(), StartedAt: created.UnixNano(), Image: &runtimeapi.ImageSpec{Image: "localhost/x:1"},
+			ImageRef: "sha256:0123", Annotations: map[string]string{"a": "b"}, Labels: map[string]string{
+				"io.kubernetes.pod.name": "web-0", "io.kubernetes.pod.namespace": "default", "io.kubernetes.container.name": "app"}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			files, err := metadata(tc.t, created)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var names []string
+			for _, f := range files {
+				names = append(names, f.name)
+			}
+			if want := []string{ConfigDump, SpecDump, StatusDump}; !slices.Equal(names, want) {
+				t.Fatalf("metadata files %q, want %q", names, want)
+			}
+			var got runtimeapi.ContainerStatus
+			if err := json.Unmarshal(files[2].data, &got); err != nil {
+				t.Fatalf("status.dump %s: %v", files[2].data, err)
+			}
+			if !proto.Equal(&got, tc.want) {
+				t.Errorf("status.dump decodes to %v, want %v", &got, tc.want)
 			}
 		})
 	}

@@ -115,7 +115,7 @@ func BenchmarkCheckpoint(b *testing.B) {
 							b.StartTimer()
 						}
 						b.StopTimer()
-						if st, err := readDumpStats(filepath.Join(images, StatsDump)); err == nil {
+						if st, err := ReadDumpStats(filepath.Join(images, StatsDump)); err == nil {
 							frozen += time.Duration(st.GetFrozenTime()) * time.Microsecond
 						} else {
 							b.Fatal(err)

@@ -226,7 +226,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if derr != nil {
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
-	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
+	if st, err := ReadDumpStats(filepath.Join(work, StatsDump)); err == nil {
 		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
 		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
 		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
@@ -240,7 +240,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 
 	archStart := time.Now()
-	config, spec, err := metadata(t, checkpointedAt)
+	meta, err := metadata(t, checkpointedAt)
 	if err != nil {
 		return res, err
 	}
@@ -249,7 +249,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 		}
 	}
-	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
+	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, meta, func(attempt int) string {
 		return ArchiveName(t.Ref, checkpointedAt, attempt)
 	})
 	res.Archive = time.Since(archStart)
@@ -434,9 +434,11 @@ func isRlimitNoise(l string) bool {
 	return strings.Contains(l, "Can't setup RLIMIT_NOFILE")
 }
 
-// readDumpStats reads CRIU's stats-dump image: two magics, a length and a
-// StatsEntry (go-criu's stats.proto).
-func readDumpStats(path string) (*stats.DumpStatsEntry, error) {
+// ReadDumpStats reads CRIU's stats-dump image at path (the work
+// directory's, or an archive's stats-dump, which runtimes copy as CRIU
+// wrote it): two magics, a length and a StatsEntry (go-criu's
+// stats.proto). Its frozen_time is how long the tree was frozen.
+func ReadDumpStats(path string) (*stats.DumpStatsEntry, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read %s: %w", path, err)
@@ -515,9 +517,9 @@ func errOr(err error, st ProcState) string {
 // writeArchive writes the tar of a finished dump to a private temp file in
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
-func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []metaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	if big := largestPages(images); big != "" && !o.CopyArchive {
-		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, config, spec, name)
+		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, meta, name)
 		if !errors.Is(err, errNoInPlace) {
 			*inPlace = err == nil
 			return path, size, fsync, err
@@ -538,7 +540,7 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 		}
 	}()
 	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
-	if err := addTree(aw, work, images, config, spec); err != nil {
+	if err := addTree(aw, work, images, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if o.Progress != nil {
@@ -565,9 +567,9 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 }
 
 // addTree writes the archive's members: checkpoint/ and the CRIU images
-// under it, then config.dump, spec.dump, dump.log and stats-dump at the
+// under it, then config.dump, spec.dump, status.dump, dump.log and stats-dump at the
 // root, then the end-of-archive blocks.
-func addTree(aw *archiveWriter, work, images string, config, spec []byte) error {
+func addTree(aw *archiveWriter, work, images string, meta []metaFile) error {
 	now := time.Now()
 	if err := aw.header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
 		return err
@@ -588,18 +590,16 @@ func addTree(aw *archiveWriter, work, images string, config, spec []byte) error 
 			return err
 		}
 	}
-	return aw.rest(work, config, spec)
+	return aw.rest(work, meta)
 }
 
-// rest writes the members at the archive's root, config.dump, spec.dump,
+// rest writes the members at the archive's root, the metadata files
+// (config.dump, spec.dump, status.dump),
 // rootfs-diff.tar and deleted.files when the work directory has them,
 // dump.log and stats-dump, and the end of the archive.
-func (a *archiveWriter) rest(work string, config, spec []byte) error {
+func (a *archiveWriter) rest(work string, meta []metaFile) error {
 	now := time.Now()
-	for _, m := range []struct {
-		name string
-		data []byte
-	}{{ConfigDump, config}, {SpecDump, spec}} {
+	for _, m := range meta {
 		if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
 			return err
 		}

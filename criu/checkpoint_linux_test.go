@@ -83,7 +83,7 @@ func verifyArchive(t *testing.T, path string, tg Target) {
 	if first != "checkpoint/" || members["checkpoint/"] != tar.TypeDir {
 		t.Errorf("first member %q, want the directory checkpoint/", first)
 	}
-	for _, m := range []string{"checkpoint/inventory.img", "checkpoint/pstree.img", fmt.Sprintf("checkpoint/core-%d.img", tg.Pid), ConfigDump, SpecDump, DumpLog, StatsDump} {
+	for _, m := range []string{"checkpoint/inventory.img", "checkpoint/pstree.img", fmt.Sprintf("checkpoint/core-%d.img", tg.Pid), ConfigDump, SpecDump, StatusDump, DumpLog, StatsDump} {
 		if members[m] != tar.TypeReg {
 			t.Errorf("archive lacks %s", m)
 		}

@@ -56,7 +56,7 @@ func largestPages(images string) string {
 //
 // It returns errNoInPlace, with the pages image untouched, when the
 // filesystem cannot insert a range.
-func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big string, config, spec []byte, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big string, meta []metaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	bigPath := filepath.Join(images, big)
 	f, err := os.OpenFile(bigPath, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -157,7 +157,7 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 			return "", 0, 0, fmt.Errorf("write %s: %w", bigPath, err)
 		}
 	}
-	if err := aw.rest(work, config, spec); err != nil {
+	if err := aw.rest(work, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", bigPath, err)
 	}
 	// CRIU made the file; the archive is root-only whatever its umask was.

@@ -38,7 +38,33 @@ const overlayOpaque = "trusted.overlay.opaque"
 // it now hides. Runtimes restore by extracting the tar over a fresh root
 // and then removing the deleted paths (podman's CRApplyRootFsDiffTar and
 // CRRemoveDeletedFiles). Both files are created O_EXCL with mode 0600.
-func WriteRootfsDiff(ctx context.Context, layer Layer, dir string) (err error) {
+//
+// The container runs on while its layer is read (CRIU leaves it running),
+// so a file it rewrites (truncates, then writes) can shrink under the
+// copy: the diff is then written again from the start, up to
+// rootfsDiffAttempts times, rather than carrying a torn file or failing
+// the checkpoint on the first such write.
+func WriteRootfsDiff(ctx context.Context, layer Layer, dir string) error {
+	for attempt := 1; ; attempt++ {
+		err := writeRootfsDiff(ctx, layer, dir)
+		if err == nil || !errors.Is(err, errShrank) || attempt == rootfsDiffAttempts {
+			return err
+		}
+		for _, n := range []string{RootfsDiffTar, DeletedFiles} {
+			if err := os.Remove(filepath.Join(dir, n)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		}
+	}
+}
+
+// rootfsDiffAttempts bounds how often WriteRootfsDiff starts again.
+const rootfsDiffAttempts = 3
+
+// errShrank says a file of the layer shrank while it was copied.
+var errShrank = errors.New("file shrank while it was archived")
+
+func writeRootfsDiff(ctx context.Context, layer Layer, dir string) (err error) {
 	tarPath := filepath.Join(dir, RootfsDiffTar)
 	f, err := os.OpenFile(tarPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
@@ -144,7 +170,7 @@ func copyInto(tw *tar.Writer, p string, size int64) error {
 		return fmt.Errorf("copy %s: %w", p, err)
 	}
 	if n != size {
-		return fmt.Errorf("copy %s: file shrank from %d to %d bytes while it was archived", p, size, n)
+		return fmt.Errorf("copy %s: %w (from %d to %d bytes)", p, errShrank, size, n)
 	}
 	return nil
 }

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // ContainerRef names a Kubernetes container the way kubelet's Checkpoint API
@@ -54,6 +55,10 @@ type Target struct {
 	// runtime's own record of the container (podman's ContainerConfig),
 	// which that runtime reads back to restore it.
 	ConfigDump []byte
+	// Status, when set, is the runtime's CRI status of the container,
+	// written as status.dump as containerd writes it; when nil a status
+	// is built from the fields above.
+	Status *runtimeapi.ContainerStatus
 	// Image and ImageRef name the container's image for config.dump
 	// (rootfsImageName, rootfsImageRef).
 	Image, ImageRef string

@@ -17,6 +17,14 @@
 # version, with the version stamped as cri-tools' own build does. The tests
 # find it through NODESHIM_CRICTL. Needed by the tests only, never by
 # `make run`.
+#
+# containerd 2.x is the second containerd peer (CRI CheckpointContainer, and
+# restore through CreateContainer, which v2.3 is the last to have: v2.4
+# removed it). containerd, containerd-shim-runc-v2 and ctr are built from
+# the Go module proxy with cgo (they link only libc) into
+# .tools/containerd-VERSION/bin, which the tests find through
+# NODESHIM_CONTAINERD2; Debian's containerd 1.6 stays the first peer.
+# About 70 s to build, once per version.
 
 CRICTL_VERSION := v1.34.0
 CRICTL_GOBIN   := $(TOOLS)/crictl-$(CRICTL_VERSION)
@@ -25,11 +33,17 @@ CRICTL         := $(TOOLS)/bin/crictl-$(CRICTL_VERSION)
 TEST_APT_PACKAGES += containerd runc crun podman conmon containernetworking-plugins busybox-static
 TEST_DEPS += runtime-testenv
 
+CONTAINERD2_VERSION := v2.3.7
+CONTAINERD2_DIR     := $(TOOLS)/containerd-$(CONTAINERD2_VERSION)/bin
+CONTAINERD2         := $(CONTAINERD2_DIR)/containerd
+CONTAINERD2_CMDS    := containerd containerd-shim-runc-v2 ctr
+
 export NODESHIM_CRICTL := $(CRICTL)
+export NODESHIM_CONTAINERD2 := $(CONTAINERD2_DIR)
 
 .PHONY: runtime-testenv runtime-check
-## runtime-testenv: build crictl and check the runtimes the container tests start
-runtime-testenv: $(CRICTL) runtime-check
+## runtime-testenv: build crictl and containerd 2.x, check the runtimes the container tests start
+runtime-testenv: $(CRICTL) $(CONTAINERD2) runtime-check
 
 $(CRICTL):
 	@mkdir -p $(TOOLS)/bin
@@ -40,6 +54,16 @@ $(CRICTL):
 	$(CRICTL_GOBIN)/crictl --version | grep -qF '$(CRICTL_VERSION)'
 	mv $(CRICTL_GOBIN)/crictl $@
 	rmdir $(CRICTL_GOBIN)
+
+$(CONTAINERD2):
+	rm -rf $(CONTAINERD2_DIR).tmp
+	@mkdir -p $(CONTAINERD2_DIR).tmp
+	GOBIN=$(CONTAINERD2_DIR).tmp CGO_ENABLED=1 $(GO) install -trimpath \
+		-ldflags '-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD2_VERSION)' \
+		$(foreach c,$(CONTAINERD2_CMDS),github.com/containerd/containerd/v2/cmd/$(c)@$(CONTAINERD2_VERSION))
+	$(CONTAINERD2_DIR).tmp/containerd --version | grep -qF ' $(CONTAINERD2_VERSION)'
+	rm -rf $(CONTAINERD2_DIR)
+	mv $(CONTAINERD2_DIR).tmp $(CONTAINERD2_DIR)
 
 # Each binary the tests run, and a note (not a failure) when the machine's
 # own containerd is running: the tests use their own sockets and state, so

@@ -75,7 +75,8 @@ type Archive interface {
 // Write validates the checkpoint archive a (criu.ValidateArchive) and
 // writes to out an OCI image layout archive of the checkpoint image ref:
 // one uncompressed layer holding the archive's entries (config.dump
-// without the paths of the node it was taken on, see portableConfig), a
+// without the paths of the node it was taken on, see portableConfig, and
+// a status.dump built from config.dump when the archive has none), a
 // config and a
 // manifest carrying the runtimes' checkpoint annotations taken from the
 // archive's config.dump, and an index naming ref. Everything in it is
@@ -98,11 +99,15 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if _, err := criu.ValidateArchive(a); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
 	}
+	status, err := meta.status()
+	if err != nil {
+		return Image{}, err
+	}
 	// The layer is written twice, the same bytes each time: once to learn
 	// its digest, which names it in the image archive, then into it.
 	h := sha256.New()
 	counted := &countingWriter{w: h}
-	if err := writeLayer(a, counted, meta.portableConfig); err != nil {
+	if err := writeLayer(a, counted, meta.portableConfig, status); err != nil {
 		return Image{}, err
 	}
 	layer := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer,
@@ -165,7 +170,7 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 		return Image{}, fmt.Errorf("checkpoint image: write layer: %w", err)
 	}
 	second := &countingWriter{w: tw}
-	if err := writeLayer(a, second, meta.portableConfig); err != nil {
+	if err := writeLayer(a, second, meta.portableConfig, status); err != nil {
 		return Image{}, err
 	}
 	if second.n != layer.Size {
@@ -223,8 +228,9 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 }
 
 // writeLayer writes the archive's entries from its start as a tar to w,
-// with config.dump replaced by config.
-func writeLayer(a io.ReadSeeker, w io.Writer, config []byte) error {
+// with config.dump replaced by config, and status as status.dump at the
+// end when the archive has none: containerd's restore needs one.
+func writeLayer(a io.ReadSeeker, w io.Writer, config, status []byte) error {
 	if _, err := a.Seek(0, io.SeekStart); err != nil {
 		return fmt.Errorf("checkpoint image: %w", err)
 	}
@@ -242,10 +248,22 @@ func writeLayer(a io.ReadSeeker, w io.Writer, config []byte) error {
 		if h.Name == criu.ConfigDump || h.Name == "./"+criu.ConfigDump {
 			h.Size, body = int64(len(config)), bytes.NewReader(config)
 		}
+		if h.Name == criu.StatusDump || h.Name == "./"+criu.StatusDump {
+			status = nil
+		}
 		if err := tw.WriteHeader(h); err != nil {
 			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
 		}
 		if _, err := io.Copy(tw, body); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+	}
+	if status != nil {
+		h := &tar.Header{Name: criu.StatusDump, Mode: 0o600, Size: int64(len(status)), ModTime: epoch, Typeflag: tar.TypeReg}
+		if err := tw.WriteHeader(h); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
+		}
+		if _, err := tw.Write(status); err != nil {
 			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
 		}
 	}

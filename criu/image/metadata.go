@@ -9,6 +9,7 @@ import (
 	"time"
 
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
 )
@@ -20,7 +21,11 @@ const maxMetadata = 1 << 20
 // of config.dump that podman's (libpod ContainerConfig) and nodeshim's
 // (criu.ContainerConfig) records share or name differently.
 type metadata struct {
+	ID              string    `json:"id"`
 	Name            string    `json:"name"`
+	Pod             string    `json:"pod"`
+	Namespace       string    `json:"namespace"`
+	CreatedTime     time.Time `json:"createdTime"`
 	Runtime         string    `json:"runtime"`
 	RootfsImage     string    `json:"rootfsImage"`
 	RootfsImageName string    `json:"rootfsImageName"`
@@ -96,6 +101,53 @@ func readMetadata(r io.Reader) (metadata, error) {
 		return m, nil
 	}
 }
+
+// status is the status.dump of a layer whose archive has none (podman's,
+// or nodeshim's before it wrote one): the CRI ContainerStatus containerd's
+// restore reads the container's name, kubelet's labels and image from,
+// built from config.dump, encoded as containerd encodes it.
+func (m metadata) status() ([]byte, error) {
+	imageName := m.RootfsImageName
+	if imageName == "" {
+		imageName = m.RootfsImage
+	}
+	imageRef := m.RootfsImageRef
+	if imageRef == "" {
+		imageRef = m.RootfsImageID
+	}
+	var created int64
+	if !m.CreatedTime.IsZero() {
+		created = m.CreatedTime.UnixNano()
+	}
+	labels := map[string]string{labelContainerName: m.Name}
+	if m.Pod != "" {
+		labels[labelPodName] = m.Pod
+	}
+	if m.Namespace != "" {
+		labels[labelPodNamespace] = m.Namespace
+	}
+	b, err := json.Marshal(&runtimeapi.ContainerStatus{
+		Id:        m.ID,
+		Metadata:  &runtimeapi.ContainerMetadata{Name: m.Name},
+		State:     runtimeapi.ContainerState_CONTAINER_RUNNING,
+		CreatedAt: created,
+		StartedAt: created,
+		Image:     &runtimeapi.ImageSpec{Image: imageName},
+		ImageRef:  imageRef,
+		Labels:    labels,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("checkpoint image: encode %s: %w", criu.StatusDump, err)
+	}
+	return b, nil
+}
+
+// kubelet's labels on a container (pkg/kubelet/types/labels.go).
+const (
+	labelPodName       = "io.kubernetes.pod.name"
+	labelPodNamespace  = "io.kubernetes.pod.namespace"
+	labelContainerName = "io.kubernetes.container.name"
+)
 
 // annotations are the manifest's: each runtime's checkpoint marker and
 // what it reads of the original container.

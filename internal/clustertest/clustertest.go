@@ -1,7 +1,8 @@
 // Package clustertest runs a real single-node Kubernetes cluster for tests:
 // the etcd and kube-apiserver of internal/kubetest, kube-controller-manager,
 // kube-scheduler and a kubelet whose container runtime is the containerd
-// 1.6 (CRI) of internal/runtimetest. This machine registers as the Node,
+// 1.6 (CRI) of internal/runtimetest, or its containerd 2.x
+// (Env.Containerd2). This machine registers as the Node,
 // named after its hostname, and goes Ready with kubelet's own conditions
 // and Lease; pods run in containerd with the pause image of runtimetest.
 //
@@ -129,6 +130,11 @@ type Timings struct {
 // Env is a test package's cluster, started on first use and stopped by
 // Close. The zero value is ready to use; an Env must not be copied.
 type Env struct {
+	// Containerd2 makes containerd 2.x (runtimetest's Containerd2, with
+	// CRIU and restore through CreateContainer) kubelet's runtime instead
+	// of containerd 1.6. Set it before the first use.
+	Containerd2 bool
+
 	mu      sync.Mutex
 	rt      runtimetest.Env
 	cluster *Cluster
@@ -171,7 +177,12 @@ func (e *Env) Cluster(t testing.TB) *Cluster {
 		scheduler: binary(t, EnvScheduler, "kube-scheduler"),
 	}
 	bins.apiserver, bins.etcd = kubetest.Binaries(t)
-	ctrd := e.rt.Containerd(t)
+	var ctrd *runtimetest.Containerd
+	if e.Containerd2 {
+		ctrd = e.rt.Containerd2(t)
+	} else {
+		ctrd = e.rt.Containerd(t)
+	}
 	img := e.rt.Images(t)
 	e.mu.Lock()
 	defer e.mu.Unlock()

@@ -52,6 +52,10 @@ type Containerd struct {
 	Runtime runtimeapi.RuntimeServiceClient
 	Image   runtimeapi.ImageServiceClient
 
+	// Version is the containerd's own `containerd --version` line.
+	Version string
+
+	flavor   containerdFlavor
 	bin, ctr string
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -68,39 +72,88 @@ type containerdBins struct {
 	containerd, ctr, runc, crun, unshare string
 }
 
-// Containerd returns the Env's containerd, starting it (and importing the
-// images) on first use. It gates t on root and the binaries, and fails t
-// if containerd did not start.
+// containerdFlavor is what differs between the two containerd peers:
+// Debian's 1.6 (config version 2) and 2.x from the module proxy (config
+// version 3, its own shim and ctr, CRIU and restore through CreateContainer).
+type containerdFlavor struct {
+	// name is the Env subdirectory, e.g. "containerd2".
+	name string
+	// v2 selects containerd 2.x's config (runc is its only handler).
+	v2 bool
+	// path is PATH for containerd and its shims (2.x: CRIU's directory,
+	// then the directory of containerd and its shim, then the system's).
+	path string
+	// net is the CNI network's and bridge's name prefix; octet the
+	// second octet of its 10.x.y.0/24 subnet.
+	net   string
+	octet int
+}
+
+// Containerd returns the Env's containerd 1.6 (Debian's), starting it (and
+// importing the images) on first use. It gates t on root and the binaries,
+// and fails t if containerd did not start.
 func (e *Env) Containerd(t testing.TB) *Containerd {
 	t.Helper()
 	testutil.RequireRoot(t)
 	bins := containerdBins{
 		containerd: testutil.RequireTool(t, EnvContainerd, "containerd"),
 		ctr:        testutil.RequireBinary(t, "ctr"),
-		runc:       testutil.RequireBinary(t, RuntimeRunc),
-		crun:       testutil.RequireBinary(t, RuntimeCrun),
-		unshare:    testutil.RequireBinary(t, "unshare"),
 	}
 	testutil.RequireBinary(t, "containerd-shim-runc-v2")
+	f := containerdFlavor{name: "containerd", net: "nsrt", octet: 233}
+	return e.containerdOnce(t, &e.containerd, &e.containerdErr, bins, f)
+}
+
+// Containerd2 returns the Env's containerd 2.x (NODESHIM_CONTAINERD2, the
+// directory holding containerd, containerd-shim-runc-v2 and ctr that
+// mk/runtime.mk builds), started on first use on its own private state
+// beside Containerd's, with CRIU (NODESHIM_CRIU, else PATH) for its CRI
+// CheckpointContainer and its restore through CreateContainer. It gates t
+// on root, the binaries and CRIU, and fails t if containerd did not start.
+func (e *Env) Containerd2(t testing.TB) *Containerd {
+	t.Helper()
+	testutil.RequireRoot(t)
+	// The kernel-matrix guests carry no container runtime ("containerd").
+	testutil.SkipIfGuestLacks(t, "containerd")
+	dir := os.Getenv(EnvContainerd2)
+	if dir == "" {
+		testutil.Skip(t, "needs containerd 2.x: %s names the directory of its binaries (make test builds it under .tools)", EnvContainerd2)
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+		testutil.RequireFile(t, filepath.Join(dir, b))
+	}
+	criuBin := testutil.RequireTool(t, "NODESHIM_CRIU", "criu")
+	bins := containerdBins{containerd: filepath.Join(dir, "containerd"), ctr: filepath.Join(dir, "ctr")}
+	f := containerdFlavor{name: "containerd2", v2: true, net: "nsr2", octet: 234,
+		path: strings.Join([]string{filepath.Dir(criuBin), dir, os.Getenv("PATH")}, string(os.PathListSeparator))}
+	return e.containerdOnce(t, &e.containerd2, &e.containerd2Err, bins, f)
+}
+
+// containerdOnce starts the containerd of flavor f into *c on first use.
+func (e *Env) containerdOnce(t testing.TB, c **Containerd, cerr *error, bins containerdBins, f containerdFlavor) *Containerd {
+	t.Helper()
+	bins.runc = testutil.RequireBinary(t, RuntimeRunc)
+	bins.crun = testutil.RequireBinary(t, RuntimeCrun)
+	bins.unshare = testutil.RequireBinary(t, "unshare")
 	for _, p := range []string{"bridge", "host-local", "loopback"} {
 		testutil.RequireFile(t, filepath.Join(cniBinDir, p))
 	}
 	img := e.Images(t)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.containerd == nil && e.containerdErr == nil {
-		e.containerd, e.containerdErr = e.startContainerd(bins, img)
+	if *c == nil && *cerr == nil {
+		*c, *cerr = e.startContainerd(bins, img, f)
 	}
-	if e.containerdErr != nil {
-		t.Fatal(e.containerdErr)
+	if *cerr != nil {
+		t.Fatal(*cerr)
 	}
-	return e.containerd
+	return *c
 }
 
 // cniBinDir is where Debian's containernetworking-plugins installs.
 const cniBinDir = "/usr/lib/cni"
 
-func (e *Env) startContainerd(bins containerdBins, img *Images) (*Containerd, error) {
+func (e *Env) startContainerd(bins containerdBins, img *Images, f containerdFlavor) (*Containerd, error) {
 	if err := e.setup(); err != nil {
 		return nil, err
 	}
@@ -109,65 +162,100 @@ func (e *Env) startContainerd(bins containerdBins, img *Images) (*Containerd, er
 		return nil, err
 	}
 	bins.crun = crun
-	dir := filepath.Join(e.dir, "containerd")
+	dir := filepath.Join(e.dir, f.name)
 	c := &Containerd{
 		Dir:        dir,
 		Address:    filepath.Join(dir, "containerd.sock"),
 		Config:     filepath.Join(dir, "config.toml"),
-		CgroupRoot: "/nsrt-" + e.id + "/containerd",
-		Network:    "nsrt-" + e.id,
-		Bridge:     "nsrt" + e.id,
+		CgroupRoot: "/nsrt-" + e.id + "/" + f.name,
+		Network:    f.net + "-" + e.id,
+		Bridge:     f.net + e.id,
+		flavor:     f,
 		bin:        bins.containerd,
 		ctr:        bins.ctr,
 		logPath:    filepath.Join(dir, "containerd.log"),
 		sandbox:    map[string]bool{},
 	}
-	for _, d := range []string{"/run/containerd", shimSocketDir, "/var/lib/cni", cniResultsDir} {
+	hostDirs := []string{"/var/lib/cni", cniResultsDir}
+	if !f.v2 {
+		hostDirs = append([]string{"/run/containerd", shimSocketDir}, hostDirs...)
+	}
+	for _, d := range hostDirs {
 		if !existed(d) {
 			c.hostDirs = append(c.hostDirs, d)
 		}
 	}
-	for _, d := range []string{"root", "state", "opt", "cni/net.d", "cni/ipam", "runc", "crun", "pods"} {
+	for _, d := range []string{"root", "state", "opt", "cni/net.d", "cni/ipam", "runc", "crun", "pods", "s"} {
 		if err := os.MkdirAll(filepath.Join(dir, d), 0o700); err != nil {
-			return nil, fmt.Errorf("containerd: %w", err)
+			return nil, fmt.Errorf("%s: %w", f.name, err)
 		}
 	}
-	if err := os.WriteFile(c.Config, []byte(c.configTOML(bins)), 0o600); err != nil {
-		return nil, fmt.Errorf("containerd: %w", err)
+	out, err := exec.Command(c.bin, "--version").Output()
+	if err != nil {
+		return nil, fmt.Errorf("%s: %s --version: %w", f.name, c.bin, err)
+	}
+	c.Version = strings.TrimSpace(string(out))
+	config := c.configTOML(bins)
+	if f.v2 {
+		config = c.configTOML3(bins)
+	}
+	if err := os.WriteFile(c.Config, []byte(config), 0o600); err != nil {
+		return nil, fmt.Errorf("%s: %w", f.name, err)
 	}
 	crictl := fmt.Sprintf("runtime-endpoint: unix://%[1]s\nimage-endpoint: unix://%[1]s\ntimeout: 60\n", c.Address)
 	if err := os.WriteFile(c.crictlConfig(), []byte(crictl), 0o600); err != nil {
-		return nil, fmt.Errorf("containerd: %w", err)
+		return nil, fmt.Errorf("%s: %w", f.name, err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "cni/net.d/10-nsrt.conflist"), []byte(c.cniConfig(e.id)), 0o600); err != nil {
-		return nil, fmt.Errorf("containerd: %w", err)
+		return nil, fmt.Errorf("%s: %w", f.name, err)
 	}
 
 	start := time.Now()
 	if err := c.start(); err != nil {
 		return c, c.withLog(err)
 	}
-	e.timings.ContainerdStart = time.Since(start)
+	took := time.Since(start)
 
 	start = time.Now()
 	for _, tar := range []string{img.Pause, img.Busybox} {
 		if out, err := c.Ctr("images", "import", tar).CombinedOutput(); err != nil {
-			return c, c.withLog(fmt.Errorf("containerd: ctr images import %s: %w: %s", tar, err, bytes.TrimSpace(out)))
+			return c, c.withLog(fmt.Errorf("%s: ctr images import %s: %w: %s", f.name, tar, err, bytes.TrimSpace(out)))
 		}
 	}
-	e.timings.ContainerdLoad = time.Since(start)
-	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
-	defer cancel()
+	load := time.Since(start)
+	if f.v2 {
+		e.timings.Containerd2Start, e.timings.Containerd2Load = took, load
+	} else {
+		e.timings.ContainerdStart, e.timings.ContainerdLoad = took, load
+	}
 	for _, ref := range []string{PauseImage, BusyboxImage} {
-		st, err := c.Image.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
-		if err != nil {
-			return c, c.withLog(fmt.Errorf("containerd: CRI image status %s: %w", ref, err))
-		}
-		if st.Image == nil {
-			return c, c.withLog(fmt.Errorf("containerd: CRI does not see the imported image %s", ref))
+		if err := c.WaitImage(ref); err != nil {
+			return c, c.withLog(fmt.Errorf("%s: %w", f.name, err))
 		}
 	}
 	return c, nil
+}
+
+// WaitImage waits until the CRI sees the image ref, imported with ctr:
+// containerd 2.x's CRI learns of an import from an event, after ctr has
+// returned.
+func (c *Containerd) WaitImage(ref string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), callTimeout)
+	defer cancel()
+	for {
+		st, err := c.Image.ImageStatus(ctx, &runtimeapi.ImageStatusRequest{Image: &runtimeapi.ImageSpec{Image: ref}})
+		if err != nil {
+			return fmt.Errorf("CRI image status %s: %w", ref, err)
+		}
+		if st.Image != nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("CRI does not see the imported image %s", ref)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
 }
 
 // configTOML is containerd 1.6's config (version 2) for this instance.
@@ -229,6 +317,82 @@ disabled_plugins = [
 		runtime(RuntimeRunc, bins.runc) + runtime(RuntimeCrun, bins.crun)
 }
 
+// configTOML3 is containerd 2.x's config (version 3) for this instance:
+// as configTOML, with the CRI plugin split into its runtime, images and
+// server parts, no imported drop-ins, the shims' sockets in the instance's
+// own directory (socket_dir), NRI off, and CRIU checkpoints with restore
+// through CreateContainer enabled. runc is its only runtime handler:
+// Debian's crun 1.8 refuses the OCI spec version containerd 2.3 writes
+// ("unknown version specified").
+func (c *Containerd) configTOML3(bins containerdBins) string {
+	q := func(s string) string { return fmt.Sprintf("%q", s) }
+	rt := `plugins."io.containerd.cri.v1.runtime"`
+	runtime := func(name, binary string) string {
+		return fmt.Sprintf(`
+[%[1]s.containerd.runtimes.%[2]s]
+  runtime_type = "io.containerd.runc.v2"
+[%[1]s.containerd.runtimes.%[2]s.options]
+  BinaryName = %[3]s
+  Root = %[4]s
+  SystemdCgroup = false
+`, rt, name, q(binary), q(filepath.Join(c.Dir, name)))
+	}
+	return fmt.Sprintf(`version = 3
+root = %[1]s
+state = %[2]s
+oom_score = 0
+imports = []
+disabled_plugins = [
+  "io.containerd.snapshotter.v1.aufs",
+  "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.snapshotter.v1.zfs",
+  "io.containerd.snapshotter.v1.erofs",
+  "io.containerd.tracing.processor.v1.otlp",
+  "io.containerd.nri.v1.nri",
+]
+
+[grpc]
+  address = %[3]s
+[ttrpc]
+  address = %[4]s
+[debug]
+  address = ""
+  level = "info"
+[metrics]
+  address = ""
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = %[5]s
+[plugins."io.containerd.shim.v1.manager"]
+  socket_dir = %[6]s
+
+[plugins."io.containerd.grpc.v1.cri"]
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "0"
+[plugins."io.containerd.cri.v1.images"]
+  snapshotter = "overlayfs"
+  max_concurrent_downloads = 1
+[plugins."io.containerd.cri.v1.images".pinned_images]
+  sandbox = %[7]s
+[%[8]s]
+  restrict_oom_score_adj = true
+  netns_mounts_under_state_dir = true
+  enable_selinux = false
+  enable_criu = true
+  enable_experimental_restore_via_create = true
+[%[8]s.containerd]
+  default_runtime_name = "runc"
+[%[8]s.cni]
+  bin_dirs = [%[9]s]
+  conf_dir = %[10]s
+  max_conf_num = 1
+`, q(filepath.Join(c.Dir, "root")), q(filepath.Join(c.Dir, "state")), q(c.Address), q(c.Address+".ttrpc"),
+		q(filepath.Join(c.Dir, "opt")), q(filepath.Join(c.Dir, "s")), q(PauseImage), rt, q(cniBinDir),
+		q(filepath.Join(c.Dir, "cni/net.d"))) +
+		runtime(RuntimeRunc, bins.runc)
+}
+
 // cniConfig is the pods' network: the bridge plugin on the Env's own
 // bridge, without a gateway address or masquerading, so that no sysctl
 // (ip_forward) and no iptables rule of the host is touched, with
@@ -250,12 +414,12 @@ func (c *Containerd) cniConfig(id string) string {
     "hairpinMode": false,
     "ipam": {
       "type": "host-local",
-      "ranges": [[{"subnet": "10.233.%d.0/24"}]],
+      "ranges": [[{"subnet": "10.%d.%d.0/24"}]],
       "dataDir": %q
     }
   }]
 }
-`, c.Network, c.Bridge, third, filepath.Join(c.Dir, "cni/ipam"))
+`, c.Network, c.Bridge, c.flavor.octet, third, filepath.Join(c.Dir, "cni/ipam"))
 }
 
 // start runs containerd and waits until its CRI service answers.
@@ -266,6 +430,9 @@ func (c *Containerd) start() error {
 	}
 	defer logf.Close()
 	c.cmd = exec.Command(c.bin, "--config", c.Config)
+	if c.flavor.path != "" {
+		c.cmd.Env = append(os.Environ(), "PATH="+c.flavor.path)
+	}
 	c.cmd.Stdout, c.cmd.Stderr = logf, logf
 	// Its own process group: a ^C to the test does not reach it first.
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -284,6 +451,7 @@ func (c *Containerd) start() error {
 	c.Image = runtimeapi.NewImageServiceClient(conn)
 
 	deadline := time.Now().Add(startupTimeout)
+	var notReady string
 	for {
 		select {
 		case <-c.exited:
@@ -295,33 +463,37 @@ func (c *Containerd) start() error {
 			v, err := c.Runtime.Version(ctx, &runtimeapi.VersionRequest{})
 			cancel()
 			if err == nil && v.RuntimeName != "" {
-				st, err := c.status()
-				if err == nil && st {
+				ready, why, err := c.status()
+				if err == nil && ready {
 					return nil
 				}
+				notReady = why
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("containerd: CRI not ready on %s within %v", c.Address, startupTimeout)
+			return fmt.Errorf("containerd: CRI not ready on %s within %v: %s", c.Address, startupTimeout, notReady)
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
 }
 
-// status reports whether the CRI says the runtime and its network are ready.
-func (c *Containerd) status() (bool, error) {
+// status reports whether the CRI says the runtime and its network are
+// ready, and if not, why. Other conditions (containerd 2.x's
+// ContainerdHasNoDeprecationWarnings, false on a cgroup v1 host) are
+// informational, as they are to kubelet.
+func (c *Containerd) status() (bool, string, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	st, err := c.Runtime.Status(ctx, &runtimeapi.StatusRequest{})
 	if err != nil {
-		return false, err
+		return false, "", err
 	}
 	for _, cond := range st.GetStatus().GetConditions() {
-		if !cond.Status {
-			return false, nil
+		if (cond.Type == runtimeapi.RuntimeReady || cond.Type == runtimeapi.NetworkReady) && !cond.Status {
+			return false, fmt.Sprintf("%s: %s: %s", cond.Type, cond.Reason, cond.Message), nil
 		}
 	}
-	return true, nil
+	return true, "", nil
 }
 
 // withLog appends the tail of containerd's log to err.
@@ -416,6 +588,9 @@ func (c *Containerd) close() error {
 	}
 	var socks []string
 	for id := range c.sandbox {
+		if c.flavor.v2 {
+			break // its sockets are in c.Dir
+		}
 		if s := c.shimSocket(id); existed(s) {
 			socks = append(socks, s)
 			_ = os.Remove(s)

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -261,8 +262,21 @@ func (ctr *Container) Start(t testing.TB) {
 	ctx, cancel := callCtx()
 	defer cancel()
 	if _, err := ctr.Pod.c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ID}); err != nil {
-		t.Fatalf("start container %s: %v\n%s", ctr.Name, err, ctr.Pod.c.Log())
+		t.Fatalf("start container %s: %v\n%s%s", ctr.Name, err, runtimeLog(err), ctr.Pod.c.Log())
 	}
+}
+
+// runtimeLogRE finds the log file an OCI runtime error names (runc's
+// "log file: PATH", e.g. CRIU's restore.log).
+var runtimeLogRE = regexp.MustCompile(`log file: (/\S+)`)
+
+// runtimeLog returns the tail of the log file err names, if any.
+func runtimeLog(err error) string {
+	m := runtimeLogRE.FindStringSubmatch(err.Error())
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s, last lines:\n%s\n", m[1], tail(m[1], 40))
 }
 
 // Status returns the container's CRI status.

@@ -67,6 +67,23 @@
 // Close removes what the Env left in either. The runtimes' state roots
 // (runc --root, crun --root) are Containerd.RuntimeRoot(handler).
 //
+// # containerd 2.x
+//
+// Containerd2 runs containerd 2.x (built from the module proxy; see
+// mk/runtime.mk) beside the 1.6 peer, on its own directory, sockets, CNI
+// bridge and cgroup parent, with the same images and the same Pod and
+// Container helpers. Its config (version 3) has no imported drop-ins, the
+// shims' sockets under its own directory (socket_dir; nothing goes to
+// /run/containerd/s), NRI off, restrict_oom_score_adj, and CRIU enabled
+// with restore through CreateContainer (enable_experimental_restore_via_create;
+// v2.3 is the last release that has it). CRIU's directory (NODESHIM_CRIU)
+// and then the directory of containerd and its shim come first on its
+// PATH, so that its shim, and the runc under it, run that CRIU and not
+// Debian's 1.6 shim. runc is its only handler: Debian's crun 1.8 refuses
+// the OCI spec version 2.3 writes. The CRI's condition
+// ContainerdHasNoDeprecationWarnings (false on a cgroup v1 host) is not
+// waited for, as kubelet does not.
+//
 // # crun on a hybrid cgroup layout
 //
 // crun refuses a hybrid layout whose unified hierarchy has any controller
@@ -111,9 +128,11 @@
 // # Tools
 //
 // The binaries are found as NODESHIM_CONTAINERD, NODESHIM_PODMAN and
-// NODESHIM_CRICTL name them, else on PATH. mk/runtime.mk installs the
-// Debian packages and builds crictl (sigs.k8s.io/cri-tools) from the Go
-// module proxy into .tools, and exports NODESHIM_CRICTL.
+// NODESHIM_CRICTL name them, else on PATH; containerd 2.x only in the
+// directory NODESHIM_CONTAINERD2 names. mk/runtime.mk installs the Debian
+// packages and builds crictl (sigs.k8s.io/cri-tools) and containerd 2.x
+// from the Go module proxy into .tools, and exports NODESHIM_CRICTL and
+// NODESHIM_CONTAINERD2.
 package runtimetest
 
 import (
@@ -133,8 +152,11 @@ import (
 // Environment variables naming the runtimes' binaries.
 const (
 	EnvContainerd = "NODESHIM_CONTAINERD"
-	EnvPodman     = "NODESHIM_PODMAN"
-	EnvCrictl     = "NODESHIM_CRICTL"
+	// EnvContainerd2 names the directory of containerd 2.x's containerd,
+	// containerd-shim-runc-v2 and ctr.
+	EnvContainerd2 = "NODESHIM_CONTAINERD2"
+	EnvPodman      = "NODESHIM_PODMAN"
+	EnvCrictl      = "NODESHIM_CRICTL"
 )
 
 // OCI runtimes, as containerd runtime handlers and podman --runtime names.
@@ -148,7 +170,10 @@ type Timings struct {
 	BuildImages     time.Duration
 	ContainerdStart time.Duration
 	ContainerdLoad  time.Duration // ctr images import of both images
-	PodmanLoad      time.Duration
+	// Containerd2Start and Containerd2Load are the same for containerd 2.x.
+	Containerd2Start time.Duration
+	Containerd2Load  time.Duration
+	PodmanLoad       time.Duration
 }
 
 // Env is a test package's real runtimes, each started on first use and all
@@ -167,6 +192,9 @@ type Env struct {
 
 	containerd    *Containerd
 	containerdErr error
+
+	containerd2    *Containerd
+	containerd2Err error
 
 	podman    *Podman
 	podmanErr error
@@ -264,6 +292,10 @@ func (e *Env) Close() error {
 	if e.containerd != nil {
 		errs = append(errs, e.containerd.close())
 		e.containerd = nil
+	}
+	if e.containerd2 != nil {
+		errs = append(errs, e.containerd2.close())
+		e.containerd2 = nil
 	}
 	if e.podman != nil {
 		errs = append(errs, e.podman.close())

@@ -28,8 +28,8 @@ func TestMain(m *testing.M) {
 	}
 	if code == 0 && testing.Verbose() {
 		ti := rt.Timings()
-		fmt.Printf("timings: build images %v, containerd start %v, ctr import %v, podman load %v\n",
-			ti.BuildImages, ti.ContainerdStart, ti.ContainerdLoad, ti.PodmanLoad)
+		fmt.Printf("timings: build images %v, containerd start %v, ctr import %v, containerd 2.x start %v, ctr import %v, podman load %v\n",
+			ti.BuildImages, ti.ContainerdStart, ti.ContainerdLoad, ti.Containerd2Start, ti.Containerd2Load, ti.PodmanLoad)
 	}
 	os.Exit(code)
 }
@@ -175,9 +175,25 @@ func FuzzParseCRILog(f *testing.F) {
 	})
 }
 
+// containerds are the two containerd peers, by version.
+var containerds = []struct {
+	name string
+	get  func(testing.TB) *Containerd
+}{{"1.6", rt.Containerd}, {"2.x", rt.Containerd2}}
+
 func TestContainerdPods(t *testing.T) {
-	c := rt.Containerd(t)
-	for _, handler := range []string{RuntimeRunc, RuntimeCrun} {
+	for _, peer := range containerds {
+		t.Run(peer.name, func(t *testing.T) { containerdPods(t, peer.get(t)) })
+	}
+}
+
+func containerdPods(t *testing.T, c *Containerd) {
+	t.Logf("%s", c.Version)
+	handlers := []string{RuntimeRunc, RuntimeCrun}
+	if c.flavor.v2 {
+		handlers = handlers[:1] // see configTOML3
+	}
+	for _, handler := range handlers {
 		t.Run(handler, func(t *testing.T) {
 			start := time.Now()
 			pod := c.RunPod(t, PodOptions{Namespace: "ns1", RuntimeHandler: handler})
@@ -226,7 +242,12 @@ func TestContainerdPods(t *testing.T) {
 }
 
 func TestCrictl(t *testing.T) {
-	c := rt.Containerd(t)
+	for _, peer := range containerds {
+		t.Run(peer.name, func(t *testing.T) { crictlPods(t, peer.get(t)) })
+	}
+}
+
+func crictlPods(t *testing.T, c *Containerd) {
 	pod := c.RunPod(t, PodOptions{HostNetwork: true})
 	out, err := c.Crictl(t, "pods", "--id", pod.ID, "-q", "--no-trunc").CombinedOutput()
 	if err != nil {
@@ -256,17 +277,20 @@ func TestPodman(t *testing.T) {
 func TestCloseLeavesNothing(t *testing.T) {
 	var env Env
 	c := env.Containerd(t)
+	c2 := env.Containerd2(t)
 	p := env.Podman(t)
 	func() {
 		// A sub-test so that its cleanups (pod removal) run before Close.
 		t.Run("use", func(t *testing.T) {
-			pod := c.RunPod(t, PodOptions{})
-			ctr := pod.Run(t, ContainerOptions{Command: []string{"sleep", "3600"}})
-			ctr.Exec(t, "true")
+			for _, c := range []*Containerd{c, c2} {
+				pod := c.RunPod(t, PodOptions{})
+				ctr := pod.Run(t, ContainerOptions{Command: []string{"sleep", "3600"}})
+				ctr.Exec(t, "true")
+			}
 			p.Run(t, RunOptions{Detach: true, Command: []string{"sleep", "3600"}})
 		})
 	}()
-	dir, id, addr := env.dir, env.id, c.Address
+	dir, id, addr, addr2 := env.dir, env.id, c.Address, c2.Address
 	var socks []string
 	for sb := range c.sandbox {
 		socks = append(socks, c.shimSocket(sb))
@@ -281,9 +305,11 @@ func TestCloseLeavesNothing(t *testing.T) {
 	if err != nil || len(mounts) > 0 {
 		t.Errorf("mounts left under %s: %v %v", dir, mounts, err)
 	}
-	procs, err := processesWith(addr)
-	if err != nil || len(procs) > 0 {
-		t.Errorf("processes of %s left: %v %v", addr, procs, err)
+	for _, a := range []string{addr, addr2} {
+		procs, err := processesWith(a)
+		if err != nil || len(procs) > 0 {
+			t.Errorf("processes of %s left: %v %v", a, procs, err)
+		}
 	}
 	cgs, err := cgroupMounts()
 	if err != nil {
@@ -294,8 +320,10 @@ func TestCloseLeavesNothing(t *testing.T) {
 			t.Errorf("cgroup %s/nsrt-%s left", m, id)
 		}
 	}
-	if _, err := netlink.LinkByName(c.Bridge); err == nil {
-		t.Errorf("bridge %s left", c.Bridge)
+	for _, c := range []*Containerd{c, c2} {
+		if _, err := netlink.LinkByName(c.Bridge); err == nil {
+			t.Errorf("bridge %s left", c.Bridge)
+		}
 	}
 	for _, s := range socks {
 		if existed(s) {
@@ -304,7 +332,7 @@ func TestCloseLeavesNothing(t *testing.T) {
 	}
 	if ents, err := os.ReadDir(cniResultsDir); err == nil {
 		for _, e := range ents {
-			if strings.HasPrefix(e.Name(), c.Network+"-") {
+			if strings.HasPrefix(e.Name(), c.Network+"-") || strings.HasPrefix(e.Name(), c2.Network+"-") {
 				t.Errorf("CNI result %s left", e.Name())
 			}
 		}

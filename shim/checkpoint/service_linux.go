@@ -380,7 +380,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 		return criu.Result{}, fmt.Errorf("container %s (%s): %w", ref, proc.ContainerID, err)
 	}
 	target.Ref, target.ID, target.Runtime = ref, proc.ContainerID, "cri"
-	target.Image, target.ImageRef = proc.Image, proc.ImageRef
+	target.Image, target.ImageRef, target.Status = proc.Image, proc.ImageRef, proc.Status
 	if !proc.Created.IsZero() {
 		target.Created = proc.Created
 	}

@@ -58,6 +58,9 @@ type Process struct {
 	Image, ImageRef string
 	// Created is when the runtime created the container.
 	Created time.Time
+	// Status is the runtime's CRI status of the container, nil for a
+	// local pid.
+	Status *runtimeapi.ContainerStatus
 }
 
 // Resolver finds the process of a container.
@@ -137,6 +140,7 @@ func (r *RuntimeResolver) Resolve(ctx context.Context, t Target) (Process, error
 	}
 	p := Process{ContainerID: best.Id, PodSandboxID: best.PodSandboxId, PID: pid, Spec: spec}
 	if s := st.GetStatus(); s != nil {
+		p.Status = s
 		p.Image, p.ImageRef = s.GetImage().GetImage(), s.GetImageRef()
 		if ns := s.GetCreatedAt(); ns > 0 {
 			p.Created = time.Unix(0, ns).UTC()

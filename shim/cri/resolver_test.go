@@ -122,6 +122,11 @@ func TestRuntimeResolver(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
+					// The runtime's status, as it answered.
+					if got.Status.GetId() != tt.want.ContainerID {
+						t.Errorf("Resolve's status %v, want the runtime's status of %s", got.Status, tt.want.ContainerID)
+					}
+					got.Status = nil
 					if got != tt.want {
 						t.Errorf("Resolve = %+v, want %+v", got, tt.want)
 					}
