@@ -104,21 +104,30 @@ type Status struct {
 	State byte
 	// TracerPid is the pid of the process that ptraces it, 0 if none.
 	TracerPid int
+	// Killed reports a SIGKILL pending for the thread (SigPnd) or its
+	// thread group (ShdPnd): the process is on its way out, though it may
+	// still run (or sit frozen in its cgroup) for a while.
+	Killed bool
 }
 
 // Stopped reports whether the process is stopped by a signal or a tracer.
 func (s Status) Stopped() bool { return s.State == 'T' || s.State == 't' }
 
-// Gone reports whether the process is dead or a zombie.
-func (s Status) Gone() bool { return s.State == 'Z' || s.State == 'X' }
+// Gone reports whether the process is dead, a zombie, or killed: a
+// SIGKILL pending, which no process survives.
+func (s Status) Gone() bool { return s.State == 'Z' || s.State == 'X' || s.Killed }
 
 // String formats s for logs and errors.
 func (s Status) String() string {
+	if s.Killed {
+		return fmt.Sprintf("state %c, tracer pid %d, SIGKILL pending", s.State, s.TracerPid)
+	}
 	return fmt.Sprintf("state %c, tracer pid %d", s.State, s.TracerPid)
 }
 
-// ParseStatus parses the State and TracerPid lines of /proc/PID/status;
-// both are required.
+// ParseStatus parses the State and TracerPid lines of /proc/PID/status,
+// both required, and the SigPnd and ShdPnd masks where present (hex, bit
+// N-1 for signal N).
 func ParseStatus(data []byte) (Status, error) {
 	var st Status
 	var haveState, haveTracer bool
@@ -140,6 +149,12 @@ func ParseStatus(data []byte) (Status, error) {
 				return Status{}, fmt.Errorf("%w: TracerPid %q", ErrSyntax, v)
 			}
 			st.TracerPid, haveTracer = n, true
+		case "SigPnd", "ShdPnd":
+			m, err := strconv.ParseUint(string(v), 16, 64)
+			if err != nil {
+				return Status{}, fmt.Errorf("%w: %s %q", ErrSyntax, k, v)
+			}
+			st.Killed = st.Killed || m&(1<<(9-1)) != 0
 		}
 	}
 	if !haveState || !haveTracer {

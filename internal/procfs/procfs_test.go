@@ -93,8 +93,12 @@ func TestParseStatus(t *testing.T) {
 		want    Status
 		wantErr bool
 	}{
-		{"running", "Name:\tsh\nState:\tS (sleeping)\nTracerPid:\t0\n", Status{'S', 0}, false},
-		{"traced", "State:\tt (tracing stop)\nTracerPid:\t4242\n", Status{'t', 4242}, false},
+		{"running", "Name:\tsh\nState:\tS (sleeping)\nTracerPid:\t0\n", Status{State: 'S'}, false},
+		{"traced", "State:\tt (tracing stop)\nTracerPid:\t4242\n", Status{State: 't', TracerPid: 4242}, false},
+		{"other signals pending", "State:\tR (running)\nTracerPid:\t0\nSigPnd:\t0000000000004002\nShdPnd:\t0000000000000000\n", Status{State: 'R'}, false},
+		{"killed thread", "State:\tD (disk sleep)\nTracerPid:\t0\nSigPnd:\t0000000000000100\nShdPnd:\t0000000000000000\n", Status{State: 'D', Killed: true}, false},
+		{"killed group", "State:\tR (running)\nTracerPid:\t0\nSigPnd:\t0000000000000000\nShdPnd:\t0000000000000102\n", Status{State: 'R', Killed: true}, false},
+		{"bad mask", "State:\tR (running)\nTracerPid:\t0\nSigPnd:\tzz\n", Status{}, true},
 		{"no tracer line", "State:\tR (running)\n", Status{}, true},
 		{"bad tracer", "State:\tR (running)\nTracerPid:\tx\n", Status{}, true},
 	}
