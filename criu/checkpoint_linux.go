@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"os/exec"
@@ -451,6 +452,42 @@ func ReadDumpStats(path string) (*stats.DumpStatsEntry, error) {
 		return nil, fmt.Errorf("parse %s: no dump statistics", path)
 	}
 	return st.GetDump(), nil
+}
+
+// ArchiveDumpStats reads the dump statistics (stats-dump) of the
+// checkpoint archive at path: how long the container was frozen, the pages
+// written.
+func ArchiveDumpStats(path string) (*stats.DumpStatsEntry, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil, fmt.Errorf("archive %s: no %s", path, StatsDump)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read archive %s: %w", path, err)
+		}
+		if filepath.Clean(h.Name) != StatsDump {
+			continue
+		}
+		b, err := io.ReadAll(io.LimitReader(tr, 1<<20))
+		if err != nil {
+			return nil, fmt.Errorf("read %s of archive %s: %w", StatsDump, path, err)
+		}
+		st, err := parseStats(b)
+		if err != nil {
+			return nil, fmt.Errorf("parse %s of archive %s: %w", StatsDump, path, err)
+		}
+		if st.GetDump() == nil {
+			return nil, fmt.Errorf("parse %s of archive %s: no dump statistics", StatsDump, path)
+		}
+		return st.GetDump(), nil
+	}
 }
 
 func parseStats(b []byte) (*stats.StatsEntry, error) {

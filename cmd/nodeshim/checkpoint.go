@@ -237,10 +237,18 @@ func checkpointThroughDaemon(cmd *cobra.Command, socket string, ref criu.Contain
 	if fi, err := os.Stat(path); err == nil {
 		out.SizeBytes = fi.Size()
 	}
+	// The API answers with the archive's path alone, as kubelet's does;
+	// the frozen time and the pages are in the archive's dump statistics.
+	frozen := "-"
+	if st, err := criu.ArchiveDumpStats(path); err == nil {
+		out.FrozenSeconds = float64(st.GetFrozenTime()) / 1e6
+		out.PagesWritten = st.GetPagesWritten()
+		frozen = (time.Duration(st.GetFrozenTime()) * time.Microsecond).Round(time.Millisecond).String()
+	}
 	return writeOutput(cmd.OutOrStdout(), output, out, func() string {
 		var b strings.Builder
 		tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "ARCHIVE\tSIZE\tTOTAL\n%s\t%s\t%s\n", path, humanBytes(out.SizeBytes), time.Since(start).Round(time.Millisecond))
+		fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n", path, humanBytes(out.SizeBytes), frozen, time.Since(start).Round(time.Millisecond))
 		tw.Flush()
 		return b.String()
 	})

@@ -74,6 +74,10 @@ func TestCheckpointImageRestoredByContainerd2(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &ck); err != nil {
 		t.Fatalf("%v: %s", err, out)
 	}
+	// Through the API the frozen time and pages come from the archive.
+	if ck.FrozenSeconds <= 0 || ck.PagesWritten == 0 {
+		t.Errorf("checkpoint through the API: frozen %gs, %d pages written; want both from the archive's dump statistics", ck.FrozenSeconds, ck.PagesWritten)
+	}
 	file := filepath.Join(t.TempDir(), "counter.oci.tar")
 	ref := "localhost/nodeshim/counter-checkpoint:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	start = time.Now()
