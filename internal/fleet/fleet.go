@@ -112,6 +112,10 @@ type Phase struct {
 	EventsDropped float64
 	// Latency is the change-to-Node time, in the latency and flap phases.
 	Latency *Latency
+	// PatchP50 and PatchP99 are the reporters' status patch durations
+	// (the upper bounds of their histogram's buckets), the API server's
+	// share of Latency.
+	PatchP50, PatchP99 time.Duration
 }
 
 // WritesPerNodeSecond is the write rate per node.
@@ -570,6 +574,7 @@ type meter struct {
 	req             Requests
 	api, etcd, self ProcUsage
 	dropped         float64
+	patches         []bucket
 }
 
 func (h *harness) begin() (meter, error) {
@@ -588,6 +593,7 @@ func (h *harness) begin() (meter, error) {
 		return m, err
 	}
 	m.dropped = h.counter("nodeshim_reporter_events_dropped_total")
+	m.patches = h.histogram("nodeshim_reporter_publish_duration_seconds")
 	m.at = time.Now()
 	return m, nil
 }
@@ -606,6 +612,7 @@ func (h *harness) end(name string, start meter) (Phase, error) {
 		APIServerRSS: m.api.RSS, EtcdRSS: m.etcd.RSS,
 		EventsDropped: m.dropped - start.dropped,
 	}
+	p.PatchP50, p.PatchP99 = quantile(start.patches, m.patches, 0.5), quantile(start.patches, m.patches, 0.99)
 	p.Writes, p.WritesByResource = d.Writes()
 	p.Reads, p.ReadsByResource = d.Reads()
 	h.cfg.Logf("%s: %.0f s, %.1f writes/s (%s), API server %.2f cores", name, secs, p.Writes/secs,
@@ -628,6 +635,53 @@ func (h *harness) counter(name string) float64 {
 		}
 	}
 	return v
+}
+
+// bucket is one cumulative bucket of a histogram.
+type bucket struct {
+	le    float64
+	count uint64
+}
+
+// histogram returns the cumulative buckets of the histogram called name
+// in h.metrics, nil when it has none.
+func (h *harness) histogram(name string) []bucket {
+	fams, err := h.metrics.Gather()
+	if err != nil {
+		return nil
+	}
+	for _, f := range fams {
+		if f.GetName() != name || len(f.GetMetric()) == 0 {
+			continue
+		}
+		var out []bucket
+		for _, b := range f.GetMetric()[0].GetHistogram().GetBucket() {
+			out = append(out, bucket{le: b.GetUpperBound(), count: b.GetCumulativeCount()})
+		}
+		return out
+	}
+	return nil
+}
+
+// quantile returns the upper bound of the bucket that holds the q-th
+// quantile of the observations between before and after; zero when there
+// are none, and the last bound when the quantile lies beyond it.
+func quantile(before, after []bucket, q float64) time.Duration {
+	if len(after) == 0 || len(before) != len(after) {
+		return 0
+	}
+	// Observations beyond the last bound are not in any bucket; the
+	// last bucket's count is the best total there is.
+	total := after[len(after)-1].count - before[len(before)-1].count
+	if total == 0 {
+		return 0
+	}
+	for i := range after {
+		if float64(after[i].count-before[i].count) >= q*float64(total) {
+			return time.Duration(after[i].le * float64(time.Second))
+		}
+	}
+	return time.Duration(after[len(after)-1].le * float64(time.Second))
 }
 
 // countingHandler counts warnings and errors and passes the first few on
