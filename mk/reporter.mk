@@ -94,8 +94,8 @@ $(ETCD):
 
 # bench-fleet: 1,000 simulated nodes against one API server (BenchmarkFleet
 # in internal/fleet): each a real reporter over an in-process shim, with the
-# controller, beside kubelet's own heartbeat for the same nodes; about 7
-# minutes. `make bench` runs it too, with the same defaults. FLEET_FLAGS
+# controller, beside kubelet's own heartbeat for the same nodes; 7-9
+# minutes on 2 shared cores. `make bench` runs it too, with the same defaults. FLEET_FLAGS
 # change the shape, e.g. -fleet.nodes=200 -fleet.idle=5m; -short is 50 nodes
 # in under a minute.
 FLEET_FLAGS ?=

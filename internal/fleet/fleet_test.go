@@ -9,7 +9,7 @@ import (
 )
 
 // The benchmark's shape. The defaults are the 1,000-node run of
-// BENCHMARKS.md (about 7 minutes here); -short runs 50 nodes in well
+// BENCHMARKS.md (7-9 minutes on 2 shared cores); -short runs 50 nodes in well
 // under a minute, unless the flags say otherwise.
 var (
 	flagNodes   = flag.Int("fleet.nodes", 1000, "simulated nodes (50 with -short)")
