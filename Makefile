@@ -127,7 +127,7 @@ test: lint $(TEST_DEPS)
 
 ## bench: run the benchmarks (results are written up in BENCHMARKS.md)
 bench: deps $(TEST_DEPS)
-	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./... | tee $(CACHE)/bench.log
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 -timeout 30m ./... | tee $(CACHE)/bench.log
 
 clean:
 	rm -rf bin $(CACHE)

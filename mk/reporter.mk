@@ -91,3 +91,19 @@ $(TOOLS)/bin/%-$(KUBE_VERSION): | kube-tools-mod
 
 $(ETCD):
 	$(call deb-prefix,$(ETCD_APT),$(ETCD_SUITE),etcd-server,$(ETCD_PREFIX),$(ETCD_PREFIX).tmp/usr/bin/etcd --version)
+
+# bench-fleet: 1,000 simulated nodes against one API server (BenchmarkFleet
+# in internal/fleet): each a real reporter over an in-process shim, with the
+# controller, beside kubelet's own heartbeat for the same nodes; 7-9
+# minutes on 2 shared cores. `make bench` runs it too, with the same defaults. FLEET_FLAGS
+# change the shape, e.g. -fleet.nodes=200 -fleet.idle=5m; -short is 50 nodes
+# in under a minute.
+FLEET_FLAGS ?=
+
+.PHONY: bench-fleet
+## bench-fleet: 1,000 simulated nodes against one API server (results in BENCHMARKS.md)
+bench-fleet: deps kube-testenv
+	@mkdir -p $(CACHE)
+	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 30m ./internal/fleet \
+		$(FLEET_FLAGS) 2>&1 | grep -v '^I[0-9]\{4\} ' | tee $(CACHE)/bench-fleet.log
+	@! grep -qE '^(--- FAIL|FAIL)' $(CACHE)/bench-fleet.log

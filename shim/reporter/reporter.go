@@ -137,6 +137,15 @@ type State struct {
 	LastRenew time.Time
 }
 
+// State returns what the reporter has published so far.
+func (r *Reporter) State() State {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	s := r.state
+	s.Conditions = append([]corev1.NodeCondition(nil), s.Conditions...)
+	return s
+}
+
 // maxPendingEvents bounds the Events kept while the API server is away.
 const maxPendingEvents = 64
 

@@ -1072,12 +1072,3 @@ func waitGranted(t *testing.T, c *kubetest.Cluster, name, without string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
-
-// State returns what the reporter has published so far.
-func (r *Reporter) State() State {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	s := r.state
-	s.Conditions = append([]corev1.NodeCondition(nil), s.Conditions...)
-	return s
-}
