@@ -103,6 +103,7 @@ type Reporter struct {
 	digest      string
 	reportSent  string
 	lastSent    time.Time
+	resyncAt    time.Time
 	shimErrs    int
 	lastDoc     Snapshot
 	haveDoc     bool
@@ -327,7 +328,7 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 		}
 	}
 	if sameConditions(observed, r.published) && digest == r.digest && report == r.reportSent &&
-		!r.lastSent.IsZero() && now.Sub(r.lastSent) < r.opts.ResyncPeriod {
+		!r.lastSent.IsZero() && now.Time.Before(r.resyncAt) {
 		return nil
 	}
 	annotations := map[string]string{AnnotationDigest: digest, AnnotationVersion: r.opts.Version}
@@ -357,6 +358,9 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 	r.m.lastPublish.Set(float64(now.Unix()))
 	changed := !sameConditions(observed, r.published)
 	r.published, r.digest, r.reportSent, r.lastSent = observed, digest, report, now.Time
+	// The next resync comes 90-100% of the period later, so that reporters
+	// started together (a DaemonSet rollout) do not resync together.
+	r.resyncAt = now.Time.Add(r.opts.ResyncPeriod - time.Duration(rand.Int64N(int64(r.opts.ResyncPeriod)/10+1)))
 	if changed {
 		r.log.Info("published node status", "digest", digest)
 	}
