@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -11,7 +12,8 @@ import (
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// DefaultPodInterval is how often the pods' cgroups are read.
+// DefaultPodInterval is the longest a read of the pods' cgroups is served
+// for; they are read when a reader asks (status.Model.RefreshPods).
 const DefaultPodInterval = 10 * time.Second
 
 // PodNames names pods by UID (cri.PodNamer).
@@ -61,8 +63,9 @@ func psiOf(r cgroup.Resource, pr cgroup.Pressure) status.PSI {
 }
 
 // podReader reads the pods' cgroups at most every interval and keeps the
-// last view.
+// last view. It is safe for concurrent use: the API's readers call it.
 type podReader struct {
+	mu       sync.Mutex
 	roots    cgroup.PodRoots
 	names    PodNames
 	interval time.Duration
@@ -71,8 +74,17 @@ type podReader struct {
 	lastRead time.Time
 }
 
+// cached returns the last view, nil before the first read.
+func (p *podReader) cached() *status.PodPressures {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.last
+}
+
 // read returns the pods' view, read again when interval has passed.
 func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressures {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	if p.last != nil && now.Sub(p.lastRead) < p.interval {
 		return p.last
 	}

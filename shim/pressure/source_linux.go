@@ -53,8 +53,9 @@ type Source struct {
 	// PodParent is the cgroup under which kubelet's kubepods cgroup lives
 	// (kubelet's --cgroup-root), "/" when empty.
 	PodParent string
-	// PodInterval is how often the pods' cgroups are read;
-	// DefaultPodInterval when zero.
+	// PodInterval is the longest a read of the pods' cgroups is served
+	// for; DefaultPodInterval when zero. They are read on demand
+	// (status.Model.RefreshPods).
 	PodInterval time.Duration
 	// RuntimeEndpoint, when set, is the CRI socket through which pods are
 	// named (namespace, name) by their UID.
@@ -147,9 +148,16 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		Thresholds: s.Thresholds,
 		Interval:   s.Interval,
 		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
+		// The node's memory.pressure only: the root cgroup's stall counts
+		// every task's, kubepods' included (kernel/sched/psi.c charges a
+		// task's stall to each ancestor's group), so a trigger or a poll of
+		// kubepods' file never sees a stall the root's does not. Where
+		// triggers are refused each file is polled, and each poll is a
+		// wake-up of the daemon: one file, half the wake-ups.
+		WatchPaths: []string{filepath.Join(m.Path, cgroup.Memory.PressureFile())},
 		OnEvaluate: func(snap cgroup.Snapshot) {
 			p := FromSnapshot(snap, mon.Watchers())
-			p.Pods = pods.read(ctx, snap.Time)
+			p.Pods = pods.cached()
 			model.SetPressure(p)
 		},
 	})
@@ -157,6 +165,11 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		return fmt.Errorf("start the pressure monitor: %w", err)
 	}
 	defer mon.Close()
+	// The pods' cgroups (a thousand on a full node) are read when the
+	// per-pod view is asked for, at most every PodInterval, not at every
+	// evaluation: no one may be reading it.
+	model.SetPodsRefresh(func(rctx context.Context) { model.SetPods(pods.read(rctx, time.Now())) })
+	defer model.SetPodsRefresh(nil)
 	var how []string
 	for _, w := range mon.Watchers() {
 		d := fmt.Sprintf("%s by %s", w.Path, w.Mode)

@@ -64,6 +64,9 @@ type Model struct {
 	set    condition.Set
 	config *config.NodeConfigStatus
 	subs   map[chan Transition]struct{}
+	// changed is closed, and cleared, at the next change of gen; nil
+	// while no one waits.
+	changed chan struct{}
 
 	report      *capability.Report
 	pressure    *Pressure
@@ -72,6 +75,7 @@ type Model struct {
 	archives    *CheckpointArchives
 	profiles    *SeccompProfiles
 	shim        ShimHealth
+	podsRefresh func(ctx context.Context)
 }
 
 // New returns a Model whose Ready is Unknown until a condition is set:
@@ -114,7 +118,7 @@ func (m *Model) Set(conds ...condition.Condition) bool {
 			others = append(others, c)
 		}
 	}
-	m.gen++
+	m.bumpLocked()
 	prev, _ := m.set.Get(condition.TypeReady)
 	ready := condition.Summarize(condition.TypeReady, 0, others)
 	if m.set.Update(ready, now) {
@@ -233,6 +237,33 @@ func (m *Model) Since(t string) (time.Duration, bool) {
 		return 0, false
 	}
 	return m.clock.Since(c.LastTransitionTime.Time), true
+}
+
+// bumpLocked counts a visible change and wakes those waiting in Changed.
+// m.mu is held.
+func (m *Model) bumpLocked() {
+	m.gen++
+	if m.changed != nil {
+		close(m.changed)
+		m.changed = nil
+	}
+}
+
+// Changed returns a channel closed once the generation differs from gen:
+// at once when it already does. A long poll (GET /status?after=) waits on
+// it instead of reading the model over and over.
+func (m *Model) Changed(gen int64) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen != gen {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if m.changed == nil {
+		m.changed = make(chan struct{})
+	}
+	return m.changed
 }
 
 // Follow copies a source's conditions into the model now and after every
