@@ -80,17 +80,22 @@ const nodeshimImage = "localhost/nodeshim/nodeshim:test"
 
 // nodeshimImageTar writes the nodeshim image, the Dockerfile's run stage
 // without a registry: the static binary as /usr/bin/nodeshim, its
-// entrypoint. CRIU is not in it (the machine's CRIU is a dynamically
+// entrypoint, and the reporter's as /usr/bin/nodeshim-reporter. CRIU is not in it (the machine's CRIU is a dynamically
 // linked build with its own loader and libraries), so the test overlay
 // leaves checkpoints disabled, as the base configuration does.
-func nodeshimImageTar(t *testing.T, bin string) string {
+func nodeshimImageTar(t *testing.T, bin, reporterBin string) string {
 	t.Helper()
 	data, err := os.ReadFile(bin)
 	if err != nil {
 		t.Fatal(err)
 	}
+	reporterData, err := os.ReadFile(reporterBin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	path := filepath.Join(t.TempDir(), "nodeshim.oci.tar")
-	files := []runtimetest.ImageFile{{Name: "usr/bin/nodeshim", Mode: 0o755, Data: data}}
+	files := []runtimetest.ImageFile{{Name: "usr/bin/nodeshim", Mode: 0o755, Data: data},
+		{Name: "usr/bin/nodeshim-reporter", Mode: 0o755, Data: reporterData}}
 	if err := runtimetest.WriteImage(path, nodeshimImage, files, []string{"/usr/bin/nodeshim"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -197,7 +202,7 @@ spec:
 func TestDaemonSetOnRealNode(t *testing.T) {
 	c := cluster.Cluster(t)
 	bin, _ := buildStatic(t, "v0.0.0-cluster-test", "cluster")
-	tarPath := nodeshimImageTar(t, bin)
+	tarPath := nodeshimImageTar(t, bin, buildReporter(t, "v0.0.0-cluster-test", "cluster"))
 	if out, err := c.Containerd.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
 		t.Fatalf("ctr images import: %v: %s", err, out)
 	}
