@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
-	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/config/configstatus"
 )
 
 // Transition is one visible change of a condition.
@@ -34,7 +34,7 @@ type Document struct {
 	// Conditions are every source's conditions followed by Ready.
 	Conditions []condition.Condition `json:"conditions"`
 	// Config is the configuration lifecycle, when a controller reports it.
-	Config *config.NodeConfigStatus `json:"config,omitempty"`
+	Config *configstatus.NodeConfigStatus `json:"config,omitempty"`
 	// Report summarises the capability report once it is collected; GET
 	// /report serves it whole.
 	Report *ReportSummary `json:"report,omitempty"`
@@ -62,7 +62,7 @@ type Model struct {
 	mu     sync.Mutex
 	gen    int64
 	set    condition.Set
-	config *config.NodeConfigStatus
+	config *configstatus.NodeConfigStatus
 	subs   map[chan Transition]struct{}
 	// changed is closed, and cleared, at the next change of gen; nil
 	// while no one waits.
@@ -202,7 +202,7 @@ func (m *Model) Snapshot() Document {
 
 // SetConfig records the configuration lifecycle's status and its
 // ConfigHealthy condition.
-func (m *Model) SetConfig(s config.NodeConfigStatus) {
+func (m *Model) SetConfig(s configstatus.NodeConfigStatus) {
 	m.mu.Lock()
 	m.config = &s
 	m.mu.Unlock()
