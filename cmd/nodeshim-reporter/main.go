@@ -39,12 +39,15 @@ var (
 	commit  = "unknown"
 )
 
-// Memory defaults when the environment sets none: the reporter's heap is a
-// few MiB (one Node, one Lease, the shim's status), so it collects early
-// rather than growing to twice its live heap.
+// Memory defaults when the environment sets none: the reporter's live heap
+// is 2-5 MiB (one Node, one Lease, the shim's status, queued Events), so it
+// collects early rather than growing to twice its live heap, and the soft
+// limit keeps the start-up peak down (BENCHMARKS.md, footprint: peak VmRSS
+// 19.6 MiB with these, 20.2-20.6 with GOGC=50 and 24MiB). The DaemonSet sets
+// GOMEMLIMIT from the container's memory limit.
 const (
-	defaultGOGC       = 50
-	defaultMemLimitMB = 24
+	defaultGOGC       = 25
+	defaultMemLimitMB = 12
 )
 
 // Exit codes, as nodeshim's: 1 failure, 2 usage.
