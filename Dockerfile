@@ -1,9 +1,10 @@
 # syntax=docker/dockerfile:1
 #
-# nodeshim's image: one static binary on a minimal base, run as the shim
+# nodeshim's image: two static binaries on a minimal base, run as the shim
 # (`nodeshim serve`, as root in a privileged container) and as the reporter
-# (`nodeshim reporter`, as uid 65532) by deploy/daemonset.yaml, and CRIU
-# for the shim's checkpoints. See docs/deploy.md.
+# (`nodeshim-reporter`, its own small binary, as uid 65532) by
+# deploy/daemonset.yaml, and CRIU for the shim's checkpoints. See
+# docs/deploy.md.
 #
 #   docker build -t REGISTRY/nodeshim:TAG \
 #     --build-arg VERSION=$(git describe --tags --always --dirty) \
@@ -28,6 +29,9 @@ ARG COMMIT=unknown
 # deploy/static_test.go runs this same command (read from this file) and
 # checks that the result is static and that libseccomp works in it.
 RUN CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT} -linkmode external -extldflags -static" -o /out/nodeshim ./cmd/nodeshim
+# The reporter alone, pure Go: without the shim's code and client-go's
+# clientset it is a third of nodeshim's size (BENCHMARKS.md, footprint).
+RUN CGO_ENABLED=0 go build -trimpath -tags netgo,osusergo -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/nodeshim-reporter ./cmd/nodeshim-reporter
 
 # CRIU: Debian trixie's criu 4.1.1 (bookworm's 3.17 fails `criu check` on
 # kernels that map [vvar_vclock]) and the programs it runs: tar dumps and
@@ -59,5 +63,6 @@ RUN mkdir -p /out/usr/sbin /out/usr/bin /out/bin /out/lib64 /out/usr/lib/x86_64-
 # reporter's uid.
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/nodeshim /usr/bin/nodeshim
+COPY --from=build /out/nodeshim-reporter /usr/bin/nodeshim-reporter
 COPY --from=criu /out/ /
 ENTRYPOINT ["/usr/bin/nodeshim"]

@@ -92,9 +92,10 @@ test-apt-deps:
 go-deps:
 	$(GO) mod download
 
-## build: build bin/nodeshim
+## build: build bin/nodeshim and bin/nodeshim-reporter
 build: deps
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeshim
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-reporter ./cmd/nodeshim-reporter
 
 ## run: build and run the main job on the embedded default configuration
 run: build $(RUN_DEPS)

@@ -85,18 +85,19 @@ const nodeshimImage = "localhost/nodeshim/nodeshim:test"
 
 // nodeshimImageTar writes the nodeshim image, the Dockerfile's run stage
 // without a registry (imageFiles: the static binary as /usr/bin/nodeshim,
-// its entrypoint, and CRIU with its libraries and loader from criuRoot),
-// and logs its size and that of the same image without CRIU.
-func nodeshimImageTar(t *testing.T, bin, criuRoot string) string {
+// its entrypoint, the reporter's binary reporterBin, and CRIU with its
+// libraries and loader from criuRoot), and logs its size and that of the
+// same image without CRIU.
+func nodeshimImageTar(t *testing.T, bin, reporterBin, criuRoot string) string {
 	t.Helper()
-	files := imageFiles(t, bin, criuRoot)
+	files := imageFiles(t, bin, reporterBin, criuRoot)
 	dir := t.TempDir()
 	path := filepath.Join(dir, "nodeshim.oci.tar")
 	if err := runtimetest.WriteImage(path, nodeshimImage, files, []string{"/usr/bin/nodeshim"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	bare := filepath.Join(dir, "bare.oci.tar")
-	if err := runtimetest.WriteImage(bare, nodeshimImage, files[:1], []string{"/usr/bin/nodeshim"}, nil); err != nil {
+	if err := runtimetest.WriteImage(bare, nodeshimImage, files[:2], []string{"/usr/bin/nodeshim"}, nil); err != nil {
 		t.Fatal(err)
 	}
 	size := func(p string) string {
@@ -238,7 +239,7 @@ func TestDaemonSetOnRealNode(t *testing.T) {
 	c := cluster.Cluster(t)
 	root := criuRoot(t)
 	bin, _ := buildStatic(t, "v0.0.0-cluster-test", "cluster")
-	tarPath := nodeshimImageTar(t, bin, root)
+	tarPath := nodeshimImageTar(t, bin, buildReporter(t, "v0.0.0-cluster-test", "cluster"), root)
 	if out, err := c.Containerd.Ctr("images", "import", tarPath).CombinedOutput(); err != nil {
 		t.Fatalf("ctr images import: %v: %s", err, out)
 	}

@@ -449,11 +449,11 @@ func TestReporterContainer(t *testing.T) {
 		sc.SeccompProfile != nil && sc.SeccompProfile.Type == corev1.SeccompProfileTypeRuntimeDefault)
 	check("procMount is set", sc.ProcMount == nil)
 
-	if r.Args[0] != "reporter" {
-		t.Errorf("reporter runs %q, want reporter", r.Args[0])
+	if !slices.Equal(r.Command, []string{"/usr/bin/nodeshim-reporter"}) {
+		t.Errorf("reporter runs %q, want the image's /usr/bin/nodeshim-reporter", r.Command)
 	}
 	var socket string
-	for _, a := range r.Args[1:] {
+	for _, a := range r.Args {
 		if v, ok := strings.CutPrefix(a, "--socket="); ok {
 			socket = v
 		}

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -34,6 +35,7 @@ var (
 	footprintIdle     = flag.Duration("footprint.idle", 30*time.Second, "BenchmarkFootprint: idle window")
 	footprintPressure = flag.Duration("footprint.pressure", 20*time.Second, "BenchmarkFootprint: pressure episode window")
 	footprintPods     = flag.Int("footprint.pods", 1000, "BenchmarkFootprint: pod cgroups in the kubepods tree")
+	footprintBaseline = flag.String("footprint.baseline", "", "BenchmarkFootprint: a nodeshim binary to measure side by side (serve-base and its `nodeshim reporter`, reporter-base), e.g. main's")
 )
 
 // Targets of the issue.
@@ -398,8 +400,9 @@ func shimConfigDir(b *testing.B) string {
 
 // BenchmarkFootprint runs the real `nodeshim serve` (built with the
 // Dockerfile's static build command, configured by deploy's ConfigMap) on a
-// node with -footprint.pods pod cgroups, with the real `nodeshim reporter`
-// reading it every second and publishing to a real kube-apiserver
+// node with -footprint.pods pod cgroups, with the real reporter (the
+// image's nodeshim-reporter, built with the Dockerfile's command) long
+// polling it and publishing to a real kube-apiserver
 // (internal/kubetest) as deploy/'s ServiceAccount, beside `nodeshim
 // pressure --watch` (the cgroup and PSI monitor, which polls kubepods' PSI
 // totals here since triggers are refused) and, as the floor, a Go program
@@ -411,7 +414,9 @@ func shimConfigDir(b *testing.B) string {
 // 30 s, and a pressure episode (two CPU-bound loops and a thrasher faulting
 // random pages of a 256 MiB file under a 64 MiB memory limit, in a pod's
 // cgroup; the kubepods PSI totals prove it happened). The reporter's API
-// writes are read from its own counters.
+// writes are read from its own counters. With -footprint.baseline, another
+// build's `serve` and `reporter` (main's, say) run beside them, measured
+// the same way.
 // Run it with `make bench-footprint`; results go to BENCHMARKS.md (footprint).
 func BenchmarkFootprint(b *testing.B) {
 	testutil.RequireRoot(b)
@@ -439,6 +444,7 @@ func BenchmarkFootprint(b *testing.B) {
 	if out, err := build.CombinedOutput(); err != nil {
 		b.Fatalf("build nodeshim: %v\n%s", err, out)
 	}
+	reporterBin := buildReporter(b, "footprint", "bench")
 	baseSrc := filepath.Join(work, "baseline.go")
 	if err := os.WriteFile(baseSrc, []byte(`package main
 
@@ -490,8 +496,10 @@ func main() {
 	if err := kubetest.Apply(ctx0, cluster.AdminConfig(), rbac); err != nil {
 		b.Fatal(err)
 	}
-	if _, err := cluster.AdminClient(b).CoreV1().Nodes().Create(ctx0, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: footprintNode}}, metav1.CreateOptions{}); err != nil {
-		b.Fatal(err)
+	for _, node := range []string{footprintNode, footprintBaseNode} {
+		if _, err := cluster.AdminClient(b).CoreV1().Nodes().Create(ctx0, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: node}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
 	}
 	reporterKubeconfig := cluster.Kubeconfig(b, "reporter", cluster.ServiceAccountConfig(b, namespace, "nodeshim-reporter"))
 	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
@@ -500,11 +508,15 @@ func main() {
 	}
 	metricsAddr := metricsLn.Addr().String()
 	metricsLn.Close()
+	names := []string{"serve", "reporter", "pressure-watch", "baseline-go"}
+	if *footprintBaseline != "" {
+		names = append(names, "serve-base", "reporter-base")
+	}
 
 	// One v1 memory cgroup per process on a hybrid hierarchy.
 	memcgs := map[string]string{}
 	if _, err := os.Stat(filepath.Join(v1Memory, "memory.limit_in_bytes")); err == nil {
-		for _, n := range []string{"serve", "reporter", "pressure-watch", "baseline-go"} {
+		for _, n := range names {
 			d := filepath.Join(v1Memory, fmt.Sprintf("nodeshim-footprint-%d-%s", os.Getpid(), n))
 			if err := os.Mkdir(d, 0o755); err != nil {
 				b.Fatal(err)
@@ -515,7 +527,10 @@ func main() {
 	}
 	root := filepath.Join(work, "root")
 	socket := filepath.Join(root, "nodeshim.sock")
-	logs := map[string]*bytes.Buffer{"serve": {}, "reporter": {}, "pressure-watch": {}, "baseline-go": {}}
+	logs := map[string]*bytes.Buffer{}
+	for _, n := range names {
+		logs[n] = &bytes.Buffer{}
+	}
 	cmds := map[string]*exec.Cmd{
 		"serve": startIn(b, parent, memcgs["serve"], logs["serve"], bin, "serve", "--root-dir="+root,
 			"--lock-file="+filepath.Join(work, "nodeshim.lock"), "--config-source="+shimConfigDir(b), "--host-root=/"),
@@ -523,10 +538,25 @@ func main() {
 		"baseline-go":    startIn(b, parent, memcgs["baseline-go"], logs["baseline-go"], baseBin),
 		// As root here: the shim's socket admits root only until the shim
 		// can be configured to admit the reporter's uid.
-		"reporter": startIn(b, parent, memcgs["reporter"], logs["reporter"], bin, "reporter", "--kubeconfig="+reporterKubeconfig,
+		"reporter": startIn(b, parent, memcgs["reporter"], logs["reporter"], reporterBin, "--kubeconfig="+reporterKubeconfig,
 			"--node-name="+footprintNode, "--namespace="+namespace, "--socket="+socket, "--metrics-addr="+metricsAddr),
 	}
-	names := []string{"serve", "reporter", "pressure-watch", "baseline-go"}
+	var baseMetrics string
+	if base := *footprintBaseline; base != "" {
+		// The same shim and reporter from another build, beside this one:
+		// its own root, lock and Node, a metrics port of its own.
+		baseRoot := filepath.Join(work, "root-base")
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			b.Fatal(err)
+		}
+		baseMetrics = ln.Addr().String()
+		ln.Close()
+		cmds["serve-base"] = startIn(b, parent, memcgs["serve-base"], logs["serve-base"], base, "serve", "--root-dir="+baseRoot,
+			"--lock-file="+filepath.Join(work, "nodeshim-base.lock"), "--config-source="+shimConfigDir(b), "--host-root=/")
+		cmds["reporter-base"] = startIn(b, parent, memcgs["reporter-base"], logs["reporter-base"], base, "reporter", "--kubeconfig="+reporterKubeconfig,
+			"--node-name="+footprintBaseNode, "--namespace="+namespace, "--socket="+filepath.Join(baseRoot, "nodeshim.sock"), "--metrics-addr="+baseMetrics)
+	}
 	procs := map[string]*measured{}
 	for _, n := range names {
 		procs[n] = &measured{name: n, pid: cmds[n].Process.Pid, memcg: memcgs[n]}
@@ -586,7 +616,11 @@ func main() {
 	defer stopSampling()
 
 	time.Sleep(*footprintWarmup)
+	var baseWrites0, baseWrites1 float64
 	writes0 := apiWrites(b, metricsAddr)
+	if baseMetrics != "" {
+		baseWrites0 = apiWrites(b, baseMetrics)
+	}
 	idleFrom := map[string]int{}
 	for _, n := range names {
 		procs[n].sample()
@@ -594,6 +628,9 @@ func main() {
 	}
 	time.Sleep(*footprintIdle)
 	writes1 := apiWrites(b, metricsAddr)
+	if baseMetrics != "" {
+		baseWrites1 = apiWrites(b, baseMetrics)
+	}
 
 	// Pressure episode.
 	kp := filepath.Join(parent, "kubepods.slice")
@@ -720,6 +757,19 @@ func main() {
 	idleWrites := writes1 - writes0
 	idleWritesPer10s := idleWrites / footprintIdle.Seconds() * 10
 	b.Logf("reporter API writes: %.0f in the idle window (%.2f per 10 s), %.0f during the pressure episode", idleWrites, idleWritesPer10s, writes2-writes1)
+	if baseMetrics != "" {
+		b.Logf("reporter-base API writes: %.0f in the idle window (%.2f per 10 s)", baseWrites1-baseWrites0, (baseWrites1-baseWrites0)/footprintIdle.Seconds()*10)
+	}
+	if m, err := scrape(metricsAddr); err == nil {
+		var kinds []string
+		for k, v := range m {
+			if strings.HasPrefix(k, "nodeshim_reporter_api_writes_total") || strings.HasPrefix(k, "nodeshim_reporter_shim_reads_total") {
+				kinds = append(kinds, fmt.Sprintf("%s=%.0f", k, v))
+			}
+		}
+		slices.Sort(kinds)
+		b.Logf("reporter counters at the end: %s", strings.Join(kinds, " "))
+	}
 	b.Logf("pressure episode, some-stall ms: node cpu %.0f, node memory %.0f, kubepods cpu %.0f, kubepods memory %.0f",
 		psiDelta[0], psiDelta[1], psiDelta[2], psiDelta[3])
 	b.Logf("%-15s %12s %12s %12s %12s %12s %14s %14s %10s %12s %12s", "process", "idle RSS", "(anon)", "(file)", "idle max", "idle CPU", "pressure RSS", "pressure CPU", "VmHWM", "memcg WS", "WS max")
@@ -783,8 +833,12 @@ func kernelRelease() string {
 	return s.String()
 }
 
-// footprintNode is the Node the reporter reports on.
-const footprintNode = "node-a"
+// footprintNode is the Node the reporter reports on, footprintBaseNode
+// the one of the reporter of -footprint.baseline.
+const (
+	footprintNode     = "node-a"
+	footprintBaseNode = "node-b"
+)
 
 // scrape reads a Prometheus text exposition and returns each sample's
 // value by its name and labels as written.

@@ -123,16 +123,20 @@ func criuImageFiles(t *testing.T, root string) []runtimetest.ImageFile {
 }
 
 // imageFiles are the nodeshim image's files, as the Dockerfile's run stage
-// assembles them: first the static binary bin as /usr/bin/nodeshim (the
-// entrypoint) and CRIU from root. A file the image gains is added here and
-// in the Dockerfile.
-func imageFiles(t *testing.T, bin, root string) []runtimetest.ImageFile {
+// assembles them: the static binary bin as /usr/bin/nodeshim (the
+// entrypoint), the reporter's binary reporterBin as
+// /usr/bin/nodeshim-reporter, and CRIU from root. A file the image gains is
+// added here and in the Dockerfile.
+func imageFiles(t *testing.T, bin, reporterBin, root string) []runtimetest.ImageFile {
 	t.Helper()
-	data, err := os.ReadFile(bin)
-	if err != nil {
-		t.Fatal(err)
+	var files []runtimetest.ImageFile
+	for _, f := range []struct{ name, path string }{{"usr/bin/nodeshim", bin}, {"usr/bin/nodeshim-reporter", reporterBin}} {
+		data, err := os.ReadFile(f.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, runtimetest.ImageFile{Name: f.name, Mode: 0o755, Data: data})
 	}
-	files := []runtimetest.ImageFile{{Name: "usr/bin/nodeshim", Mode: 0o755, Data: data}}
 	return append(files, criuImageFiles(t, root)...)
 }
 

@@ -14,9 +14,15 @@ import (
 )
 
 // dockerBuild returns the environment assignments and the arguments of the
-// `go build` command in the Dockerfile's build stage, with ${VERSION} and
-// ${COMMIT} expanded to the given values.
+// `go build` command of ./cmd/nodeshim in the Dockerfile's build stage, with
+// ${VERSION} and ${COMMIT} expanded to the given values.
 func dockerBuild(dockerfile string, vars map[string]string) (env, args []string, err error) {
+	return dockerBuildOf(dockerfile, vars, "./cmd/nodeshim")
+}
+
+// dockerBuildOf is dockerBuild for the `go build` command whose last
+// argument is pkg.
+func dockerBuildOf(dockerfile string, vars map[string]string, pkg string) (env, args []string, err error) {
 	data, err := os.ReadFile(dockerfile)
 	if err != nil {
 		return nil, nil, err
@@ -32,6 +38,9 @@ func dockerBuild(dockerfile string, vars map[string]string) (env, args []string,
 		if err != nil {
 			return nil, nil, err
 		}
+		if len(words) == 0 || words[len(words)-1] != pkg {
+			continue
+		}
 		for i, w := range words {
 			if w == "go" {
 				if i+1 >= len(words) || words[i+1] != "build" {
@@ -44,7 +53,7 @@ func dockerBuild(dockerfile string, vars map[string]string) (env, args []string,
 			}
 		}
 	}
-	return nil, nil, errors.New("no RUN ... go build in " + dockerfile)
+	return nil, nil, errors.New("no RUN ... go build ... " + pkg + " in " + dockerfile)
 }
 
 // shellWords splits a command line on blanks, honouring double and single
@@ -105,6 +114,28 @@ func TestShellWords(t *testing.T) {
 	if _, err := shellWords(`"open`); err == nil {
 		t.Error("an unterminated quote was accepted")
 	}
+}
+
+// buildReporter runs the Dockerfile's build command of nodeshim-reporter
+// here (pure Go) and returns the binary's path.
+func buildReporter(tb testing.TB, version, commit string) string {
+	tb.Helper()
+	env, args, err := dockerBuildOf("../Dockerfile", map[string]string{"VERSION": version, "COMMIT": commit}, "./cmd/nodeshim-reporter")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	bin := filepath.Join(tb.TempDir(), "nodeshim-reporter")
+	for i, a := range args {
+		if a == "-o" && i+1 < len(args) {
+			args[i+1] = bin
+		}
+	}
+	build := exec.Command("go", append([]string{"build"}, args...)...)
+	build.Dir, build.Env = "..", append(os.Environ(), env...)
+	if out, err := build.CombinedOutput(); err != nil {
+		tb.Fatalf("go build %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return bin
 }
 
 // buildStatic runs the Dockerfile's build command here with VERSION and
@@ -196,8 +227,9 @@ func TestStaticBuild(t *testing.T) {
 	}
 }
 
-// TestContainerArgsParse runs the real nodeshim with each container's
-// arguments from daemonset.yaml plus --help: cobra parses every flag
+// TestContainerArgsParse runs the real nodeshim (nodeshim-reporter for the
+// container that runs it) with each container's arguments from
+// daemonset.yaml plus --help: cobra (or package flag) parses every flag
 // before it prints the help, so an argument the binary does not know (a
 // renamed flag, a typo) fails here rather than in a crash-looping pod.
 func TestContainerArgsParse(t *testing.T) {
@@ -208,10 +240,24 @@ func TestContainerArgsParse(t *testing.T) {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
+	// The image's second binary, the reporter's own (see the Dockerfile).
+	reporterBin := filepath.Join(t.TempDir(), "nodeshim-reporter")
+	build = exec.Command(goBin, "build", "-o", reporterBin, "./cmd/nodeshim-reporter")
+	build.Dir = ".."
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
 	containers := slices.Concat(daemonSet(t).Spec.Template.Spec.Containers,
 		deployment(t).Spec.Template.Spec.Containers)
 	for _, c := range containers {
 		t.Run(c.Name, func(t *testing.T) {
+			if slices.Equal(c.Command, []string{"/usr/bin/nodeshim-reporter"}) {
+				out, err := exec.Command(reporterBin, append(slices.Clone(c.Args), "--help")...).CombinedOutput()
+				if err != nil || !strings.Contains(string(out), "Usage: nodeshim-reporter") {
+					t.Fatalf("nodeshim-reporter %s --help: %v\n%s", strings.Join(c.Args, " "), err, out)
+				}
+				return
+			}
 			if len(c.Command) != 0 {
 				t.Fatalf("container %s overrides the image's entrypoint with %v", c.Name, c.Command)
 			}

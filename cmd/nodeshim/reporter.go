@@ -12,12 +12,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 func newReporterCommand() *cobra.Command {
@@ -62,9 +62,9 @@ ServiceAccount token).`,
 				return err
 			}
 			cfg.UserAgent = "nodeshim-reporter/" + version
-			cs, err := kubernetes.NewForConfig(cfg)
+			cs, err := kubeapi.ForConfig(cfg)
 			if err != nil {
-				return fmt.Errorf("kubernetes client: %w", err)
+				return err
 			}
 			shim := reporter.NewSocketClient(socket)
 			defer shim.Close()
@@ -96,7 +96,7 @@ ServiceAccount token).`,
 	f.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file; the in-cluster configuration when empty")
 	f.StringVar(&socket, "socket", filepath.Join("/var/lib/nodeshim", api.SocketName), "the shim's node API socket")
 	f.StringVar(&metricsAddr, "metrics-addr", ":9808", "address to serve Prometheus metrics on")
-	f.DurationVar(&opts.PollInterval, "poll-interval", reporter.DefaultPollInterval, "how often to read the shim's status")
+	f.DurationVar(&opts.PollInterval, "poll-interval", reporter.DefaultPollInterval, "how often to read the shim's status when it cannot be long polled")
 	f.DurationVar(&opts.RenewInterval, "lease-renew-interval", reporter.DefaultRenewInterval, "how often to renew the heartbeat Lease (before jitter)")
 	f.DurationVar(&opts.ResyncPeriod, "resync-period", reporter.DefaultResyncPeriod, "longest time between two status patches when nothing changes")
 	return cmd

@@ -58,7 +58,10 @@ type e2e struct {
 	metrics  string
 }
 
-func startE2E(t testing.TB) *e2e {
+// startE2E runs nodeshim serve and a reporter against a real API server:
+// with thin, the nodeshim-reporter binary built as the image ships it
+// (stripped); otherwise `nodeshim reporter`.
+func startE2E(t testing.TB, thin bool) *e2e {
 	testutil.RequireRoot(t)
 	gobin := testutil.RequireBinary(t, "go")
 	c := kubetest.Start(t)
@@ -66,6 +69,16 @@ func startE2E(t testing.TB) *e2e {
 	bin := filepath.Join(dir, "nodeshim")
 	if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
 		t.Fatalf("build: %v\n%s", err, out)
+	}
+	reporterCmd := []string{bin, "reporter"}
+	if thin {
+		rbin := filepath.Join(dir, "nodeshim-reporter")
+		build := exec.Command(gobin, "build", "-trimpath", "-ldflags=-s -w", "-o", rbin, "../nodeshim-reporter")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("build nodeshim-reporter: %v\n%s", err, out)
+		}
+		reporterCmd = []string{rbin}
 	}
 	rbac, err := deploy.ReporterAccess()
 	if err != nil {
@@ -99,8 +112,8 @@ func startE2E(t testing.TB) *e2e {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e.reporter = exec.Command(bin, "reporter", "--node-name", e.node, "--namespace", "nodeshim",
-		"--kubeconfig", kubeconfig, "--socket", filepath.Join(root, "nodeshim.sock"), "--metrics-addr", e.metrics)
+	e.reporter = exec.Command(reporterCmd[0], append(reporterCmd[1:], "--node-name", e.node, "--namespace", "nodeshim",
+		"--kubeconfig", kubeconfig, "--socket", filepath.Join(root, "nodeshim.sock"), "--metrics-addr", e.metrics)...)
 	e.reporter.Stdout, e.reporter.Stderr = logf, logf
 	e.reporter.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := e.reporter.Start(); err != nil {
@@ -176,7 +189,15 @@ func hasCondition(n *corev1.Node, typ corev1.NodeConditionType) bool {
 // the Node, the Lease and the metrics endpoint with the shim's metrics
 // relayed.
 func TestReporterEndToEnd(t *testing.T) {
-	e := startE2E(t)
+	for _, thin := range []bool{true, false} {
+		t.Run(map[bool]string{true: "nodeshim-reporter", false: "nodeshim reporter"}[thin], func(t *testing.T) {
+			testReporterEndToEnd(t, thin)
+		})
+	}
+}
+
+func testReporterEndToEnd(t *testing.T, thin bool) {
+	e := startE2E(t, thin)
 	n := e.waitNode(t, func(n *corev1.Node) bool {
 		return hasCondition(n, reporter.TypeNodeShimReady) && hasCondition(n, "NodeShimConfigHealthy") &&
 			n.Annotations[reporter.AnnotationDigest] != ""
@@ -221,11 +242,18 @@ func vmRSS(pid int, field string) (float64, error) {
 	return 0, fmt.Errorf("no %s in /proc/%d/status", field, pid)
 }
 
-// BenchmarkReporterFootprint measures the real reporter binary idle against
-// a real API server: its RSS (current and peak) and its API writes per 10 s
-// over NODESHIM_FOOTPRINT_WINDOW (default 60s) of wall-clock time after the
-// first publish. One iteration is one window, whatever b.N is.
+// BenchmarkReporterFootprint measures the real reporter idle against a real
+// API server, the nodeshim-reporter binary (stripped, as the image ships
+// it) and `nodeshim reporter` one after the other: its RSS (current and
+// peak) and its API writes per 10 s over NODESHIM_FOOTPRINT_WINDOW (default
+// 60s) of wall-clock time after the first publish. One iteration is one
+// window, whatever b.N is.
 func BenchmarkReporterFootprint(b *testing.B) {
+	b.Run("nodeshim-reporter", func(b *testing.B) { benchmarkReporterFootprint(b, true) })
+	b.Run("nodeshim_reporter", func(b *testing.B) { benchmarkReporterFootprint(b, false) })
+}
+
+func benchmarkReporterFootprint(b *testing.B, thin bool) {
 	window := time.Minute
 	if v := os.Getenv("NODESHIM_FOOTPRINT_WINDOW"); v != "" {
 		d, err := time.ParseDuration(v)
@@ -234,7 +262,7 @@ func BenchmarkReporterFootprint(b *testing.B) {
 		}
 		window = d
 	}
-	e := startE2E(b)
+	e := startE2E(b, thin)
 	e.waitNode(b, func(n *corev1.Node) bool { return n.Annotations[reporter.AnnotationDigest] != "" })
 	// The shim's sources settle in the first seconds: measure "nothing
 	// changes" from the first 5 s without a status write.

@@ -54,6 +54,7 @@ import (
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/controller"
 	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 // Where deploy/ puts the reporter and the controller.
@@ -413,7 +414,10 @@ func (h *harness) runNodeshim(ctx context.Context) ([]Phase, error) {
 	for i, name := range h.nodes {
 		shims[i] = NewShim(h.cfg.Report)
 		r, err := reporter.New(reporter.Options{
-			NodeName: name, Namespace: reporterNamespace, Client: rcs[i], Shim: shims[i],
+			// The reporter's own narrow client (kubeapi) over this node's
+			// REST clients, as nodeshim-reporter builds it from a config.
+			NodeName: name, Namespace: reporterNamespace, Shim: shims[i],
+			Client:  kubeapi.New(rcs[i].CoreV1().RESTClient(), rcs[i].CoordinationV1().RESTClient()),
 			Version: "fleet", Logger: h.logger, Metrics: rm,
 		})
 		if err != nil {

@@ -19,6 +19,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -46,6 +47,29 @@ type Source interface {
 	Report() *capability.Report
 }
 
+// PodsRefresher is a Source that reads the pods' cgroups on demand: the
+// API calls RefreshPods before serving the per-pod view. status.Model is one.
+type PodsRefresher interface {
+	RefreshPods(ctx context.Context)
+}
+
+// Waiter is a Source whose generation can be waited on: with it, GET
+// /status?after=GENERATION is a long poll. status.Model is one.
+type Waiter interface {
+	// Changed returns a channel closed once the generation differs from gen.
+	Changed(gen int64) <-chan struct{}
+}
+
+// Long polls: GET /status?after=GENERATION answers once the generation
+// differs from GENERATION, or after wait=SECONDS (DefaultStatusWait when
+// absent, at most MaxStatusWait) with the unchanged document. The
+// generation counts every visible change but the pressure monitor's
+// values, which change at every reading.
+const (
+	DefaultStatusWait = 30 * time.Second
+	MaxStatusWait     = 5 * time.Minute
+)
+
 // Checkpointer takes container checkpoints for POST /checkpoint.
 type Checkpointer interface {
 	Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error)
@@ -71,6 +95,10 @@ type Options struct {
 	// ReportRefreshInterval is the least time between two refreshes;
 	// DefaultReportRefreshInterval when zero.
 	ReportRefreshInterval time.Duration
+	// Stop, when closed, ends every long poll at once with the current
+	// document: close it when the server shuts down, so that
+	// http.Server.Shutdown does not wait for them.
+	Stop <-chan struct{}
 }
 
 // DefaultReportRefreshInterval bounds how often GET /report?refresh=true
@@ -185,6 +213,30 @@ func NewHandler(src Source, opts Options) http.Handler {
 	read := http.NewServeMux()
 	read.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		d := src.Snapshot()
+		if q := r.URL.Query(); q.Has("after") {
+			after, wait, err := longPoll(q)
+			if err != nil {
+				writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+				return
+			}
+			if wt, ok := src.(Waiter); ok && d.Generation == after {
+				t := time.NewTimer(wait)
+				select {
+				case <-wt.Changed(after):
+				case <-t.C:
+				case <-r.Context().Done():
+				case <-opts.Stop:
+				}
+				t.Stop()
+				d = src.Snapshot()
+			}
+		}
+		if v := r.URL.Query().Get("pods"); v == "true" || v == "1" {
+			if pr, ok := src.(PodsRefresher); ok {
+				pr.RefreshPods(r.Context())
+				d = src.Snapshot()
+			}
+		}
 		if q := r.URL.Query().Get("conditions"); q != "" {
 			want := strings.Split(q, ",")
 			var keep []condition.Condition
@@ -204,6 +256,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 		writeJSON(w, http.StatusOK, d)
 	})
 	read.HandleFunc("GET /pods", func(w http.ResponseWriter, r *http.Request) {
+		if pr, ok := src.(PodsRefresher); ok {
+			pr.RefreshPods(r.Context())
+		}
 		d := src.Snapshot()
 		if d.Pressure == nil || d.Pressure.Pods == nil {
 			writeJSON(w, http.StatusServiceUnavailable, map[string]string{"error": "the pressure monitor has not read the pods' cgroups"})
@@ -256,6 +311,23 @@ func NewHandler(src Source, opts Options) http.Handler {
 		serveCheckpoint(w, r, opts)
 	})
 	return authorize(read, full, opts)
+}
+
+// longPoll parses the after= and wait= parameters of GET /status.
+func longPoll(q url.Values) (after int64, wait time.Duration, err error) {
+	after, err = strconv.ParseInt(q.Get("after"), 10, 64)
+	if err != nil {
+		return 0, 0, fmt.Errorf("after=%q: not a generation", q.Get("after"))
+	}
+	wait = DefaultStatusWait
+	if v := q.Get("wait"); v != "" {
+		n, err := strconv.ParseUint(v, 10, 32)
+		if err != nil {
+			return 0, 0, fmt.Errorf("wait=%q: not a number of seconds", v)
+		}
+		wait = min(time.Duration(n)*time.Second, MaxStatusWait)
+	}
+	return after, wait, nil
 }
 
 // serveCheckpoint follows kubelet's checkpoint handler

@@ -114,6 +114,23 @@ func (c *Client) Status(ctx context.Context) (status.Document, error) {
 	return d, err
 }
 
+// StatusAfter reads GET /status?after=gen&wait=: a long poll that the
+// shim answers once its generation differs from gen, or after wait with
+// the unchanged document. A shim without long polls answers at once. The
+// context must allow for wait.
+func (c *Client) StatusAfter(ctx context.Context, gen int64, wait time.Duration) (status.Document, error) {
+	var d status.Document
+	err := c.GetJSON(ctx, StatusAfterPath(gen, wait), &d)
+	return d, err
+}
+
+// StatusAfterPath is the path of a long poll of the status: after gen, for
+// wait rounded up to whole seconds.
+func StatusAfterPath(gen int64, wait time.Duration) string {
+	return "/status?after=" + strconv.FormatInt(gen, 10) +
+		"&wait=" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
+}
+
 // Checkpoint asks the shim to checkpoint a container, as kubelet's
 // checkpoint API does, and returns the archive's path on the node. A
 // timeout of 0 leaves the shim's default.

@@ -124,3 +124,38 @@ func isNotFound(err error) bool {
 	var se *StatusError
 	return errors.As(err, &se) && se.Code == http.StatusNotFound
 }
+
+func TestStatusAfter(t *testing.T) {
+	testutil.RequireRoot(t)
+	model := status.New(nil)
+	c := New(serve(t, model, api.Options{}))
+	defer c.Close()
+	gen := model.Snapshot().Generation
+	// Unchanged: the shim answers when the wait ends.
+	d, err := c.StatusAfter(t.Context(), gen, 0)
+	if err != nil || d.Generation != gen {
+		t.Fatalf("StatusAfter(%d, 0) = generation %d, %v; want %d", gen, d.Generation, err, gen)
+	}
+	// A change ends the wait.
+	go model.Set(condition.Condition{Type: "NetworkReady", Status: condition.True, Reason: "LinksUp"})
+	d, err = c.StatusAfter(t.Context(), gen, time.Hour)
+	if err != nil || d.Generation <= gen {
+		t.Fatalf("StatusAfter(%d) = generation %d, %v; want a later one", gen, d.Generation, err)
+	}
+}
+
+func TestStatusAfterPath(t *testing.T) {
+	for _, tc := range []struct {
+		gen  int64
+		wait time.Duration
+		want string
+	}{
+		{0, 0, "/status?after=0&wait=0"},
+		{7, 30 * time.Second, "/status?after=7&wait=30"},
+		{7, 1500 * time.Millisecond, "/status?after=7&wait=2"},
+	} {
+		if got := StatusAfterPath(tc.gen, tc.wait); got != tc.want {
+			t.Errorf("StatusAfterPath(%d, %v) = %s, want %s", tc.gen, tc.wait, got, tc.want)
+		}
+	}
+}

@@ -11,34 +11,22 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/clock"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/shim/config/configstatus"
 )
 
 // NodeConfigStatus reports the configuration lifecycle in the shape of
-// Kubernetes' NodeConfigStatus. A nil reference means the local defaults.
-type NodeConfigStatus struct {
-	// Assigned is the payload most recently recorded from the source.
-	Assigned *SourceRef `json:"assigned,omitempty"`
-	// Active is the payload in use.
-	Active *SourceRef `json:"active,omitempty"`
-	// LastKnownGood is the payload rolled back to when Assigned fails.
-	LastKnownGood *SourceRef `json:"lastKnownGood,omitempty"`
-	// Error is a human-readable message; it is empty when all is well.
-	// Machines check only whether it is empty.
-	Error string `json:"error,omitempty"`
-	// SoakingUntil is when Assigned becomes last-known-good if it stays
-	// active; nil when no payload is on trial.
-	SoakingUntil *metav1.Time `json:"soakingUntil,omitempty"`
-}
+// Kubernetes' NodeConfigStatus (defined in configstatus, which the status
+// document's readers link without this package).
+type NodeConfigStatus = configstatus.NodeConfigStatus
 
 // Condition types and reasons reported by the lifecycle.
 const (
-	ConditionConfigHealthy = "ConfigHealthy"
+	ConditionConfigHealthy = configstatus.ConditionConfigHealthy
 
-	ReasonConfigActive      = "ConfigActive"
-	ReasonConfigTrial       = "ConfigOnTrial"
-	ReasonConfigRolledBack  = "ConfigRolledBack"
-	ReasonConfigSourceError = "ConfigSourceError"
+	ReasonConfigActive      = configstatus.ReasonConfigActive
+	ReasonConfigTrial       = configstatus.ReasonConfigTrial
+	ReasonConfigRolledBack  = configstatus.ReasonConfigRolledBack
+	ReasonConfigSourceError = configstatus.ReasonConfigSourceError
 )
 
 // RetryableError marks a failure before a payload could be tried (reading
@@ -355,37 +343,6 @@ func (c *Controller) Active() ShimConfiguration {
 		return c.active
 	}
 	return cp
-}
-
-// Condition summarises the lifecycle as the ConfigHealthy condition: False
-// with Error after a rollback, False with Warning after a source error, and
-// True otherwise. A new payload on trial is True too, with reason
-// ConfigOnTrial and its step ("2 of 3") and soak deadline in the message:
-// soaking is normal operation and must not make the node unready.
-func (s NodeConfigStatus) Condition() condition.Condition {
-	c := condition.Condition{Type: ConditionConfigHealthy}
-	switch {
-	case s.Error != "" && (s.Assigned == nil || s.Active == nil || s.Active.UID != s.Assigned.UID):
-		c.Status, c.Severity, c.Reason, c.Message = condition.False, condition.SeverityError, ReasonConfigRolledBack, s.Error
-	case s.Error != "":
-		c.Status, c.Severity, c.Reason, c.Message = condition.False, condition.SeverityWarning, ReasonConfigSourceError, s.Error
-	case s.Assigned != nil && (s.LastKnownGood == nil || s.LastKnownGood.UID != s.Assigned.UID):
-		until := "its soak period ends"
-		if s.SoakingUntil != nil {
-			until = s.SoakingUntil.UTC().Format(time.RFC3339)
-		}
-		c.Status, c.Reason = condition.True, ReasonConfigTrial
-		c.Message = fmt.Sprintf("config %s active and on trial until %s (step 2 of 3: assigned, active, last-known-good)",
-			short(s.Assigned.UID), until)
-	default:
-		c.Status, c.Reason = condition.True, ReasonConfigActive
-		if s.Active == nil {
-			c.Message = "local defaults"
-		} else {
-			c.Message = "config " + short(s.Active.UID)
-		}
-	}
-	return c
 }
 
 // Changed returns a channel that is closed at the next Sync, whatever its

@@ -9,20 +9,13 @@ import (
 	"regexp"
 	"strings"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
+	"github.com/nodeshim/nodeshim/shim/config/configstatus"
 )
 
 // SourceRef names one configuration payload, kept on disk as a snapshot
-// under its UID.
-type SourceRef struct {
-	// UID is the payload's content hash (Payload.UID).
-	UID string `json:"uid"`
-	// AssignedAt is when the payload was first recorded as assigned; the
-	// soak period is measured from it.
-	AssignedAt metav1.Time `json:"assignedAt"`
-}
+// under its UID (defined in configstatus).
+type SourceRef = configstatus.SourceRef
 
 // record is the on-disk state: assigned and last-known-good, written
 // together in one file so that both change in one atomic rename.

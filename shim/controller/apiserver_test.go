@@ -20,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -144,7 +145,7 @@ func (fixedShim) Status(context.Context) (reporter.Snapshot, error) {
 func (c *cluster) startReporter(t *testing.T, node string) (stop func()) {
 	t.Helper()
 	r, err := reporter.New(reporter.Options{
-		NodeName: node, Namespace: reporterNamespace, Client: c.reporter, Shim: fixedShim{},
+		NodeName: node, Namespace: reporterNamespace, Client: kubeapi.New(c.reporter.CoreV1().RESTClient(), c.reporter.CoordinationV1().RESTClient()), Shim: fixedShim{},
 		PollInterval: 100 * time.Millisecond, RenewInterval: testRenew,
 		Jitter:  func(d time.Duration) time.Duration { return d },
 		Version: "v0.0.0-test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

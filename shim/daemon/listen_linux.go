@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/shim/api"
@@ -133,11 +134,16 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	}
 	unixOpts := apiOpts
 	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
+	unixStop := make(chan struct{})
+	unixOpts.Stop = unixStop
 	out = append(out, server{addr: socket, ln: uln, srv: &http.Server{
 		Handler:           api.NewHandler(model, unixOpts),
 		ConnContext:       api.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
 	}})
+	// Long polls of GET /status end at shutdown instead of holding it.
+	// Shutdown may run more than once (shutdownTCP, then shutdown).
+	out[0].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(unixStop) }))
 	if c.TCPAddress == "" {
 		return out, nil
 	}
@@ -157,11 +163,14 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	}
 	tcpOpts := apiOpts
 	tcpOpts.Auth = api.Bearer(token)
+	tcpStop := make(chan struct{})
+	tcpOpts.Stop = tcpStop
 	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: &http.Server{
 		Handler:           api.NewHandler(model, tcpOpts),
 		TLSConfig:         tlsCfg,
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}})
+	out[1].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(tcpStop) }))
 	return out, nil
 }

@@ -203,7 +203,30 @@ func (m *Monitor) Run(ctx context.Context) error {
 			m.set(unknown(err))
 			return fmt.Errorf("netlink subscription: %w", err)
 		}
+		drainUpdates(links, routes)
 		m.set(m.evaluate(h))
+	}
+}
+
+// drainUpdates drops the link and route updates already queued: a change
+// comes as a burst of them (a veth pair is several link and route
+// messages), and one evaluation after the burst reads the same links and
+// routes as one per message would. A closed channel is left for Run's
+// select to see.
+func drainUpdates(links <-chan netlink.LinkUpdate, routes <-chan netlink.RouteUpdate) {
+	for {
+		select {
+		case _, ok := <-links:
+			if !ok {
+				return
+			}
+		case _, ok := <-routes:
+			if !ok {
+				return
+			}
+		default:
+			return
+		}
 	}
 }
 

@@ -12,7 +12,8 @@ import (
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
-// DefaultPodInterval is how often the pods' cgroups are read.
+// DefaultPodInterval is the longest a read of the pods' cgroups is served
+// for; they are read when a reader asks (status.Model.RefreshPods).
 const DefaultPodInterval = 10 * time.Second
 
 // PodNames names pods by UID (cri.PodNamer).
@@ -61,46 +62,57 @@ func psiOf(r cgroup.Resource, pr cgroup.Pressure) status.PSI {
 	return v
 }
 
-// podReader reads the pods' cgroups every interval in its own goroutine,
-// so that a long read (thousands of pods) never holds up the monitor's
-// handling of a pressure event, and keeps the last view.
+// podReader reads the pods' cgroups at most every interval and keeps the
+// last view. It is safe for concurrent use: the API's readers call read,
+// the monitor's evaluation calls cached, which never waits for a read.
 type podReader struct {
 	roots    cgroup.PodRoots
 	names    PodNames
 	interval time.Duration
+
+	// readMu serializes reads and guards reader, lastRead and closed.
+	readMu   sync.Mutex
 	reader   *cgroup.Reader
-	mu       sync.Mutex
-	last     *status.PodPressures
+	lastRead time.Time
+	closed   bool
+
+	mu   sync.Mutex
+	last *status.PodPressures
 }
 
-// run reads the pods every interval until ctx is done, then closes the
-// files the reader keeps open.
-func (p *podReader) run(ctx context.Context) {
-	defer p.reader.Close()
-	t := time.NewTicker(p.interval)
-	defer t.Stop()
-	for {
-		v := p.read(ctx, time.Now())
-		p.mu.Lock()
-		p.last = v
-		p.mu.Unlock()
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// view returns the last view, nil before the first read ends.
-func (p *podReader) view() *status.PodPressures {
+// cached returns the last view, nil before the first read.
+func (p *podReader) cached() *status.PodPressures {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.last
 }
 
-// read reads the pods' cgroups and names them.
+// close releases the files the reader keeps open; later reads return the
+// last view.
+func (p *podReader) close() {
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
+	p.closed = true
+	p.reader.Close()
+}
+
+// read returns the pods' view, read again when interval has passed.
 func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressures {
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
+	if last := p.cached(); p.closed || last != nil && now.Sub(p.lastRead) < p.interval {
+		return last
+	}
+	p.lastRead = now
+	v := p.readNow(ctx, now)
+	p.mu.Lock()
+	p.last = v
+	p.mu.Unlock()
+	return v
+}
+
+// readNow reads the pods' cgroups and names them.
+func (p *podReader) readNow(ctx context.Context, now time.Time) *status.PodPressures {
 	tree, pods, err := cgroup.ReadPodUsage(p.roots, p.reader)
 	if err != nil {
 		return &status.PodPressures{ObservedAt: now, Unknown: err.Error(), Items: []status.PodPressure{}}

@@ -53,6 +53,9 @@ func TestPodPressure(t *testing.T) {
 	sourcetest.Run(t, m, &Source{ProcRoot: "/proc", KubeletRoot: t.TempDir(), Interval: 50 * time.Millisecond, PodInterval: 50 * time.Millisecond,
 		PodParent: c.CgroupRoot, RuntimeEndpoint: c.Address, Logger: discard})
 	d := sourcetest.WaitFor(t, m, func(d status.Document) bool {
+		// The pods are read on demand, as GET /pods does; the next
+		// snapshot has this read.
+		m.RefreshPods(t.Context())
 		if d.Pressure == nil || d.Pressure.Pods == nil {
 			return false
 		}

@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -54,8 +53,9 @@ type Source struct {
 	// PodParent is the cgroup under which kubelet's kubepods cgroup lives
 	// (kubelet's --cgroup-root), "/" when empty.
 	PodParent string
-	// PodInterval is how often the pods' cgroups are read;
-	// DefaultPodInterval when zero.
+	// PodInterval is the longest a read of the pods' cgroups is served
+	// for; DefaultPodInterval when zero. They are read on demand
+	// (status.Model.RefreshPods).
 	PodInterval time.Duration
 	// RuntimeEndpoint, when set, is the CRI socket through which pods are
 	// named (namespace, name) by their UID.
@@ -142,25 +142,24 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		defer r.Close()
 		pods.names = cri.NewPodNamer(r.Client())
 	}
-	maxFiles := pods.reader.Keeping().MaxFiles // read before the reader's goroutine owns it
-	podCtx, stopPods := context.WithCancel(ctx)
-	var podsDone sync.WaitGroup
-	podsDone.Add(1)
-	go func() {
-		defer podsDone.Done()
-		pods.run(podCtx)
-	}()
-	defer podsDone.Wait()
-	defer stopPods()
+	maxFiles := pods.reader.Keeping().MaxFiles
+	defer pods.close()
 	var mon *cgroup.Monitor
 	mon, err = cgroup.NewMonitor(cgroup.MonitorConfig{
 		Sources:    src,
 		Thresholds: s.Thresholds,
 		Interval:   s.Interval,
 		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
+		// The node's memory.pressure only: the root cgroup's stall counts
+		// every task's, kubepods' included (kernel/sched/psi.c charges a
+		// task's stall to each ancestor's group), so a trigger or a poll of
+		// kubepods' file never sees a stall the root's does not. Where
+		// triggers are refused each file is polled, and each poll is a
+		// wake-up of the daemon: one file, half the wake-ups.
+		WatchPaths: []string{filepath.Join(m.Path, cgroup.Memory.PressureFile())},
 		OnEvaluate: func(snap cgroup.Snapshot) {
 			p := FromSnapshot(snap, mon.Watchers())
-			p.Pods = pods.view()
+			p.Pods = pods.cached()
 			model.SetPressure(p)
 		},
 	})
@@ -168,6 +167,11 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		return fmt.Errorf("start the pressure monitor: %w", err)
 	}
 	defer mon.Close()
+	// The pods' cgroups (a thousand on a full node) are read when the
+	// per-pod view is asked for, at most every PodInterval, not at every
+	// evaluation: no one may be reading it.
+	model.SetPodsRefresh(func(rctx context.Context) { model.SetPods(pods.read(rctx, time.Now())) })
+	defer model.SetPodsRefresh(nil)
 	var how []string
 	for _, w := range mon.Watchers() {
 		d := fmt.Sprintf("%s by %s", w.Path, w.Mode)
@@ -182,7 +186,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	// Which way the pods' cgroups are read: kept-open files re-read
 	// with pread(2), up to a bound on descriptors, beyond which each file
 	// is opened per read.
-	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read every %s in the background, their cgroup2 files kept open and re-read with pread (up to %d descriptors)",
+	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read when the per-pod view is asked for, at most every %s, their cgroup2 files kept open and re-read with pread (up to %d descriptors)",
 		m.Path, strings.Join(how, "; "), pods.interval, maxFiles)
 	if s.ThresholdsFrom != "" {
 		msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)

@@ -13,6 +13,7 @@ type Metrics struct {
 	eventsDropped   prometheus.Counter
 	shimUp          prometheus.Gauge
 	lastPublish     prometheus.Gauge
+	shimReads       *prometheus.CounterVec
 }
 
 // Write kinds, the label of nodeshim_reporter_api_writes_total and
@@ -23,6 +24,12 @@ const (
 	kindEvent  = "event"
 	kindNode   = "node" // reading the Node before the first patch
 	kindShim   = "shim"
+)
+
+// Read modes, the label of nodeshim_reporter_shim_reads_total.
+const (
+	readPoll     = "poll"
+	readLongPoll = "long_poll"
 )
 
 // NewMetrics returns the reporter's metrics, registered with reg.
@@ -57,6 +64,13 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "nodeshim_reporter_last_publish_timestamp_seconds",
 			Help: "Time of the last successful patch of the Node's status.",
 		}),
+		shimReads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "nodeshim_reporter_shim_reads_total",
+			Help: "Reads of the shim's status, by mode: poll (answered at once) or long_poll (answered at a change).",
+		}, []string{"mode"}),
+	}
+	for _, k := range []string{readPoll, readLongPoll} {
+		m.shimReads.WithLabelValues(k)
 	}
 	for _, k := range []string{kindStatus, kindLease, kindEvent, kindNode, kindShim} {
 		m.failures.WithLabelValues(k)
@@ -65,7 +79,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		m.writes.WithLabelValues(k)
 	}
 	if reg != nil {
-		reg.MustRegister(m.publishDuration, m.failures, m.writes, m.leaseRenewals, m.eventsDropped, m.shimUp, m.lastPublish)
+		reg.MustRegister(m.publishDuration, m.failures, m.writes, m.leaseRenewals, m.eventsDropped, m.shimUp, m.lastPublish, m.shimReads)
 	}
 	return m
 }

@@ -17,7 +17,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/utils/clock"
 	"k8s.io/utils/ptr"
@@ -26,6 +25,7 @@ import (
 // Defaults of Options.
 const (
 	DefaultPollInterval     = time.Second
+	DefaultLongPollWait     = 30 * time.Second
 	DefaultRenewInterval    = 10 * time.Second
 	DefaultLeaseDuration    = 40 * time.Second
 	DefaultResyncPeriod     = 5 * time.Minute
@@ -51,8 +51,9 @@ type Options struct {
 	Namespace string
 	// EventNamespace holds the Events; DefaultEventNamespace when empty.
 	EventNamespace string
-	// Client talks to the API server.
-	Client kubernetes.Interface
+	// Client talks to the API server: kubeapi.ForConfig, or kubeapi.New
+	// over a clientset's REST clients.
+	Client API
 	// Shim is read for the status.
 	Shim Shim
 	// Clock drives every interval; the real clock when nil.
@@ -64,8 +65,12 @@ type Options struct {
 	// Metrics; unregistered metrics when nil.
 	Metrics *Metrics
 
-	// PollInterval is how often the shim is read.
+	// PollInterval is how often the shim is read, when it is not long
+	// polled (a Shim that is not a LongPoller, or something to retry).
 	PollInterval time.Duration
+	// LongPollWait is the longest a long poll of a LongPoller shim waits
+	// for a change; the resync period shortens it when due sooner.
+	LongPollWait time.Duration
 	// RenewInterval is how often the Lease is renewed, before jitter.
 	RenewInterval time.Duration
 	// LeaseDuration is the Lease's spec.leaseDurationSeconds.
@@ -87,6 +92,17 @@ type Options struct {
 	RequestTimeout time.Duration
 }
 
+// API is what the reporter asks of the Kubernetes API server;
+// kubeapi.Client implements it.
+type API interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	PatchNodeStatus(ctx context.Context, name string, patch []byte, fieldManager string) error
+	CreateEvent(ctx context.Context, e *corev1.Event) error
+	GetLease(ctx context.Context, namespace, name string) (*coordinationv1.Lease, error)
+	CreateLease(ctx context.Context, l *coordinationv1.Lease, fieldManager string) (*coordinationv1.Lease, error)
+	UpdateLease(ctx context.Context, l *coordinationv1.Lease, fieldManager string) (*coordinationv1.Lease, error)
+}
+
 // Reporter publishes the shim's status for one Node.
 type Reporter struct {
 	opts    Options
@@ -96,28 +112,35 @@ type Reporter struct {
 	limiter flowcontrol.PassiveRateLimiter
 
 	// Owned by the status loop.
-	nodeUID     types.UID
-	seeded      bool
-	published   []corev1.NodeCondition
-	observed    []corev1.NodeCondition
-	digest      string
-	reportSent  string
-	lastSent    time.Time
-	resyncAt    time.Time
-	shimErrs    int
-	lastDoc     Snapshot
-	haveDoc     bool
-	pending     []corev1.Event
-	statusRetry Backoff
-	oomSeen     uint64
-	oomLimiter  flowcontrol.PassiveRateLimiter
-	lastRecheck time.Time
+	nodeUID       types.UID
+	seeded        bool
+	published     []corev1.NodeCondition
+	observed      []corev1.NodeCondition
+	digest        string
+	reportSent    string
+	lastSent      time.Time
+	resyncAt      time.Time
+	shimErrs      int
+	lastDoc       Snapshot
+	haveDoc       bool
+	pending       []corev1.Event
+	statusRetry   Backoff
+	oomSeen       uint64
+	oomLimiter    flowcontrol.PassiveRateLimiter
+	lastRecheck   time.Time
+	polledGen     int64 // the generation the last long poll waited after
+	publishFailed bool
+	lastChange    time.Time // when a long poll last returned a change
 
 	// Owned by the lease loop.
 	lease       *coordinationv1.Lease
 	leaseRetry  Backoff
 	leaseFailed bool
 	lastRenewOK time.Time
+
+	// wake ends the status loop's long poll early: the lease loop asked
+	// for a recheck.
+	wake chan struct{}
 
 	mu    sync.Mutex
 	state State
@@ -167,6 +190,7 @@ func New(opts Options) (*Reporter, error) {
 		}
 	}
 	def(&opts.PollInterval, DefaultPollInterval)
+	def(&opts.LongPollWait, DefaultLongPollWait)
 	def(&opts.RenewInterval, DefaultRenewInterval)
 	def(&opts.LeaseDuration, DefaultLeaseDuration)
 	def(&opts.ResyncPeriod, DefaultResyncPeriod)
@@ -208,6 +232,7 @@ func New(opts Options) (*Reporter, error) {
 		oomLimiter:  flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
 		statusRetry: Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
 		leaseRetry:  Backoff{Initial: opts.BackoffInitial, Max: opts.BackoffMax},
+		wake:        make(chan struct{}, 1),
 	}
 	return r, nil
 }
@@ -228,6 +253,9 @@ func (r *Reporter) Run(ctx context.Context) error {
 func (r *Reporter) loop(ctx context.Context, step func(context.Context) time.Duration) {
 	for {
 		d := step(ctx)
+		if d <= 0 && ctx.Err() == nil {
+			continue // a long poll just returned a change: wait for the next
+		}
 		t := r.clk.NewTimer(d)
 		select {
 		case <-ctx.Done():
@@ -241,9 +269,7 @@ func (r *Reporter) loop(ctx context.Context, step func(context.Context) time.Dur
 // syncStatus reads the shim and, when needed, patches the Node's status;
 // it returns the delay before the next call.
 func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
-	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
-	doc, err := r.opts.Shim.Status(rctx)
-	cancel()
+	doc, longPolled, err := r.readShim(ctx)
 	var shimErr error
 	if err != nil {
 		r.m.failures.WithLabelValues(kindShim).Inc()
@@ -269,14 +295,91 @@ func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			r.log.Warn("publish node status", "err", err)
 		}
+		r.publishFailed = true
 		return r.statusRetry.Next()
 	}
+	r.publishFailed = false
 	r.statusRetry.Reset()
 	if shimErr == nil {
 		r.queueOOMEvents(doc.OOMKills)
 	}
 	r.flushEvents(ctx)
+	if longPolled && err == nil && doc.Generation != r.polledGen {
+		// A change, or a shim restarted: wait for the next one at once,
+		// unless changes come faster than PollInterval.
+		now := r.clk.Now()
+		quick := !r.lastChange.IsZero() && now.Sub(r.lastChange) < r.opts.PollInterval
+		r.lastChange = now
+		if !quick {
+			return 0
+		}
+	}
+	// Nothing changed within the long poll's wait (or a shim without long
+	// polls answered at once, or the shim was read plainly): read again
+	// after PollInterval, as a polling reporter does.
 	return r.opts.PollInterval
+}
+
+// readShim reads the shim's status: a long poll when the shim is a
+// LongPoller and nothing is left for the status loop to retry or recheck,
+// a plain read otherwise. A long poll that ends unanswered, because its wait
+// is over or the lease loop woke it, returns the last document: nothing
+// changed.
+func (r *Reporter) readShim(ctx context.Context) (doc Snapshot, longPolled bool, err error) {
+	// A wake-up sent while a recheck was pending was for the plain reads
+	// that followed: drop it, then look for a recheck again.
+	select {
+	case <-r.wake:
+	default:
+	}
+	lp, ok := r.opts.Shim.(LongPoller)
+	wait := r.opts.LongPollWait
+	if !r.lastSent.IsZero() {
+		wait = min(wait, r.opts.ResyncPeriod-r.clk.Since(r.lastSent))
+	}
+	if !ok || wait < time.Second || !r.haveDoc || r.shimErrs > 0 || len(r.pending) > 0 ||
+		r.publishFailed || r.recheckPending() {
+		r.m.shimReads.WithLabelValues(readPoll).Inc()
+		rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
+		defer cancel()
+		doc, err = r.opts.Shim.Status(rctx)
+		return doc, false, err
+	}
+	r.polledGen = r.lastDoc.Generation
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	// The shim answers when the wait is over; the clock's timer, a little
+	// later, ends a poll that a shim without a wait would hold.
+	t := r.clk.NewTimer(wait + time.Second)
+	defer t.Stop()
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case <-t.C():
+			cancel()
+		case <-r.wake:
+			cancel()
+		case <-wctx.Done():
+		}
+	}()
+	r.m.shimReads.WithLabelValues(readLongPoll).Inc()
+	doc, err = lp.StatusAfter(wctx, r.polledGen, wait)
+	ended := wctx.Err() != nil && ctx.Err() == nil
+	cancel()
+	<-stopped
+	if err != nil && ended {
+		return r.lastDoc, true, nil
+	}
+	return doc, true, err
+}
+
+// recheckPending reports whether the lease loop asked the status loop to
+// read the Node back.
+func (r *Reporter) recheckPending() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.rechecks > 0
 }
 
 func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) error {
@@ -284,7 +387,7 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 		// Learn what an earlier run published, so that a restart of the
 		// reporter keeps the transition times.
 		rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
-		node, err := r.opts.Client.CoreV1().Nodes().Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+		node, err := r.opts.Client.GetNode(rctx, r.opts.NodeName)
 		cancel()
 		if err != nil {
 			r.m.failures.WithLabelValues(kindNode).Inc()
@@ -344,7 +447,7 @@ func (r *Reporter) publish(ctx context.Context, doc Snapshot, shimErr error) err
 	}
 	start := time.Now()
 	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
-	_, err = r.opts.Client.CoreV1().Nodes().Patch(rctx, r.opts.NodeName, types.StrategicMergePatchType, body, metav1.PatchOptions{FieldManager: Component}, "status")
+	err = r.opts.Client.PatchNodeStatus(rctx, r.opts.NodeName, body, Component)
 	cancel()
 	if err != nil {
 		r.m.failures.WithLabelValues(kindStatus).Inc()
@@ -391,7 +494,7 @@ func (r *Reporter) recheckDue() bool {
 // the times it observed them.
 func (r *Reporter) recheck(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
-	node, err := r.opts.Client.CoreV1().Nodes().Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+	node, err := r.opts.Client.GetNode(rctx, r.opts.NodeName)
 	cancel()
 	if err != nil {
 		r.m.failures.WithLabelValues(kindNode).Inc()
@@ -484,7 +587,7 @@ func (r *Reporter) flushEvents(ctx context.Context) {
 	for len(r.pending) > 0 {
 		e := r.pending[0]
 		rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
-		_, err := r.opts.Client.CoreV1().Events(e.Namespace).Create(rctx, &e, metav1.CreateOptions{})
+		err := r.opts.Client.CreateEvent(rctx, &e)
 		cancel()
 		if err != nil && !apierrors.IsAlreadyExists(err) {
 			r.m.failures.WithLabelValues(kindEvent).Inc()
@@ -530,6 +633,10 @@ func (r *Reporter) renewLease(ctx context.Context) time.Duration {
 		r.mu.Lock()
 		r.rechecks = 2
 		r.mu.Unlock()
+		select {
+		case r.wake <- struct{}{}:
+		default:
+		}
 	}
 	r.leaseFailed, r.lastRenewOK = false, now
 	r.m.leaseRenewals.Inc()
@@ -538,12 +645,11 @@ func (r *Reporter) renewLease(ctx context.Context) time.Duration {
 }
 
 func (r *Reporter) tryRenewLease(ctx context.Context) error {
-	leases := r.opts.Client.CoordinationV1().Leases(r.opts.Namespace)
 	now := metav1.NewMicroTime(r.clk.Now())
 	rctx, cancel := context.WithTimeout(ctx, r.opts.RequestTimeout)
 	defer cancel()
 	if r.lease == nil {
-		l, err := leases.Get(rctx, r.opts.NodeName, metav1.GetOptions{})
+		l, err := r.opts.Client.GetLease(rctx, r.opts.Namespace, r.opts.NodeName)
 		switch {
 		case apierrors.IsNotFound(err):
 			l = &coordinationv1.Lease{
@@ -556,7 +662,7 @@ func (r *Reporter) tryRenewLease(ctx context.Context) error {
 					AcquireTime:          &now,
 				},
 			}
-			created, err := leases.Create(rctx, l, metav1.CreateOptions{FieldManager: Component})
+			created, err := r.opts.Client.CreateLease(rctx, l, Component)
 			if err != nil {
 				return fmt.Errorf("create lease %s/%s: %w", r.opts.Namespace, r.opts.NodeName, err)
 			}
@@ -571,7 +677,7 @@ func (r *Reporter) tryRenewLease(ctx context.Context) error {
 	l.Spec.HolderIdentity = ptr.To(r.opts.NodeName)
 	l.Spec.LeaseDurationSeconds = ptr.To(int32(r.opts.LeaseDuration / time.Second))
 	l.Spec.RenewTime = &now
-	updated, err := leases.Update(rctx, l, metav1.UpdateOptions{FieldManager: Component})
+	updated, err := r.opts.Client.UpdateLease(rctx, l, Component)
 	if err != nil {
 		// A conflict or a deleted Lease: read it again on the next try.
 		r.lease = nil
@@ -585,7 +691,7 @@ func (r *Reporter) tryRenewLease(ctx context.Context) error {
 // that deleting the Node collects its Lease; none when the Node cannot be
 // read (the Lease then lives on, which only costs an object).
 func (r *Reporter) nodeOwner(ctx context.Context) []metav1.OwnerReference {
-	node, err := r.opts.Client.CoreV1().Nodes().Get(ctx, r.opts.NodeName, metav1.GetOptions{})
+	node, err := r.opts.Client.GetNode(ctx, r.opts.NodeName)
 	if err != nil {
 		r.log.Warn("lease created without an owner", "err", err)
 		return nil

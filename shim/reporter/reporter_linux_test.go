@@ -35,6 +35,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/daemon"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -186,7 +187,9 @@ func newEnvWith(t testing.TB, c *kubetest.Cluster, reporterClient kubernetes.Int
 	shimClient := NewSocketClient(e.shim.Socket)
 	t.Cleanup(shimClient.Close)
 	o := Options{
-		NodeName: node, Namespace: testNamespace, Client: reporterClient, Shim: shimClient,
+		// Polled: the steps of the fake clock pace every read, as the
+		// tests expect; testLongPoll unwraps it.
+		NodeName: node, Namespace: testNamespace, Client: apiOf(reporterClient), Shim: pollOnly{shimClient},
 		Clock: e.clock, Version: "v0.0.0-test", Metrics: e.metrics,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}
@@ -224,6 +227,15 @@ func (e *env) writeKubeletConditions(at time.Time) {
 		e.t.Fatal(err)
 	}
 }
+
+// apiOf is the reporter's API over a clientset's REST clients.
+func apiOf(cs kubernetes.Interface) API {
+	return kubeapi.New(cs.CoreV1().RESTClient(), cs.CoordinationV1().RESTClient())
+}
+
+// pollOnly hides a shim's long polls: the reporter reads it every
+// PollInterval.
+type pollOnly struct{ Shim }
 
 // parked waits until both of the reporter's loops wait on the fake clock,
 // i.e. every request a step started has been answered.
@@ -339,6 +351,7 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("lease conflict", func(t *testing.T) { testLeaseConflict(t, c, sa) })
 	t.Run("OOM kill events name the pod", func(t *testing.T) { testOOMEvents(t, c, sa) })
 	t.Run("recovers from the controller's ReporterStopped", func(t *testing.T) { testRecoverReporterStopped(t, c, sa) })
+	t.Run("long poll", func(t *testing.T) { testLongPoll(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })
@@ -441,7 +454,7 @@ func testPublish(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	e2.metrics = NewMetrics(nil)
 	shimClient := NewSocketClient(e.shim.Socket)
 	defer shimClient.Close()
-	r, err := New(Options{NodeName: e.node, Namespace: testNamespace, Client: sa, Shim: shimClient, Clock: e2.clock,
+	r, err := New(Options{NodeName: e.node, Namespace: testNamespace, Client: apiOf(sa), Shim: shimClient, Clock: e2.clock,
 		Metrics: e2.metrics, Version: "v0.0.0-test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -460,6 +473,66 @@ func testPublish(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	if got := len(e.events()); got != len(ev)+4 {
 		t.Errorf("%d events, want %d: the restart must not repeat transitions", got, len(ev)+4)
 	}
+}
+
+// testLongPoll runs the reporter against the shim's long poll: a change
+// reaches the Node without the clock moving, an idle reporter reads the
+// shim once per long poll instead of once per PollInterval, and a shim
+// that goes away is still seen unreachable.
+func testLongPoll(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
+	e := newEnvWith(t, c, sa, "node-long-poll", func(o *Options) {
+		o.Shim = o.Shim.(pollOnly).Shim
+		o.Jitter = func(d time.Duration) time.Duration { return d + d/20 }
+	})
+	e.mustCondition(e.getNode(), "NodeShimNetworkReady", corev1.ConditionTrue, "CNIConfigured")
+	reads := func(mode string) float64 { return testutil.ToFloat64(e.metrics.shimReads.WithLabelValues(mode)) }
+	// The first reads are plain, while the status loop rechecks the Node
+	// after the first renewal of the Lease (a RenewInterval); then it waits.
+	for reads(readLongPoll) < 1 {
+		e.step(time.Second, time.Second)
+	}
+
+	// A change on the shim reaches the Node with the clock standing still,
+	// stamped when it happened.
+	changedAt := e.clock.Now()
+	e.shim.Model.Set(condition.Condition{Type: "NetworkReady", Status: condition.False, Severity: condition.SeverityError, Reason: "NoCNIConfig", Message: "no CNI config"})
+	for e.writes(kindStatus) < 2 {
+		time.Sleep(time.Millisecond)
+	}
+	e.parked()
+	n := e.getNode()
+	net := e.mustCondition(n, "NodeShimNetworkReady", corev1.ConditionFalse, "NoCNIConfig")
+	if !net.LastTransitionTime.Time.Equal(changedAt) {
+		t.Errorf("NodeShimNetworkReady transition at %v, want %v", net.LastTransitionTime, changedAt)
+	}
+	e.mustCondition(n, TypeNodeShimReady, corev1.ConditionFalse, "NoCNIConfig")
+
+	// Idle for a minute of the clock: a read per long poll (30 s, plus a
+	// PollInterval between two), not one per second.
+	polls, longPolls := reads(readPoll), reads(readLongPoll)
+	e.step(time.Minute, time.Second)
+	if got := reads(readPoll) - polls; got != 0 {
+		t.Errorf("%v plain reads while idle with long polls, want 0", got)
+	}
+	if got := reads(readLongPoll) - longPolls; got < 1 || got > 3 {
+		t.Errorf("%v long polls in an idle minute, want 1 to 3", got)
+	}
+	if got := e.writes(kindStatus); got != 2 {
+		t.Errorf("%v status writes, want 2 (no write while idle)", got)
+	}
+
+	// The shim goes away: the long poll fails at once, and the plain reads
+	// that follow see it unreachable as before.
+	e.shim.Stop()
+	for e.failures(kindShim) < 1 {
+		time.Sleep(time.Millisecond)
+	}
+	e.parked()
+	e.step(time.Duration(DefaultUnreachableAfter)*time.Second, time.Second)
+	e.mustCondition(e.getNode(), TypeNodeShimReady, corev1.ConditionFalse, ReasonShimUnreachable)
+	e.shim.Start()
+	e.step(time.Second, time.Second)
+	e.mustCondition(e.getNode(), TypeNodeShimReady, corev1.ConditionFalse, "NoCNIConfig")
 }
 
 func testShimUnreachable(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
@@ -562,7 +635,7 @@ func testDaemon(t *testing.T, c *kubetest.Cluster, sa kubernetes.Interface) {
 	shim := NewSocketClient(sock)
 	defer shim.Close()
 	clk := testingclock.NewFakeClock(time.Now().Truncate(time.Second))
-	r, err := New(Options{NodeName: node, Namespace: testNamespace, Client: sa, Shim: shim, Clock: clk,
+	r, err := New(Options{NodeName: node, Namespace: testNamespace, Client: apiOf(sa), Shim: shim, Clock: clk,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)

@@ -21,6 +21,15 @@ type Shim interface {
 	Status(ctx context.Context) (Snapshot, error)
 }
 
+// LongPoller is a Shim that can wait for a change: StatusAfter answers
+// once the status generation differs from gen, or after wait with the
+// unchanged status (at once from a shim without long polls). The Reporter
+// uses it while nothing is left to retry, instead of reading every
+// PollInterval.
+type LongPoller interface {
+	StatusAfter(ctx context.Context, gen int64, wait time.Duration) (Snapshot, error)
+}
+
 // Snapshot is the shim's GET /status as the reporter reads it: the status
 // document and, kept as served, the capability report's summary.
 type Snapshot struct {
@@ -52,6 +61,15 @@ func (c *SocketClient) Status(ctx context.Context) (Snapshot, error) {
 	defer cancel()
 	var s Snapshot
 	err := c.c.GetJSON(ctx, "/status", &s)
+	return s, err
+}
+
+// StatusAfter reads GET /status?after=gen&wait=: a long poll.
+func (c *SocketClient) StatusAfter(ctx context.Context, gen int64, wait time.Duration) (Snapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, wait+requestTimeout)
+	defer cancel()
+	var s Snapshot
+	err := c.c.GetJSON(ctx, client.StatusAfterPath(gen, wait), &s)
 	return s, err
 }
 

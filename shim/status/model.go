@@ -14,7 +14,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
-	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/shim/config/configstatus"
 )
 
 // Transition is one visible change of a condition.
@@ -34,7 +34,7 @@ type Document struct {
 	// Conditions are every source's conditions followed by Ready.
 	Conditions []condition.Condition `json:"conditions"`
 	// Config is the configuration lifecycle, when a controller reports it.
-	Config *config.NodeConfigStatus `json:"config,omitempty"`
+	Config *configstatus.NodeConfigStatus `json:"config,omitempty"`
 	// Report summarises the capability report once it is collected; GET
 	// /report serves it whole.
 	Report *ReportSummary `json:"report,omitempty"`
@@ -62,8 +62,11 @@ type Model struct {
 	mu     sync.Mutex
 	gen    int64
 	set    condition.Set
-	config *config.NodeConfigStatus
+	config *configstatus.NodeConfigStatus
 	subs   map[chan Transition]struct{}
+	// changed is closed, and cleared, at the next change of gen; nil
+	// while no one waits.
+	changed chan struct{}
 
 	report      *capability.Report
 	pressure    *Pressure
@@ -72,6 +75,7 @@ type Model struct {
 	archives    *CheckpointArchives
 	profiles    *SeccompProfiles
 	shim        ShimHealth
+	podsRefresh func(ctx context.Context)
 }
 
 // New returns a Model whose Ready is Unknown until a condition is set:
@@ -114,7 +118,7 @@ func (m *Model) Set(conds ...condition.Condition) bool {
 			others = append(others, c)
 		}
 	}
-	m.gen++
+	m.bumpLocked()
 	prev, _ := m.set.Get(condition.TypeReady)
 	ready := condition.Summarize(condition.TypeReady, 0, others)
 	if m.set.Update(ready, now) {
@@ -198,7 +202,7 @@ func (m *Model) Snapshot() Document {
 
 // SetConfig records the configuration lifecycle's status and its
 // ConfigHealthy condition.
-func (m *Model) SetConfig(s config.NodeConfigStatus) {
+func (m *Model) SetConfig(s configstatus.NodeConfigStatus) {
 	m.mu.Lock()
 	m.config = &s
 	m.mu.Unlock()
@@ -233,6 +237,33 @@ func (m *Model) Since(t string) (time.Duration, bool) {
 		return 0, false
 	}
 	return m.clock.Since(c.LastTransitionTime.Time), true
+}
+
+// bumpLocked counts a visible change and wakes those waiting in Changed.
+// m.mu is held.
+func (m *Model) bumpLocked() {
+	m.gen++
+	if m.changed != nil {
+		close(m.changed)
+		m.changed = nil
+	}
+}
+
+// Changed returns a channel closed once the generation differs from gen:
+// at once when it already does. A long poll (GET /status?after=) waits on
+// it instead of reading the model over and over.
+func (m *Model) Changed(gen int64) <-chan struct{} {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.gen != gen {
+		c := make(chan struct{})
+		close(c)
+		return c
+	}
+	if m.changed == nil {
+		m.changed = make(chan struct{})
+	}
+	return m.changed
 }
 
 // Follow copies a source's conditions into the model now and after every

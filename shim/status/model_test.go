@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
@@ -138,5 +139,74 @@ func TestDocumentCondition(t *testing.T) {
 				t.Errorf("Condition(%s) = %+v, %v; want found %v", tc.typ, c, ok, tc.ok)
 			}
 		})
+	}
+}
+
+func TestChanged(t *testing.T) {
+	closed := func(ch <-chan struct{}) bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}
+	tests := []struct {
+		name   string
+		change func(m *Model)
+		want   bool
+	}{
+		{"a condition changes", func(m *Model) { m.Set(c("NetworkReady", ok)) }, true},
+		{"the same condition again", func(m *Model) { m.Set(c("NetworkReady", ok)); m.Set(c("NetworkReady", ok)) }, true},
+		{"an OOM kill", func(m *Model) { m.AddOOMKill(OOMKill{PID: 1}) }, true},
+		{"pressure values only", func(m *Model) { m.SetPressure(Pressure{}) }, false},
+		{"nothing", func(*Model) {}, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			m := New(nil)
+			gen := m.Snapshot().Generation
+			if !closed(m.Changed(gen + 1)) {
+				t.Error("Changed(another generation) is not closed at once")
+			}
+			ch := m.Changed(gen)
+			if closed(ch) {
+				t.Fatal("Changed(current generation) is closed before any change")
+			}
+			tt.change(m)
+			if got := closed(ch); got != tt.want {
+				t.Errorf("closed after the change = %v, want %v", got, tt.want)
+			}
+			if got := closed(m.Changed(m.Snapshot().Generation)); got {
+				t.Error("Changed(new current generation) is closed")
+			}
+		})
+	}
+}
+
+func TestRefreshPods(t *testing.T) {
+	m := New(nil)
+	m.RefreshPods(t.Context()) // nothing registered: a no-op
+	m.SetPods(&PodPressures{Items: []PodPressure{}})
+	if m.Snapshot().Pressure != nil {
+		t.Fatal("SetPods before any pressure reading created one")
+	}
+	m.SetPressure(Pressure{})
+	reads := 0
+	m.SetPodsRefresh(func(context.Context) { reads++; m.SetPods(&PodPressures{Items: []PodPressure{{UID: "a"}}}) })
+	gen := m.Snapshot().Generation
+	m.RefreshPods(t.Context())
+	d := m.Snapshot()
+	if reads != 1 || d.Pressure == nil || d.Pressure.Pods == nil || len(d.Pressure.Pods.Items) != 1 {
+		t.Fatalf("after RefreshPods: %d reads, pressure %+v", reads, d.Pressure)
+	}
+	if d.Generation != gen {
+		t.Errorf("the pods' view bumped the generation %d -> %d", gen, d.Generation)
+	}
+	m.SetPressure(Pressure{})
+	m.SetPodsRefresh(nil)
+	m.RefreshPods(t.Context())
+	if reads != 1 {
+		t.Errorf("RefreshPods called an unregistered refresh")
 	}
 }

@@ -39,6 +39,6 @@ func (m *Model) SetSeccompProfiles(p SeccompProfiles) {
 	}
 	m.mu.Lock()
 	m.profiles = &p
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }

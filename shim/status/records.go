@@ -1,6 +1,7 @@
 package status
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
@@ -127,7 +128,7 @@ func (m *Model) SetReport(rep *capability.Report, err error) {
 	}
 	m.mu.Lock()
 	m.report = rep
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 	s := rep.Summary
 	m.Set(condition.Condition{Type: TypeKernelReport, Status: condition.True, Reason: "Collected",
@@ -146,7 +147,7 @@ func (m *Model) Report() *capability.Report {
 func (m *Model) SetOOMWatch(watching bool, hook, reason string) {
 	m.mu.Lock()
 	m.oom.Watching, m.oom.Hook, m.oom.Reason = watching, hook, reason
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }
 
@@ -155,7 +156,7 @@ func (m *Model) AddOOMKill(k OOMKill) {
 	m.mu.Lock()
 	m.oom.Total++
 	m.oom.Recent = appendBounded(m.oom.Recent, k, MaxOOMKills)
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }
 
@@ -163,7 +164,7 @@ func (m *Model) AddOOMKill(k OOMKill) {
 func (m *Model) AddCheckpoint(r CheckpointRecord) {
 	m.mu.Lock()
 	m.checkpoints = appendBounded(m.checkpoints, r, MaxCheckpoints)
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }
 
@@ -196,7 +197,7 @@ func (m *Model) SetCheckpointArchives(a CheckpointArchives) {
 	}
 	m.mu.Lock()
 	m.archives = &a
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }
 
@@ -207,6 +208,41 @@ func (m *Model) SetPressure(p Pressure) {
 	m.mu.Lock()
 	m.pressure = &p
 	m.mu.Unlock()
+}
+
+// SetPods records a read of the pods' cgroups in the pressure values,
+// when the monitor has reported any. Like SetPressure, it does not bump
+// the generation.
+func (m *Model) SetPods(p *PodPressures) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.pressure == nil {
+		return
+	}
+	cp := *m.pressure
+	cp.Pods = p
+	m.pressure = &cp
+}
+
+// SetPodsRefresh registers refresh, which reads the pods' cgroups again
+// when its last read is too old and records it with SetPods; nil
+// unregisters it. The pressure source registers it while its monitor runs.
+func (m *Model) SetPodsRefresh(refresh func(ctx context.Context)) {
+	m.mu.Lock()
+	m.podsRefresh = refresh
+	m.mu.Unlock()
+}
+
+// RefreshPods brings the pods' view of the pressure values up to date
+// before a reader that asked for it (GET /pods, /status?pods=true) reads
+// it: the pods' cgroups are read on demand, not at every evaluation.
+func (m *Model) RefreshPods(ctx context.Context) {
+	m.mu.Lock()
+	refresh := m.podsRefresh
+	m.mu.Unlock()
+	if refresh != nil {
+		refresh(ctx)
+	}
 }
 
 // appendBounded appends v and drops the oldest entries beyond n, without
@@ -253,7 +289,7 @@ type SourceState struct {
 func (m *Model) SetShim(startedAt time.Time, pid int) {
 	m.mu.Lock()
 	m.shim.StartedAt, m.shim.PID = startedAt, pid
-	m.gen++
+	m.bumpLocked()
 	m.mu.Unlock()
 }
 
@@ -272,7 +308,7 @@ func (m *Model) SetSource(name, state, errMsg string) {
 		srcs = append(srcs, SourceState{Name: name, State: state, Error: errMsg})
 	}
 	m.shim.Sources = srcs
-	m.gen++
+	m.bumpLocked()
 	var failed []string
 	for _, s := range srcs {
 		if s.State == SourceFailed {
