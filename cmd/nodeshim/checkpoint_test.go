@@ -43,6 +43,9 @@ func TestCheckpointUsage(t *testing.T) {
 		{"container needs all three names", []string{"checkpoint", "--namespace", "ns", "--pod", "p"}, exitUsage, "all of --namespace, --pod and --container"},
 		{"container flags exclude pid-only flags", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--root-dir", "/srv"}, exitUsage, "--root-dir applies to --pid only"},
 		{"container without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
+		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-output FILE go together"},
+		{"image file needs a name", []string{"checkpoint", "--pid", "1", "--image-output", "/tmp/x.tar"}, exitUsage, "go together"},
+		{"image file must not exist", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "exists"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
 	}
 	for _, tc := range cases {
