@@ -73,6 +73,20 @@ type Options struct {
 	// noBreakpointsEnv.
 	HardwareBreakpoints bool
 
+	// Lazy, when set, makes the checkpoint the first half of a lazy
+	// (post-copy) migration: CRIU writes every image but the memory, and
+	// then serves the memory from a page server at Lazy while the tree
+	// stays frozen, until a restore with RestoreOptions.LazyFrom has
+	// fetched all of it; then the tree is killed, as it runs on over
+	// there. The archive is published (see Published) as soon as the page
+	// server is ready, and Checkpoint returns when the memory is fetched.
+	// Needs what CheckLazyPages checks.
+	Lazy *PageServer
+	// Published, if set, is called with the archive's path once it is
+	// published, before Checkpoint returns: for a Lazy checkpoint, while
+	// the page server waits for the restore.
+	Published func(path string)
+
 	// KillGrace is how long CRIU gets to abort after ctx ends before it is
 	// killed; zero means DefaultKillGrace.
 	KillGrace time.Duration
@@ -145,12 +159,19 @@ type Result struct {
 	// Size is its size in bytes.
 	Size int64
 	// Frozen is how long the target's tasks were frozen (CRIU's
-	// frozen_time), Freezing how long freezing them took.
+	// frozen_time), Freezing how long freezing them took. For a Lazy
+	// checkpoint, Frozen is the time from the dump's start to the page
+	// server's (an upper bound of the freeze before the tree can run on
+	// the restoring side; it stays frozen here while its memory goes).
 	Frozen, Freezing time.Duration
 	// MemDump and MemWrite are CRIU's time to collect and to write pages.
 	MemDump, MemWrite time.Duration
 	// PagesWritten counts the pages CRIU wrote.
 	PagesWritten uint64
+	// Serve is, for a Lazy checkpoint, the time from the page server's
+	// start to the restore having fetched all the memory (the tree is
+	// frozen here and running there meanwhile); Dump includes it.
+	Serve time.Duration
 	// Dump is the CRIU request from start to response, Archive the time
 	// to write and publish the tar, Fsync the part of Archive spent in
 	// fsync(2) of the archive, Total the whole call.
@@ -184,6 +205,18 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
 	frozenBefore := cgroupFrozen(t.Container.FreezeCgroup)
+	if o.Lazy != nil {
+		// The archive is small (no memory) and is written while CRIU
+		// still runs: copy the images rather than rework one in place.
+		o.CopyArchive = true
+		raised, err := PrepareLazyPages(o.ProcRoot)
+		if raised {
+			o.Logger.Info("raised fs.pipe-max-size for CRIU's page server", "bytes", LazyPipeBytes)
+		}
+		if err != nil {
+			return res, fmt.Errorf("checkpoint pid %d --lazy: %w", t.Pid, err)
+		}
+	}
 	dir := o.ArchiveDir
 	if dir == "" {
 		dir = filepath.Join(o.RootDir, CheckpointsDir)
@@ -219,14 +252,49 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 
 	checkpointedAt := o.Now()
+	config, spec, err := metadata(t, checkpointedAt)
+	if err != nil {
+		return res, err
+	}
+	// archive writes and publishes the archive once CRIU has written its
+	// images: after the dump, or, for a lazy dump, once its page server
+	// is ready (the tree is frozen then, its memory not yet copied).
+	archive := func() error {
+		archStart := time.Now()
+		defer func() { res.Archive = time.Since(archStart) }()
+		if t.Layer.Upper != "" {
+			if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
+				return fmt.Errorf("checkpoint pid %d: %w", t.Pid, err)
+			}
+		}
+		var err error
+		res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
+			return ArchiveName(t.Ref, checkpointedAt, attempt)
+		})
+		if err == nil && o.Published != nil {
+			o.Published(res.Path)
+		}
+		return err
+	}
 	dumpStart := time.Now()
-	derr := dump(ctx, t, o, work, images)
+	var derr error
+	if o.Lazy != nil {
+		derr = dumpLazy(ctx, t, o, work, images, archive, &res)
+	} else {
+		derr = dump(ctx, t, o, work, images, -1)
+	}
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
+		if res.Path != "" {
+			derr = errors.Join(derr, os.Remove(res.Path))
+			res.Path = ""
+		}
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
 	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
-		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
+		if o.Lazy == nil {
+			res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
+		}
 		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
 		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
 		res.MemWrite = time.Duration(st.GetMemwriteTime()) * time.Microsecond
@@ -234,25 +302,17 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	} else {
 		o.Logger.Warn("no dump statistics", "err", err)
 	}
+	if o.Lazy != nil {
+		// The tree was killed once its memory was fetched: it runs on
+		// where it was restored.
+		res.Total = time.Since(start)
+		o.Logger.Info("lazy checkpoint served", "pid", t.Pid, "path", res.Path, "frozen", res.Frozen, "serve", res.Serve, "total", res.Total)
+		return res, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 	}
-
-	archStart := time.Now()
-	config, spec, err := metadata(t, checkpointedAt)
-	if err != nil {
-		return res, err
-	}
-	if t.Layer.Upper != "" {
-		if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
-			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
-		}
-	}
-	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, config, spec, func(attempt int) string {
-		return ArchiveName(t.Ref, checkpointedAt, attempt)
-	})
-	res.Archive = time.Since(archStart)
-	if err != nil {
+	if err := archive(); err != nil {
 		return res, errors.Join(err, ensureRunning(o, t, before, frozenBefore))
 	}
 	if o.Progress != nil {
@@ -264,8 +324,9 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	return res, ensureRunning(o, t, before, frozenBefore)
 }
 
-// dump runs CRIU's dump request for t into images.
-func dump(ctx context.Context, t Target, o Options, work, images string) error {
+// dump runs CRIU's dump request for t into images. For a lazy dump,
+// statusFd is the pipe CRIU signals its page server's start on.
+func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int) error {
 	imgDir, err := os.Open(images)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", images, err)
@@ -316,6 +377,12 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	}
 	if t.Container.FreezeCgroup != "" {
 		opts.FreezeCgroup = proto.String(t.Container.FreezeCgroup)
+	}
+	if o.Lazy != nil {
+		opts.LazyPages = proto.Bool(true)
+		opts.LeaveRunning = proto.Bool(false)
+		opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(o.Lazy.Address), Port: proto.Int32(int32(o.Lazy.Port))}
+		opts.StatusFd = proto.Int32(int32(statusFd))
 	}
 
 	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
@@ -614,8 +681,9 @@ func (a *archiveWriter) rest(work string, config, spec []byte) error {
 	if err := a.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
 		return err
 	}
-	// CRIU writes stats-dump to its work directory.
-	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
+	// CRIU writes stats-dump to its work directory, at its end: a lazy
+	// dump's archive, written while CRIU serves the memory, has none.
+	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	// Two zero blocks end a tar archive.
