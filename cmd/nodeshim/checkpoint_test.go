@@ -46,6 +46,8 @@ func TestCheckpointUsage(t *testing.T) {
 		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-output FILE go together"},
 		{"image file needs a name", []string{"checkpoint", "--pid", "1", "--image-output", "/tmp/x.tar"}, exitUsage, "go together"},
 		{"image file must not exist", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "exists"},
+		{"lazy needs a pid", []string{"checkpoint", "--container-id", "x", "--lazy", "127.0.0.1:27000"}, exitUsage, "--lazy applies to --pid"},
+		{"lazy needs HOST:PORT", []string{"checkpoint", "--pid", "1", "--lazy", "27000"}, exitUsage, "page server"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
 	}
 	for _, tc := range cases {
