@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/kernel/capability"
 )
 
 // ErrLazyPagesUnsupported is returned, wrapped with the missing feature,
@@ -274,4 +276,26 @@ func dumpLazy(ctx context.Context, t Target, o Options, work, images string, arc
 	<-done
 	res.Serve = time.Since(ready)
 	return derr
+}
+
+// lazyPagesFinding is the report's criu.lazy_pages: what CheckLazyPages
+// checks, with a pipe-max-size below LazyPipeBytes only Degraded, since
+// nodeshim raises it when a lazy migration is asked for.
+func lazyPagesFinding(procRoot string) capability.Finding {
+	fd, _, errno := unix.Syscall(unix.SYS_USERFAULTFD, uintptr(unix.O_CLOEXEC|unix.O_NONBLOCK), 0, 0)
+	if errno != 0 {
+		return capability.Findingf(capability.Unsupported, "userfaultfd(2): %v (CONFIG_USERFAULTFD); checkpoint and restore work without --lazy", errno)
+	}
+	unix.Close(int(fd))
+	if hasCapSysResource() {
+		return capability.Findingf(capability.Supported, "userfaultfd(2) works; CAP_SYS_RESOURCE sizes CRIU's page pipes")
+	}
+	n, err := pipeMaxSize(procRoot)
+	if err != nil {
+		return capability.Findingf(capability.Unknown, "userfaultfd(2) works; %v", err)
+	}
+	if n < LazyPipeBytes {
+		return capability.Findingf(capability.Degraded, "userfaultfd(2) works; fs.pipe-max-size %d < %d that CRIU's page server needs without CAP_SYS_RESOURCE: nodeshim raises it on checkpoint --lazy / restore --lazy-from", n, LazyPipeBytes)
+	}
+	return capability.Findingf(capability.Supported, "userfaultfd(2) works; fs.pipe-max-size %d >= %d", n, LazyPipeBytes)
 }
