@@ -179,3 +179,84 @@ func TestLazyMigration(t *testing.T) {
 	t.Logf("checkpoint: frozen %s, archive %d bytes in %s, serve %s; restore: running after %s, memory fetched %s later",
 		m.ck.Frozen, m.ck.Size, m.ck.Archive, m.ck.Serve, m.rst.Unpack+m.rst.Restore, m.rst.Fetch)
 }
+
+// BenchmarkLazyMigration moves a process tree holding a working set of
+// anonymous memory that it barely touches (a shell loop; 1 GiB by
+// default, NODESHIM_LAZY_MIB) from one PID namespace on this host to a
+// new one, side by side:
+//
+//   - plain: Checkpoint (the memory written to the archive while the tree
+//     is frozen), the original killed, Restore of the archive;
+//   - lazy: Checkpoint with Lazy and Restore with LazyFrom: the archive
+//     without the memory, the tree running on the restoring side before
+//     its memory has arrived.
+//
+// frozen-ms is the freeze before the tree can run elsewhere (plain:
+// CRIU's frozen_time; lazy: dump start to page server ready); to-running-ms
+// is from the checkpoint's start to the restored tree running (plain:
+// checkpoint and restore; lazy: archive published and restore until CRIU
+// returns, the memory still on its way); fetch-ms is the lazy restore's
+// background copy after that.
+func BenchmarkLazyMigration(b *testing.B) {
+	bin := requireCriu(b)
+	mib := 1024
+	if s := os.Getenv("NODESHIM_LAZY_MIB"); s != "" {
+		var err error
+		if mib, err = strconv.Atoi(s); err != nil || mib <= 0 {
+			b.Fatalf("NODESHIM_LAZY_MIB=%q is not a size in MiB", s)
+		}
+	}
+	for _, mode := range []string{"plain", "lazy"} {
+		b.Run(fmt.Sprintf("%dMiB/%s", mib, mode), func(b *testing.B) {
+			var frozen, running, fetch time.Duration
+			var size int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				pid, count := startInPidNS(b, mib)
+				b.StartTimer()
+				start := time.Now()
+				switch mode {
+				case "plain":
+					tg, err := PIDTarget("/proc", pid, time.Now())
+					if err != nil {
+						b.Fatal(err)
+					}
+					ck, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: b.TempDir()})
+					if err != nil {
+						b.Fatal(err)
+					}
+					// The move: the original goes, the archive is restored.
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					rst, err := Restore(context.Background(), ck.Path, RestoreOptions{Binary: bin, WorkRoot: b.TempDir()})
+					if err != nil {
+						b.Fatal(err)
+					}
+					running += time.Since(start)
+					frozen += ck.Frozen
+					size += ck.Size
+					b.Cleanup(func() { _ = syscall.Kill(rst.Pid, syscall.SIGKILL) })
+				case "lazy":
+					m := moveLazily(b, bin, pid)
+					running += m.archived.Sub(start) + m.rst.Unpack + m.rst.Restore
+					frozen += m.ck.Frozen
+					fetch += m.rst.Fetch
+					size += m.ck.Size
+				}
+				b.StopTimer()
+				before, err := readCount(count)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for n := before; n <= before; n, _ = readCount(count) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				b.StartTimer()
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(frozen.Milliseconds())/n, "frozen-ms")
+			b.ReportMetric(float64(running.Milliseconds())/n, "to-running-ms")
+			b.ReportMetric(float64(fetch.Milliseconds())/n, "fetch-ms")
+			b.ReportMetric(float64(size)/(1<<20)/n, "archive-MiB")
+		})
+	}
+}
