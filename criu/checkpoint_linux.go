@@ -158,8 +158,10 @@ type Result struct {
 	Path string
 	// Size is its size in bytes.
 	Size int64
-	// Frozen is how long the target's tasks were frozen (CRIU's
-	// frozen_time), Freezing how long freezing them took. For a Lazy
+	// Frozen is how long the target's tasks were frozen: CRIU's
+	// frozen_time, or, for a container whose freezer cgroup nodeshim
+	// froze itself (see preFreeze), from that freeze to its thaw.
+	// Freezing is how long freezing them took. For a Lazy
 	// checkpoint, Frozen is the time from the dump's start to the page
 	// server's (an upper bound of the freeze before the tree can run on
 	// the restoring side; it stays frozen here while its memory goes).
@@ -281,7 +283,23 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if o.Lazy != nil {
 		derr = dumpLazy(ctx, t, o, work, images, archive, &res)
 	} else {
+		var frozenAt time.Time
+		if cg := t.Container.FreezeCgroup; cg != "" && !frozenBefore {
+			if at, ok := preFreeze(cg, time.Second); ok {
+				frozenAt, res.Freezing = at, at.Sub(dumpStart)
+			} else {
+				o.Logger.Debug("freezer cgroup did not freeze within a second; CRIU freezes it", "cgroup", cg)
+			}
+		}
 		derr = dump(ctx, t, o, work, images, -1)
+		if !frozenAt.IsZero() {
+			if err := thawCgroup(t.Container.FreezeCgroup); err != nil {
+				derr = errors.Join(derr, fmt.Errorf("thaw %s: %w", t.Container.FreezeCgroup, err))
+			}
+			// CRIU's frozen_time starts after the freeze and ends before
+			// the thaw; the tree was stopped for this long.
+			res.Frozen = time.Since(frozenAt)
+		}
 	}
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
@@ -292,10 +310,12 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
 	if st, err := readDumpStats(filepath.Join(work, StatsDump)); err == nil {
-		if o.Lazy == nil {
-			res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
+		if f := time.Duration(st.GetFrozenTime()) * time.Microsecond; o.Lazy == nil && f > res.Frozen {
+			res.Frozen = f
 		}
-		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
+		if res.Freezing == 0 {
+			res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
+		}
 		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
 		res.MemWrite = time.Duration(st.GetMemwriteTime()) * time.Microsecond
 		res.PagesWritten = st.GetPagesWritten()
