@@ -284,14 +284,20 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		derr = dumpLazy(ctx, t, o, work, images, archive, &res)
 	} else {
 		var frozenAt time.Time
+		var preDump func()
 		if cg := t.Container.FreezeCgroup; cg != "" && !frozenBefore {
-			if at, ok := preFreeze(cg, time.Second); ok {
-				frozenAt, res.Freezing = at, at.Sub(dumpStart)
-			} else {
-				o.Logger.Debug("freezer cgroup did not freeze within a second; CRIU freezes it", "cgroup", cg)
+			// At CRIU's pre-dump notification CRIU has started and not
+			// yet frozen anything: its start-up stays out of the freeze.
+			preDump = func() {
+				freezeStart := time.Now()
+				if at, ok := preFreeze(cg, time.Second); ok {
+					frozenAt, res.Freezing = at, at.Sub(freezeStart)
+				} else {
+					o.Logger.Debug("freezer cgroup did not freeze within a second; CRIU freezes it", "cgroup", cg)
+				}
 			}
 		}
-		derr = dump(ctx, t, o, work, images, -1)
+		derr = dump(ctx, t, o, work, images, -1, preDump)
 		if !frozenAt.IsZero() {
 			if err := thawCgroup(t.Container.FreezeCgroup); err != nil {
 				derr = errors.Join(derr, fmt.Errorf("thaw %s: %w", t.Container.FreezeCgroup, err))
@@ -345,8 +351,10 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 }
 
 // dump runs CRIU's dump request for t into images. For a lazy dump,
-// statusFd is the pipe CRIU signals its page server's start on.
-func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int) error {
+// statusFd is the pipe CRIU signals its page server's start on. preDump,
+// if set, runs at CRIU's pre-dump notification, before CRIU freezes the
+// tree.
+func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int, preDump func()) error {
 	imgDir, err := os.Open(images)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", images, err)
@@ -416,6 +424,9 @@ func dump(ctx context.Context, t Target, o Options, work, images string, statusF
 	}
 	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())
+		if n.GetScript() == "pre-dump" && preDump != nil {
+			preDump()
+		}
 		// Each notification is a point where CRIU can still back out
 		// cleanly, so a deadline is checked here too.
 		return ctx.Err()
