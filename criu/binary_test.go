@@ -155,6 +155,12 @@ func TestRequirementsOnThisNode(t *testing.T) {
 		"criu.feature.clone3_set_tid":        capability.Supported,
 		"criu.feature.network_lock_nftables": capability.Supported,
 	}
+	// Lazy pages: Supported, or Degraded where nodeshim has to raise
+	// fs.pipe-max-size first; userfaultfd is there on every machine of
+	// this kind.
+	if f := fs["criu.lazy_pages"]; f.Verdict != capability.Supported && f.Verdict != capability.Degraded {
+		t.Errorf("criu.lazy_pages: %s (%s), want Supported or Degraded", f.Verdict, f.Evidence)
+	}
 	for id, v := range want {
 		if fs[id].Verdict != v {
 			t.Errorf("%s: %s (%s), want %s", id, fs[id].Verdict, fs[id].Evidence, v)

@@ -75,6 +75,20 @@ type Options struct {
 	// noBreakpointsEnv.
 	HardwareBreakpoints bool
 
+	// Lazy, when set, makes the checkpoint the first half of a lazy
+	// (post-copy) migration: CRIU writes every image but the memory, and
+	// then serves the memory from a page server at Lazy while the tree
+	// stays frozen, until a restore with RestoreOptions.LazyFrom has
+	// fetched all of it; then the tree is killed, as it runs on over
+	// there. The archive is published (see Published) as soon as the page
+	// server is ready, and Checkpoint returns when the memory is fetched.
+	// Needs what CheckLazyPages checks.
+	Lazy *PageServer
+	// Published, if set, is called with the archive's path once it is
+	// published, before Checkpoint returns: for a Lazy checkpoint, while
+	// the page server waits for the restore.
+	Published func(path string)
+
 	// KillGrace is how long CRIU gets to abort after ctx ends before it is
 	// killed; zero means DefaultKillGrace.
 	KillGrace time.Duration
@@ -146,13 +160,22 @@ type Result struct {
 	Path string
 	// Size is its size in bytes.
 	Size int64
-	// Frozen is how long the target's tasks were frozen (CRIU's
-	// frozen_time), Freezing how long freezing them took.
+	// Frozen is how long the target's tasks were frozen: CRIU's
+	// frozen_time, or, for a container whose freezer cgroup nodeshim
+	// froze itself (see preFreeze), from that freeze to its thaw.
+	// Freezing is how long freezing them took. For a Lazy
+	// checkpoint, Frozen is the time from the dump's start to the page
+	// server's (an upper bound of the freeze before the tree can run on
+	// the restoring side; it stays frozen here while its memory goes).
 	Frozen, Freezing time.Duration
 	// MemDump and MemWrite are CRIU's time to collect and to write pages.
 	MemDump, MemWrite time.Duration
 	// PagesWritten counts the pages CRIU wrote.
 	PagesWritten uint64
+	// Serve is, for a Lazy checkpoint, the time from the page server's
+	// start to the restore having fetched all the memory (the tree is
+	// frozen here and running there meanwhile); Dump includes it.
+	Serve time.Duration
 	// Dump is the CRIU request from start to response, Archive the time
 	// to write and publish the tar, Fsync the part of Archive spent in
 	// fsync(2) of the archive, Total the whole call.
@@ -186,6 +209,18 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
 	frozenBefore := cgroupFrozen(t.Container.FreezeCgroup)
+	if o.Lazy != nil {
+		// The archive is small (no memory) and is written while CRIU
+		// still runs: copy the images rather than rework one in place.
+		o.CopyArchive = true
+		raised, err := PrepareLazyPages(o.ProcRoot)
+		if raised {
+			o.Logger.Info("raised fs.pipe-max-size for CRIU's page server", "bytes", LazyPipeBytes)
+		}
+		if err != nil {
+			return res, fmt.Errorf("checkpoint pid %d --lazy: %w", t.Pid, err)
+		}
+	}
 	dir := o.ArchiveDir
 	if dir == "" {
 		dir = filepath.Join(o.RootDir, CheckpointsDir)
@@ -221,40 +256,91 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 
 	checkpointedAt := o.Now()
+	meta, err := metadata(t, checkpointedAt)
+	if err != nil {
+		return res, err
+	}
+	// archive writes and publishes the archive once CRIU has written its
+	// images: after the dump, or, for a lazy dump, once its page server
+	// is ready (the tree is frozen then, its memory not yet copied).
+	archive := func() error {
+		archStart := time.Now()
+		defer func() { res.Archive = time.Since(archStart) }()
+		if t.Layer.Upper != "" {
+			if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
+				return fmt.Errorf("checkpoint pid %d: %w", t.Pid, err)
+			}
+		}
+		var err error
+		res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, meta, func(attempt int) string {
+			return ArchiveName(t.Ref, checkpointedAt, attempt)
+		})
+		if err == nil && o.Published != nil {
+			o.Published(res.Path)
+		}
+		return err
+	}
 	dumpStart := time.Now()
-	derr := dump(ctx, t, o, work, images)
+	var derr error
+	if o.Lazy != nil {
+		derr = dumpLazy(ctx, t, o, work, images, archive, &res)
+	} else {
+		var frozenAt time.Time
+		var preDump func()
+		if cg := t.Container.FreezeCgroup; cg != "" && !frozenBefore {
+			// At CRIU's pre-dump notification CRIU has started and not
+			// yet frozen anything: its start-up stays out of the freeze.
+			preDump = func() {
+				freezeStart := time.Now()
+				if at, ok := preFreeze(cg, time.Second); ok {
+					frozenAt, res.Freezing = at, at.Sub(freezeStart)
+				} else {
+					o.Logger.Debug("freezer cgroup did not freeze within a second; CRIU freezes it", "cgroup", cg)
+				}
+			}
+		}
+		derr = dump(ctx, t, o, work, images, -1, preDump)
+		if !frozenAt.IsZero() {
+			if err := thawCgroup(t.Container.FreezeCgroup); err != nil {
+				derr = errors.Join(derr, fmt.Errorf("thaw %s: %w", t.Container.FreezeCgroup, err))
+			}
+			// CRIU's frozen_time starts after the freeze and ends before
+			// the thaw; the tree was stopped for this long.
+			res.Frozen = time.Since(frozenAt)
+		}
+	}
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
+		if res.Path != "" {
+			derr = errors.Join(derr, os.Remove(res.Path))
+			res.Path = ""
+		}
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
 	}
 	if st, err := ReadDumpStats(filepath.Join(work, StatsDump)); err == nil {
-		res.Frozen = time.Duration(st.GetFrozenTime()) * time.Microsecond
-		res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
+		if f := time.Duration(st.GetFrozenTime()) * time.Microsecond; o.Lazy == nil && f > res.Frozen {
+			res.Frozen = f
+		}
+		if res.Freezing == 0 {
+			res.Freezing = time.Duration(st.GetFreezingTime()) * time.Microsecond
+		}
 		res.MemDump = time.Duration(st.GetMemdumpTime()) * time.Microsecond
 		res.MemWrite = time.Duration(st.GetMemwriteTime()) * time.Microsecond
 		res.PagesWritten = st.GetPagesWritten()
 	} else {
 		o.Logger.Warn("no dump statistics", "err", err)
 	}
+	if o.Lazy != nil {
+		// The tree was killed once its memory was fetched: it runs on
+		// where it was restored.
+		res.Total = time.Since(start)
+		o.Logger.Info("lazy checkpoint served", "pid", t.Pid, "path", res.Path, "frozen", res.Frozen, "serve", res.Serve, "total", res.Total)
+		return res, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
 	}
-
-	archStart := time.Now()
-	meta, err := metadata(t, checkpointedAt)
-	if err != nil {
-		return res, err
-	}
-	if t.Layer.Upper != "" {
-		if err := WriteRootfsDiff(ctx, t.Layer, work); err != nil {
-			return res, errors.Join(fmt.Errorf("checkpoint pid %d: %w", t.Pid, err), ensureRunning(o, t, before, frozenBefore))
-		}
-	}
-	res.Path, res.Size, res.Fsync, err = writeArchive(ctx, o, &res.InPlace, dir, work, images, meta, func(attempt int) string {
-		return ArchiveName(t.Ref, checkpointedAt, attempt)
-	})
-	res.Archive = time.Since(archStart)
-	if err != nil {
+	if err := archive(); err != nil {
 		return res, errors.Join(err, ensureRunning(o, t, before, frozenBefore))
 	}
 	if o.Progress != nil {
@@ -279,8 +365,11 @@ func networkLock(lookPath func(string) (string, error)) *rpc.CriuNetworkLockMeth
 	return rpc.CriuNetworkLockMethod_NFTABLES.Enum()
 }
 
-// dump runs CRIU's dump request for t into images.
-func dump(ctx context.Context, t Target, o Options, work, images string) error {
+// dump runs CRIU's dump request for t into images. For a lazy dump,
+// statusFd is the pipe CRIU signals its page server's start on. preDump,
+// if set, runs at CRIU's pre-dump notification, before CRIU freezes the
+// tree.
+func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int, preDump func()) error {
 	imgDir, err := os.Open(images)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", images, err)
@@ -315,12 +404,29 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	if t.Container.Root != "" {
 		opts.Root = proto.String(t.Container.Root)
 	}
+	if !o.TCPEstablished {
+		// CRIU locks a dumped network namespace (iptables rules that drop
+		// every packet) so that TCP connections cannot change while their
+		// state is read, and unlocks it before it thaws the tree: the
+		// unlock runs iptables-restore in the namespace, measured here at
+		// 60-80 ms of the frozen time. Without --tcp-established CRIU
+		// dumps no connection state, and the tree runs on in the same
+		// namespace, so the lock protects nothing (podman pays no unlock:
+		// it stops the container).
+		opts.NetworkLock = rpc.CriuNetworkLockMethod_SKIP.Enum()
+	}
 	if t.Container.ManageCgroups {
 		opts.ManageCgroups = proto.Bool(true)
 		opts.ManageCgroupsMode = rpc.CriuCgMode_SOFT.Enum()
 	}
 	if t.Container.FreezeCgroup != "" {
 		opts.FreezeCgroup = proto.String(t.Container.FreezeCgroup)
+	}
+	if o.Lazy != nil {
+		opts.LazyPages = proto.Bool(true)
+		opts.LeaveRunning = proto.Bool(false)
+		opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(o.Lazy.Address), Port: proto.Int32(int32(o.Lazy.Port))}
+		opts.StatusFd = proto.Int32(int32(statusFd))
 	}
 
 	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
@@ -334,6 +440,9 @@ func dump(ctx context.Context, t Target, o Options, work, images string) error {
 	}
 	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())
+		if n.GetScript() == "pre-dump" && preDump != nil {
+			preDump()
+		}
 		// Each notification is a point where CRIU can still back out
 		// cleanly, so a deadline is checked here too.
 		return ctx.Err()
@@ -660,8 +769,9 @@ func (a *archiveWriter) rest(work string, meta []metaFile) error {
 	if err := a.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
 		return err
 	}
-	// CRIU writes stats-dump to its work directory.
-	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil {
+	// CRIU writes stats-dump to its work directory, at its end: a lazy
+	// dump's archive, written while CRIU serves the memory, has none.
+	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return err
 	}
 	// Two zero blocks end a tar archive.

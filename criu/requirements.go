@@ -222,6 +222,17 @@ func RequirementsWith(opts ReportOptions) []capability.Requirement {
 			},
 		})
 	}
+	reqs = append(reqs, capability.Requirement{
+		ID: "criu.lazy_pages", Group: "criu", MinKernel: capability.V(4, 11, 0),
+		NeededBy: []string{"nodeshim: checkpoint --lazy / restore --lazy-from (post-copy migration)"},
+		Probe: func(ctx context.Context, h capability.Host) capability.Finding {
+			p.run(ctx)
+			if p.findErr != nil {
+				return capability.Findingf(capability.Unsupported, "no criu binary: %v", p.findErr)
+			}
+			return lazyPagesFinding(h.Path("/proc"))
+		},
+	})
 	// Every entry waits on the one shared run of the criu processes,
 	// which takes about half a second when nothing is cached: start them
 	// early and give them longer than the collector's default.

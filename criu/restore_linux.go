@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
@@ -35,6 +36,13 @@ type RestoreOptions struct {
 	HardwareBreakpoints bool
 	// KeepWorkDir leaves the unpacked images and restore.log in place.
 	KeepWorkDir bool
+	// LazyFrom, when set, restores the archive of a lazy checkpoint
+	// (Options.Lazy): a `criu lazy-pages` daemon fetches the memory from
+	// the page server at LazyFrom, the tree runs as soon as CRIU has
+	// restored everything else, and its pages arrive on its page faults
+	// (userfaultfd) and in the background. Restore returns once all of
+	// the memory is here. Needs what CheckLazyPages checks.
+	LazyFrom *PageServer
 	// KillGrace is how long CRIU gets to abort after ctx ends; zero means
 	// DefaultKillGrace.
 	KillGrace time.Duration
@@ -52,8 +60,12 @@ type RestoreResult struct {
 	Pid int
 	// WorkDir is the unpacked archive; it is removed unless KeepWorkDir.
 	WorkDir string
-	// Unpack and Restore are the time to validate and unpack, and CRIU's time.
+	// Unpack and Restore are the time to validate and unpack, and CRIU's
+	// time until the tree runs.
 	Unpack, Restore time.Duration
+	// Fetch is, for a lazy restore, the time from the tree running to
+	// all of its memory fetched.
+	Fetch time.Duration
 }
 
 // Restore validates archive, unpacks it into a private work directory and
@@ -117,10 +129,34 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 
 	rstart := time.Now()
 	o.Progress(Progress{Phase: PhaseRestoring})
+	var daemon *lazyDaemon
+	if o.LazyFrom != nil {
+		if raised, err := PrepareLazyPages(""); err != nil {
+			return res, fmt.Errorf("restore %s --lazy-from: %w", archive, err)
+		} else if raised {
+			o.Logger.Info("raised fs.pipe-max-size for CRIU's page transfer", "bytes", LazyPipeBytes)
+		}
+		if daemon, err = startLazyDaemon(ctx, o, work); err != nil {
+			return res, fmt.Errorf("restore %s: %w", archive, err)
+		}
+	}
 	pid, err := restore(ctx, o, work)
 	res.Restore = time.Since(rstart)
 	if err != nil {
+		if daemon != nil {
+			daemon.kill()
+		}
 		return res, fmt.Errorf("restore %s: %w", archive, err)
+	}
+	if daemon != nil {
+		fstart := time.Now()
+		err := daemon.wait(ctx, work)
+		res.Fetch = time.Since(fstart)
+		if err != nil {
+			// The tree runs and faults on pages nobody serves any more.
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			return res, fmt.Errorf("restore %s: pid %d killed: %w", archive, pid, err)
+		}
 	}
 	res.Pid = pid
 	o.Logger.Info("restored", "archive", archive, "pid", pid, "took", res.Unpack+res.Restore)
@@ -212,6 +248,7 @@ func restore(ctx context.Context, o RestoreOptions, work string) (int, error) {
 		ExtUnixSk:      proto.Bool(o.ExtUnixSockets),
 		FileLocks:      proto.Bool(o.FileLocks),
 		ShellJob:       proto.Bool(o.ShellJob),
+		LazyPages:      proto.Bool(o.LazyFrom != nil),
 	}
 	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
 	if err != nil {

@@ -41,16 +41,21 @@ func (f *criuFlags) add(cmd *cobra.Command) {
 
 // checkpointOutput is the machine-readable form of `nodeshim checkpoint`.
 type checkpointOutput struct {
-	Path            string  `json:"path"`
-	SizeBytes       int64   `json:"sizeBytes"`
-	FrozenSeconds   float64 `json:"frozenSeconds"`
-	DumpSeconds     float64 `json:"dumpSeconds"`
-	ArchiveSeconds  float64 `json:"archiveSeconds"`
+	Path           string  `json:"path"`
+	SizeBytes      int64   `json:"sizeBytes"`
+	FrozenSeconds  float64 `json:"frozenSeconds"`
+	DumpSeconds    float64 `json:"dumpSeconds"`
+	ArchiveSeconds float64 `json:"archiveSeconds"`
+	// ServeSeconds is, for --lazy, the time the page server served the
+	// memory until the restore had all of it.
+	ServeSeconds    float64 `json:"serveSeconds,omitempty"`
 	TotalSeconds    float64 `json:"totalSeconds"`
 	PagesWritten    uint64  `json:"pagesWritten"`
 	Pid             int     `json:"pid"`
 	Container       string  `json:"container"`
 	RemovedOrphaned int     `json:"removedOrphaned,omitempty"`
+	// Image is the checkpoint image written by --image/--image-output.
+	Image *checkpointImageOutput `json:"image,omitempty"`
 }
 
 func newCheckpointCommand() *cobra.Command {
@@ -65,6 +70,9 @@ func newCheckpointCommand() *cobra.Command {
 		output        string
 		criuFlags     criuFlags
 		progressAfter time.Duration
+		imageRef      string
+		imageOut      string
+		lazyAt        string
 	)
 	cmd := &cobra.Command{
 		Use:   "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
@@ -95,7 +103,23 @@ CRIU flags do not apply.
 
 CRIU is found through --criu-path, then $NODESHIM_CRIU, then PATH. On a
 failure, a timeout or an interrupt the target is left running, unfrozen and
-untraced, and no partial archive is left behind.`,
+untraced, and no partial archive is left behind.
+
+--image REF with --image-output FILE also writes the checkpoint image of the
+new archive to FILE, as "nodeshim checkpoint image ARCHIVE --tag REF
+--output FILE" does (--output is not used for it: -o/--output is the
+output format here). The archive is kept.
+
+--lazy HOST:PORT (with --pid) is the first half of a lazy (post-copy)
+migration: the archive holds everything but the tree's memory and is
+published at once (its path is logged); the tree stays frozen while a
+page server on HOST:PORT serves its memory to "nodeshim restore
+--lazy-from HOST:PORT ARCHIVE" on the other node, where it runs as soon as
+the rest is restored; when all of the memory is fetched the tree here is
+killed and the command returns (--timeout bounds that wait too). Needs userfaultfd (CONFIG_USERFAULTFD) on
+both nodes, and fs.pipe-max-size >= 4 MiB or CAP_SYS_RESOURCE for CRIU's
+page pipes (nodeshim raises fs.pipe-max-size when it is lower);
+"nodeshim report" shows criu.lazy_pages.`,
 		Example: `  # Checkpoint process 4242 and its children into /var/lib/kubelet/checkpoints
   nodeshim checkpoint --pid 4242
 
@@ -106,7 +130,10 @@ untraced, and no partial archive is left behind.`,
   nodeshim checkpoint --container-id web --podman-root /var/lib/containers/storage
 
   # A container of a pod, through the nodeshim serve on this node
-  nodeshim checkpoint --namespace default --pod web-0 --container nginx`,
+  nodeshim checkpoint --namespace default --pod web-0 --container nginx
+
+  # Checkpoint and make the checkpoint image in one step (as "checkpoint image")
+  nodeshim checkpoint --container-id web --image localhost/web-checkpoint:1 --image-output /tmp/web.oci.tar`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			given := 0
@@ -121,7 +148,30 @@ untraced, and no partial archive is left behind.`,
 			if given > 1 {
 				return withExitCode(exitUsage, errors.New("--pid, --container-id and --namespace/--pod/--container exclude each other"))
 			}
+			if (imageRef == "") != (imageOut == "") {
+				return withExitCode(exitUsage, errors.New("--image REF and --image-output FILE go together"))
+			}
+			if imageOut != "" {
+				// Refuse before anything is frozen.
+				if _, err := os.Lstat(imageOut); err == nil {
+					return withExitCode(exitUsage, fmt.Errorf("--image-output %s exists: %w", imageOut, os.ErrExist))
+				}
+			}
+			var lazy *criu.PageServer
+			if lazyAt != "" {
+				if pid <= 0 || imageRef != "" {
+					return withExitCode(exitUsage, errors.New("--lazy applies to --pid, without --image"))
+				}
+				ps, err := criu.ParsePageServer(lazyAt)
+				if err != nil {
+					return withExitCode(exitUsage, err)
+				}
+				lazy = &ps
+			}
 			if ref != (criu.ContainerRef{}) {
+				if imageRef != "" {
+					return withExitCode(exitUsage, errors.New("--image applies to --pid and --container-id; for a pod's container run \"nodeshim checkpoint image\" on the archive"))
+				}
 				return checkpointThroughDaemon(cmd, socket, ref, timeout, output)
 			}
 			if timeout <= 0 {
@@ -152,6 +202,12 @@ untraced, and no partial archive is left behind.`,
 				ShellJob:            criuFlags.shellJob,
 				HardwareBreakpoints: criuFlags.breakpoints,
 				Logger:              logger,
+				Lazy:                lazy,
+			}
+			if lazy != nil {
+				opts.Published = func(path string) {
+					logger.Info("archive published; serving the memory until a restore --lazy-from fetches it", "path", path, "page-server", lazy.String())
+				}
 			}
 			if prog != nil {
 				opts.Progress = prog.update
@@ -167,15 +223,26 @@ untraced, and no partial archive is left behind.`,
 			out := checkpointOutput{
 				Path: res.Path, SizeBytes: res.Size,
 				FrozenSeconds: res.Frozen.Seconds(), DumpSeconds: res.Dump.Seconds(),
-				ArchiveSeconds: res.Archive.Seconds(), TotalSeconds: res.Total.Seconds(),
+				ArchiveSeconds: res.Archive.Seconds(), TotalSeconds: res.Total.Seconds(), ServeSeconds: res.Serve.Seconds(),
 				PagesWritten: res.PagesWritten, Pid: pid, Container: target.Ref.String(),
 				RemovedOrphaned: len(res.Removed),
+			}
+			if imageRef != "" {
+				istart := time.Now()
+				img, err := writeCheckpointImage(res.Path, imageRef, imageOut)
+				if err != nil {
+					return fmt.Errorf("checkpoint image of %s (the archive is kept): %w", res.Path, err)
+				}
+				out.Image = &checkpointImageOutput{Image: img, Output: imageOut, TotalSeconds: time.Since(istart).Seconds()}
 			}
 			return writeOutput(cmd.OutOrStdout(), output, out, func() string {
 				var b strings.Builder
 				tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
 				fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n",
 					res.Path, humanBytes(res.Size), res.Frozen.Round(time.Millisecond), res.Total.Round(time.Millisecond))
+				if out.Image != nil {
+					fmt.Fprintf(tw, "\nIMAGE\tMANIFEST\tSIZE\tFILE\n%s\t%s\t%s\t%s\n", out.Image.Ref, out.Image.Manifest, humanBytes(out.Image.Size), imageOut)
+				}
 				tw.Flush()
 				return b.String()
 			})
@@ -190,6 +257,9 @@ untraced, and no partial archive is left behind.`,
 	cmd.Flags().StringVar(&socket, "socket", filepath.Join(config.Defaults().RootDir, api.SocketName), "API socket of the nodeshim serve that checkpoints containers")
 	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
+	cmd.Flags().StringVar(&imageRef, "image", "", "also write the checkpoint image of the archive under this name (with --image-output), as \"checkpoint image --tag\"")
+	cmd.Flags().StringVar(&lazyAt, "lazy", "", "HOST:PORT: lazy migration: serve the memory from a page server here until \"restore --lazy-from\" fetches it, then kill the tree (--pid)")
+	cmd.Flags().StringVar(&imageOut, "image-output", "", "the OCI image archive --image writes (must not exist); -o/--output is the output format")
 	criuFlags.add(cmd)
 	addProgressFlag(cmd, &progressAfter)
 	addOutputFlag(cmd, &output)

@@ -85,15 +85,11 @@ func secondNode(t testing.TB, p *runtimetest.Podman) node {
 	return b
 }
 
-// TestCheckpointImageMovesAPodmanContainer is the proof of nodeshim's
-// checkpoint images: a podman container checkpointed by nodeshim, made
-// into an image by nodeshim, loaded into a second podman storage root (a
-// second node) and restored there from the image by `podman container
-// restore IMAGE` counts on from where it was, not from 1.
-func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
-	p := rt.Podman(t)
+// criuOnPath puts the criu that tests use first on PATH, where runc,
+// run by podman for a restore, finds it.
+func criuOnPath(t *testing.T) {
+	t.Helper()
 	bin := criutest.Require(t)
-	// runc, run by podman for the restore, finds CRIU on PATH.
 	pathDir := filepath.Join(t.TempDir(), "criu-bin")
 	if err := os.Mkdir(pathDir, 0o755); err != nil {
 		t.Fatal(err)
@@ -102,40 +98,24 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", pathDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+}
 
-	a := node{p: p}
-	b := secondNode(t, p)
-	const name = "nodeshim-move"
-	const ref = "localhost/nodeshim-move:checkpoint"
-	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
+// moveByImage runs a counting container name on a, has makeImage
+// checkpoint it into the checkpoint image file ref, removes it from a,
+// loads file on b and restores ref there, and checks that the counter
+// continues on b. It returns the image file.
+func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file string) (checkpointOutput, checkpointImageOutput)) string {
+	t.Helper()
+	if res := a.p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
 		"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.05; done"}}); res.ExitCode != 0 {
 		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
 	}
 	before := a.waitCount(t, name, 20)
 
-	// On node A: nodeshim checkpoints, then makes the image.
-	root := t.TempDir()
+	file := filepath.Join(t.TempDir(), name+".oci.tar")
 	start := time.Now()
-	out, _, err := runSplit(t, "checkpoint", "--container-id", name, "--podman-root", p.Root, "--root-dir", root, "-o", "json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	tCheckpoint := time.Since(start)
-	var ck checkpointOutput
-	if err := json.Unmarshal([]byte(out), &ck); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
-	file := filepath.Join(t.TempDir(), "nodeshim-move.oci.tar")
-	start = time.Now()
-	out, _, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--output", file, "-o", "json")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ck, img := makeImage(file)
 	tImage := time.Since(start)
-	var img checkpointImageOutput
-	if err := json.Unmarshal([]byte(out), &img); err != nil {
-		t.Fatalf("%v: %s", err, out)
-	}
 	// The move: A's container goes, only the file crosses to B.
 	a.run(t, "rm", "--force", "--time", "0", name)
 
@@ -143,7 +123,7 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	b.run(t, "load", "-i", file)
 	tLoad := time.Since(start)
 	start = time.Now()
-	restoreOut := b.run(t, "--runtime", p.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
+	restoreOut := b.run(t, "--runtime", a.p.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
 	tRestore := time.Since(start)
 	restored, ok := b.count(name)
 	if !ok {
@@ -154,9 +134,42 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	}
 	next := b.waitCount(t, name, restored)
 	t.Logf("count %d on A before the checkpoint, %d on B at restore, %d on B after", before, restored, next)
-	t.Logf("timings: checkpoint %s (frozen %.3fs, archive %d bytes), image %s (manifest %s), podman load %s, podman restore %s; total %s",
-		tCheckpoint.Round(time.Millisecond), ck.FrozenSeconds, ck.SizeBytes, tImage.Round(time.Millisecond), img.Manifest,
-		tLoad.Round(time.Millisecond), tRestore.Round(time.Millisecond), (tCheckpoint + tImage + tLoad + tRestore).Round(time.Millisecond))
+	t.Logf("timings: checkpoint and image %s (frozen %.3fs, archive %d bytes, manifest %s), podman load %s, podman restore %s",
+		tImage.Round(time.Millisecond), ck.FrozenSeconds, ck.SizeBytes, img.Manifest, tLoad.Round(time.Millisecond), tRestore.Round(time.Millisecond))
+	return file
+}
+
+// TestCheckpointImageMovesAPodmanContainer is the proof of nodeshim's
+// checkpoint images: a podman container checkpointed by nodeshim, made
+// into an image by nodeshim, loaded into a second podman storage root (a
+// second node) and restored there from the image by `podman container
+// restore IMAGE` counts on from where it was, not from 1.
+func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
+	p := rt.Podman(t)
+	criuOnPath(t)
+	a := node{p: p}
+	b := secondNode(t, p)
+	const ref = "localhost/nodeshim-move:checkpoint"
+	file := moveByImage(t, a, b, "nodeshim-move", ref, func(file string) (checkpointOutput, checkpointImageOutput) {
+		// On node A: nodeshim checkpoints, then makes the image.
+		out, _, err := runSplit(t, "checkpoint", "--container-id", "nodeshim-move", "--podman-root", p.Root, "--root-dir", t.TempDir(), "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ck checkpointOutput
+		if err := json.Unmarshal([]byte(out), &ck); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		out, _, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--output", file, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var img checkpointImageOutput
+		if err := json.Unmarshal([]byte(out), &img); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		return ck, img
+	})
 
 	// containerd takes the same file, under the name in its index.
 	c := rt.Containerd(t)
@@ -168,4 +181,34 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	if err != nil || !strings.Contains(string(ls), ref) {
 		t.Errorf("ctr images ls after the import: %v:\n%s", err, ls)
 	}
+}
+
+// TestCheckpointToImageInOneStep: `nodeshim checkpoint --image REF
+// --image-output FILE` checkpoints and writes the checkpoint image in one
+// command, and podman restores the container from that image on a second
+// node, counting on.
+func TestCheckpointToImageInOneStep(t *testing.T) {
+	p := rt.Podman(t)
+	criuOnPath(t)
+	a := node{p: p}
+	b := secondNode(t, p)
+	const name, ref = "nodeshim-move-1", "localhost/nodeshim-move-1:checkpoint"
+	moveByImage(t, a, b, name, ref, func(file string) (checkpointOutput, checkpointImageOutput) {
+		out, _, err := runSplit(t, "checkpoint", "--container-id", name, "--podman-root", p.Root, "--root-dir", t.TempDir(),
+			"--image", ref, "--image-output", file, "-o", "json")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ck checkpointOutput
+		if err := json.Unmarshal([]byte(out), &ck); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		if ck.Image == nil || ck.Image.Ref != ref || ck.Image.Output != file {
+			t.Fatalf("checkpoint --image %s --image-output %s: image %+v in %s", ref, file, ck.Image, out)
+		}
+		if _, err := os.Stat(ck.Path); err != nil {
+			t.Errorf("the archive is not kept beside the image: %v", err)
+		}
+		return ck, *ck.Image
+	})
 }

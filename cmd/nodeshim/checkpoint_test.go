@@ -5,6 +5,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +45,11 @@ func TestCheckpointUsage(t *testing.T) {
 		{"container needs all three names", []string{"checkpoint", "--namespace", "ns", "--pod", "p"}, exitUsage, "all of --namespace, --pod and --container"},
 		{"container flags exclude pid-only flags", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--root-dir", "/srv"}, exitUsage, "--root-dir applies to --pid only"},
 		{"container without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
+		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-output FILE go together"},
+		{"image file needs a name", []string{"checkpoint", "--pid", "1", "--image-output", "/tmp/x.tar"}, exitUsage, "go together"},
+		{"image file must not exist", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "exists"},
+		{"lazy needs a pid", []string{"checkpoint", "--container-id", "x", "--lazy", "127.0.0.1:27000"}, exitUsage, "--lazy applies to --pid"},
+		{"lazy needs HOST:PORT", []string{"checkpoint", "--pid", "1", "--lazy", "27000"}, exitUsage, "page server"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
 	}
 	for _, tc := range cases {
@@ -177,4 +184,96 @@ func TestRestoreByEngine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestLazyMigrationCLI moves a counting shell, the init of its own PID
+// namespace (so that the restore on this host gets a new one while the
+// original waits, frozen, for its memory to be fetched), with `checkpoint
+// --lazy` and `restore --lazy-from`: the original goes, the restored one
+// counts on.
+func TestLazyMigrationCLI(t *testing.T) {
+	testutil.RequireRoot(t)
+	criutest.Require(t)
+	testutil.RequireFile(t, "/proc/sys/vm/unprivileged_userfaultfd") // CONFIG_USERFAULTFD
+	unshare := testutil.RequireBinary(t, "unshare")
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	sh := exec.Command(unshare, "--pid", "--fork", "setsid", "sh", "-c",
+		`x=$(head -c 8388608 /dev/zero | tr '\000' a); i=0; while :; do i=$((i+1)); echo $i > "$0"; sleep 0.02; done`, count)
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sh.Process.Kill(); _ = sh.Wait() })
+	readCount := func() int {
+		b, _ := os.ReadFile(count)
+		n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+		return n
+	}
+	var pid int
+	for pid == 0 || readCount() < 3 {
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", sh.Process.Pid, sh.Process.Pid))
+		if f := strings.Fields(string(b)); len(f) > 0 {
+			pid, _ = strconv.Atoi(f[0])
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+
+	type result struct {
+		out string
+		err error
+	}
+	ck := make(chan result, 1)
+	go func() {
+		out, _, err := runSplit(t, "checkpoint", "--pid", strconv.Itoa(pid), "--root-dir", dir, "--lazy", addr, "--timeout", "2m", "-o", "json")
+		ck <- result{out, err}
+	}()
+	// The archive is published while the page server waits.
+	var archive string
+	for archive == "" {
+		select {
+		case r := <-ck:
+			t.Fatalf("checkpoint --lazy returned before a restore fetched the memory: %v: %s", r.err, r.out)
+		case <-time.After(20 * time.Millisecond):
+		}
+		if m, _ := filepath.Glob(filepath.Join(dir, "checkpoints", "checkpoint-*.tar")); len(m) == 1 {
+			archive = m[0]
+		}
+	}
+	out, _, err := runSplit(t, "restore", "--root-dir", dir, "--lazy-from", addr, "-o", "json", archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rst restoreOutput
+	if err := json.Unmarshal([]byte(out), &rst); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	t.Cleanup(func() { stop(rst.Pid) })
+	r := <-ck
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	var res checkpointOutput
+	if err := json.Unmarshal([]byte(r.out), &res); err != nil {
+		t.Fatalf("decode %q: %v", r.out, err)
+	}
+	if res.Path != archive || res.ServeSeconds <= 0 || res.FrozenSeconds <= 0 {
+		t.Errorf("checkpoint --lazy output %+v, want archive %s and serve and frozen times", res, archive)
+	}
+	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+		t.Errorf("the original pid %d is still there after the lazy move: %v", pid, err)
+	}
+	before := readCount()
+	for deadline := time.Now().Add(time.Minute); readCount() <= before; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the restored tree (pid %d) does not count past %d", rst.Pid, before)
+		}
+	}
+	t.Logf("frozen %.3fs, archive %d bytes, served %.3fs; restore running after %.3fs, memory fetched %.3fs later",
+		res.FrozenSeconds, res.SizeBytes, res.ServeSeconds, rst.UnpackSeconds+rst.RestoreSeconds, rst.FetchSeconds)
 }

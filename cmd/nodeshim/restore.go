@@ -34,7 +34,10 @@ type restoreOutput struct {
 	Rootfs   string `json:"rootfs,omitempty"`
 	// UnpackSeconds is nodeshim's validation and unpacking; RestoreSeconds
 	// CRIU's restore, or the runtime's whole restore.
-	UnpackSeconds  float64 `json:"unpackSeconds"`
+	UnpackSeconds float64 `json:"unpackSeconds"`
+	// FetchSeconds is, for --lazy-from, the time from the tree running to
+	// all of its memory fetched.
+	FetchSeconds   float64 `json:"fetchSeconds,omitempty"`
 	RestoreSeconds float64 `json:"restoreSeconds"`
 }
 
@@ -59,6 +62,7 @@ func newRestoreCommand() *cobra.Command {
 		restoreDir    string
 		criuFlags     criuFlags
 		progressAfter time.Duration
+		lazyFrom      string
 	)
 	cmd := &cobra.Command{
 		Use:   "restore ARCHIVE",
@@ -132,6 +136,19 @@ runtime runs.`,
 			if timeout <= 0 {
 				timeout = criu.DefaultTimeout
 			}
+			var lazy *criu.PageServer
+			if lazyFrom != "" {
+				if meta.Engine != criu.EngineProcess {
+					prog.done("restore failed")
+					return withExitCode(exitUsage, fmt.Errorf("--lazy-from restores process archives (checkpoint --pid --lazy); %s is a %s archive", archive, meta.Engine))
+				}
+				ps, err := criu.ParsePageServer(lazyFrom)
+				if err != nil {
+					prog.done("restore failed")
+					return withExitCode(exitUsage, err)
+				}
+				lazy = &ps
+			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
 			out := restoreOutput{Engine: string(meta.Engine), Archive: archive}
@@ -151,11 +168,13 @@ runtime runs.`,
 						HardwareBreakpoints: criuFlags.breakpoints,
 						Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
 						Progress:            prog.update,
+						LazyFrom:            lazy,
 					})
 					if err != nil {
 						return err
 					}
 					out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
+					out.FetchSeconds = res.Fetch.Seconds()
 					if keep {
 						out.WorkDir = res.WorkDir
 					}
@@ -202,6 +221,7 @@ runtime runs.`,
 	cmd.Flags().StringVar(&workRoot, "work-dir", "", "make the private work directory here instead (same rules: 0700, root-owned)")
 	cmd.Flags().BoolVar(&keep, "keep-work-dir", false, "keep the unpacked images and restore.log (process archives)")
 	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up after this long")
+	cmd.Flags().StringVar(&lazyFrom, "lazy-from", "", "HOST:PORT of the page server of a \"checkpoint --lazy\": the tree runs at once, its memory follows over userfaultfd (process archives)")
 	cmd.Flags().StringVar(&podmanBin, "podman", "podman", "podman binary that restores podman archives")
 	cmd.Flags().StringVar(&podmanRoot, "podman-root", "", "podman's storage root (podman --root); podman's own default when empty")
 	cmd.Flags().StringVar(&podmanRunRoot, "podman-runroot", "", "podman's run root (podman --runroot); podman's own default when empty")

@@ -1,0 +1,262 @@
+package criu
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/internal/testutil"
+)
+
+func TestParsePageServer(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want PageServer
+		ok   bool
+	}{
+		{"127.0.0.1:27000", PageServer{"127.0.0.1", 27000}, true},
+		{"[::1]:1", PageServer{"::1", 1}, true},
+		{"node-a:65535", PageServer{"node-a", 65535}, true},
+		{"127.0.0.1", PageServer{}, false},
+		{":27000", PageServer{}, false},
+		{"a:0", PageServer{}, false},
+		{"a:65536", PageServer{}, false},
+		{"a:http", PageServer{}, false},
+	} {
+		t.Run(tc.in, func(t *testing.T) {
+			got, err := ParsePageServer(tc.in)
+			if (err == nil) != tc.ok || got != tc.want {
+				t.Errorf("ParsePageServer(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
+			}
+			if tc.ok && got.String() != tc.in {
+				t.Errorf("String() = %q, want %q", got.String(), tc.in)
+			}
+		})
+	}
+}
+
+// lazyScript holds %d bytes in a shell variable (anonymous memory) and
+// counts in %s every 20 ms.
+const lazyScript = `x=$(head -c %d /dev/zero | tr '\000' a); i=0
+while :; do i=$((i+1)); echo $i > %s; sleep 0.02; done`
+
+// startInPidNS starts a counting shell holding mib MiB as the init of its
+// own PID namespace (and session), so that a restore on this same host
+// gets a new namespace and does not collide with the pids of the
+// original, which a lazy migration keeps (frozen) until the restore has
+// its memory. It returns the shell's host pid and its count file.
+func startInPidNS(t testing.TB, mib int) (int, string) {
+	t.Helper()
+	unshare := testutil.RequireBinary(t, "unshare")
+	dir := t.TempDir()
+	count := filepath.Join(dir, "count")
+	cmd := exec.Command(unshare, "--pid", "--fork", "setsid", "sh", "-c", fmt.Sprintf(lazyScript, mib<<20, count))
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	for {
+		if c, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children")); len(c) > 0 {
+			if n, err := readCount(count); err == nil && n > 2 {
+				pid, err := strconv.Atoi(strings.Fields(string(c))[0])
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { _ = syscall.Kill(pid, syscall.SIGKILL) })
+				return pid, count
+			}
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readCount(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// freePort is a TCP port on 127.0.0.1 that nothing listened on a moment ago.
+func freePort(t testing.TB) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// lazyMove is one lazy migration on this host: Checkpoint with Lazy, and,
+// once its archive is published, Restore with LazyFrom.
+type lazyMove struct {
+	ck       Result
+	rst      RestoreResult
+	archived time.Time // the archive was published
+}
+
+func moveLazily(t testing.TB, bin Binary, pid int) lazyMove {
+	t.Helper()
+	tg, err := PIDTarget("/proc", pid, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
+	root := t.TempDir()
+	published := make(chan string, 1)
+	var m lazyMove
+	ckErr := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	go func() {
+		var err error
+		m.ck, err = Checkpoint(ctx, tg, Options{Binary: bin, RootDir: root, Lazy: &ps, Published: func(p string) {
+			m.archived = time.Now()
+			published <- p
+		}})
+		ckErr <- err
+	}()
+	var archive string
+	select {
+	case archive = <-published:
+	case err := <-ckErr:
+		t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
+	}
+	var rerr error
+	m.rst, rerr = Restore(ctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps})
+	if err := <-ckErr; err != nil || rerr != nil {
+		t.Fatalf("lazy move: checkpoint: %v; restore: %v", err, rerr)
+	}
+	t.Cleanup(func() {
+		_ = syscall.Kill(m.rst.Pid, syscall.SIGKILL)
+		var ws syscall.WaitStatus
+		_, _ = syscall.Wait4(m.rst.Pid, &ws, 0, nil)
+	})
+	return m
+}
+
+// TestLazyMigration moves a counting process tree in its own PID
+// namespace by a lazy checkpoint and a lazy restore on this host: the
+// original is gone, the restored tree counts on from where it was.
+func TestLazyMigration(t *testing.T) {
+	bin := requireCriu(t)
+	if _, err := os.Stat("/proc/sys/vm/unprivileged_userfaultfd"); err != nil {
+		testutil.Skip(t, "kernel without userfaultfd: %v", err)
+	}
+	pid, count := startInPidNS(t, 16)
+	m := moveLazily(t, bin, pid)
+	before, err := readCount(count)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st, err := ReadProcState("/proc", pid); err == nil && !st.Gone() {
+		t.Errorf("the original pid %d is still there (%s) after its memory was fetched", pid, st)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		n, err := readCount(count)
+		if err == nil && n > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the restored tree (pid %d) did not count past %d", m.rst.Pid, before)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Logf("checkpoint: frozen %s, archive %d bytes in %s, serve %s; restore: running after %s, memory fetched %s later",
+		m.ck.Frozen, m.ck.Size, m.ck.Archive, m.ck.Serve, m.rst.Unpack+m.rst.Restore, m.rst.Fetch)
+}
+
+// BenchmarkLazyMigration moves a process tree holding a working set of
+// anonymous memory that it barely touches (a shell loop; 1 GiB by
+// default, NODESHIM_LAZY_MIB) from one PID namespace on this host to a
+// new one, side by side:
+//
+//   - plain: Checkpoint (the memory written to the archive while the tree
+//     is frozen), the original killed, Restore of the archive;
+//   - lazy: Checkpoint with Lazy and Restore with LazyFrom: the archive
+//     without the memory, the tree running on the restoring side before
+//     its memory has arrived.
+//
+// frozen-ms is the freeze before the tree can run elsewhere (plain:
+// CRIU's frozen_time; lazy: dump start to page server ready); to-running-ms
+// is from the checkpoint's start to the restored tree running (plain:
+// checkpoint and restore; lazy: archive published and restore until CRIU
+// returns, the memory still on its way); fetch-ms is the lazy restore's
+// background copy after that.
+func BenchmarkLazyMigration(b *testing.B) {
+	bin := requireCriu(b)
+	mib := 1024
+	if s := os.Getenv("NODESHIM_LAZY_MIB"); s != "" {
+		var err error
+		if mib, err = strconv.Atoi(s); err != nil || mib <= 0 {
+			b.Fatalf("NODESHIM_LAZY_MIB=%q is not a size in MiB", s)
+		}
+	}
+	for _, mode := range []string{"plain", "lazy"} {
+		b.Run(fmt.Sprintf("%dMiB/%s", mib, mode), func(b *testing.B) {
+			var frozen, running, fetch time.Duration
+			var size int64
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				pid, count := startInPidNS(b, mib)
+				b.StartTimer()
+				start := time.Now()
+				switch mode {
+				case "plain":
+					tg, err := PIDTarget("/proc", pid, time.Now())
+					if err != nil {
+						b.Fatal(err)
+					}
+					ck, err := Checkpoint(context.Background(), tg, Options{Binary: bin, RootDir: b.TempDir()})
+					if err != nil {
+						b.Fatal(err)
+					}
+					// The move: the original goes, the archive is restored.
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+					rst, err := Restore(context.Background(), ck.Path, RestoreOptions{Binary: bin, WorkRoot: b.TempDir()})
+					if err != nil {
+						b.Fatal(err)
+					}
+					running += time.Since(start)
+					frozen += ck.Frozen
+					size += ck.Size
+					b.Cleanup(func() { _ = syscall.Kill(rst.Pid, syscall.SIGKILL) })
+				case "lazy":
+					m := moveLazily(b, bin, pid)
+					running += m.archived.Sub(start) + m.rst.Unpack + m.rst.Restore
+					frozen += m.ck.Frozen
+					fetch += m.rst.Fetch
+					size += m.ck.Size
+				}
+				b.StopTimer()
+				before, err := readCount(count)
+				if err != nil {
+					b.Fatal(err)
+				}
+				for n := before; n <= before; n, _ = readCount(count) {
+					time.Sleep(20 * time.Millisecond)
+				}
+				b.StartTimer()
+			}
+			n := float64(b.N)
+			b.ReportMetric(float64(frozen.Milliseconds())/n, "frozen-ms")
+			b.ReportMetric(float64(running.Milliseconds())/n, "to-running-ms")
+			b.ReportMetric(float64(fetch.Milliseconds())/n, "fetch-ms")
+			b.ReportMetric(float64(size)/(1<<20)/n, "archive-MiB")
+		})
+	}
+}
