@@ -16,6 +16,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/criutest"
+	"github.com/nodeshim/nodeshim/internal/procfs"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -104,6 +105,46 @@ func whenDumping(dir string, fn func()) (stop func()) {
 	return func() { close(done); wg.Wait() }
 }
 
+// stopCRIU stops (SIGSTOP) the children of this test process that have a
+// file open under dir: the `criu swrk` writing the dump's images there (its
+// command line is not to be relied on: CRIU rewrites it). It returns how
+// many it stopped; the timeout's SIGKILL ends them.
+func stopCRIU(t *testing.T, dir string) int {
+	self := os.Getpid()
+	procs, _ := filepath.Glob("/proc/[0-9]*")
+	n := 0
+	for _, p := range procs {
+		pid, err := strconv.Atoi(filepath.Base(p))
+		if err != nil {
+			continue
+		}
+		st, err := procfs.ReadStat("/proc", pid)
+		if err != nil || st.PPID != self {
+			continue
+		}
+		if !hasFileUnder(pid, dir) {
+			continue
+		}
+		if err := unix.Kill(pid, unix.SIGSTOP); err != nil {
+			t.Errorf("stop criu pid %d: %v", pid, err)
+			continue
+		}
+		n++
+	}
+	return n
+}
+
+// hasFileUnder reports whether process pid has a file open under dir.
+func hasFileUnder(pid int, dir string) bool {
+	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
+	for _, fd := range fds {
+		if l, err := os.Readlink(fd); err == nil && strings.HasPrefix(l, dir+"/") {
+			return true
+		}
+	}
+	return false
+}
+
 // mountSmallTmpfs mounts a tmpfs of size bytes on a new directory of the
 // test's own temp dir: a filesystem that fills up during a dump.
 func mountSmallTmpfs(t *testing.T, size int) string {
@@ -153,6 +194,11 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 		measure bool
 		// kill kills the container while CRIU writes its pages.
 		kill bool
+		// stall stops CRIU (SIGSTOP) while it writes the pages, so that
+		// the timeout expires in the dump whatever the machine's load; the
+		// stopped CRIU cannot honour the abort's SIGTERM, so the shim
+		// kills it after its grace period (10 s).
+		stall bool
 		// check checks the error.
 		check func(t *testing.T, err error, rec status.CheckpointRecord)
 	}{
@@ -181,9 +227,9 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			},
 		},
 		{
-			name: "timeout-during-dump", mib: 256, measure: true,
+			name: "timeout-during-dump", mib: 256, measure: true, stall: true,
 			dir:     func(t *testing.T) string { return t.TempDir() },
-			timeout: func(dump time.Duration) time.Duration { return dump / 3 },
+			timeout: func(dump time.Duration) time.Duration { return 2*dump + 2*time.Second },
 			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
 				if !errors.Is(err, context.DeadlineExceeded) {
 					t.Errorf("error %v, want one wrapping context.DeadlineExceeded", err)
@@ -239,6 +285,13 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			stop := func() {}
 			if tc.kill {
 				stop = whenDumping(dir, func() { _ = unix.Kill(proc.PID, unix.SIGKILL) })
+			}
+			if tc.stall {
+				stop = whenDumping(dir, func() {
+					if n := stopCRIU(t, dir); n == 0 {
+						t.Error("no criu child to stop while it dumps")
+					}
+				})
 			}
 			res, err := svc.Checkpoint(context.Background(), ref, timeout)
 			stop()
