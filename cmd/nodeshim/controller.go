@@ -9,6 +9,9 @@ import (
 	"net"
 	"os"
 
+	"github.com/nodeshim/nodeshim/internal/metricsserver"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
+
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -60,7 +63,7 @@ ServiceAccount token).`,
 				return err
 			}
 			opts.Identity = id
-			cfg, err := restConfig(kubeconfig)
+			cfg, err := kubeapi.LoadConfig(kubeconfig)
 			if err != nil {
 				return err
 			}
@@ -83,7 +86,7 @@ ServiceAccount token).`,
 				return fmt.Errorf("listen on %s: %w", metricsAddr, err)
 			}
 			opts.Logger.Info("controller", "identity", id, "metrics", ln.Addr().String(), "apiServer", cfg.Host)
-			return runServingMetrics(cmd.Context(), ln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), c.Run)
+			return metricsserver.Run(cmd.Context(), ln, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), nil, c.Run)
 		},
 	}
 	f := cmd.Flags()

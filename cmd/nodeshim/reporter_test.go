@@ -225,6 +225,17 @@ func testReporterEndToEnd(t *testing.T, thin bool) {
 	if m[`nodeshim_reporter_shim_up`] != 1 || m[`nodeshim_reporter_lease_renewals_total`] < 1 {
 		t.Errorf("shim_up %v, lease renewals %v", m[`nodeshim_reporter_shim_up`], m[`nodeshim_reporter_lease_renewals_total`])
 	}
+	// Published and renewed (both seen above): the readiness probe's
+	// endpoint says so.
+	resp, err := http.Get("http://" + e.metrics + "/readyz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("/readyz = %d %s after the status was published and the Lease renewed", resp.StatusCode, body)
+	}
 }
 
 // vmRSS reads a process's resident set size in bytes from /proc.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 )
 
 // Client makes the reporter's requests. It satisfies reporter.API.
@@ -112,4 +113,21 @@ func (c *Client) UpdateLease(ctx context.Context, l *coordinationv1.Lease, field
 	err := c.coordination.Put().Namespace(l.Namespace).Resource("leases").Name(l.Name).Param("fieldManager", fieldManager).
 		Body(l).Do(ctx).Into(&out)
 	return &out, err
+}
+
+// LoadConfig loads the client configuration of kubeconfig, or the
+// in-cluster configuration (the pod's ServiceAccount) when it is empty.
+func LoadConfig(kubeconfig string) (*rest.Config, error) {
+	if kubeconfig == "" {
+		cfg, err := rest.InClusterConfig()
+		if err != nil {
+			return nil, fmt.Errorf("in-cluster configuration (give --kubeconfig outside a pod): %w", err)
+		}
+		return cfg, nil
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
+	}
+	return cfg, nil
 }
