@@ -424,7 +424,8 @@ func (c *Containerd) cniConfig(id string) string {
 
 // start runs containerd and waits until its CRI service answers.
 func (c *Containerd) start() error {
-	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	// Appended to: a restarted containerd keeps the first one's log.
+	logf, err := os.OpenFile(c.logPath, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
 		return fmt.Errorf("containerd: %w", err)
 	}
@@ -475,6 +476,27 @@ func (c *Containerd) start() error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Restart kills containerd with SIGKILL, as a crash or an OOM kill would,
+// and starts it again on the same configuration, root and state, as a
+// service manager would. The shims and their containers run on meanwhile
+// (they are not containerd's children); Runtime and Image are new clients
+// on the restarted daemon. It is for one test at a time: the package's
+// other tests must not be using this containerd meanwhile.
+func (c *Containerd) Restart() error {
+	if c.cmd == nil || c.exited == nil {
+		return errors.New("runtimetest: containerd is not running")
+	}
+	if err := c.cmd.Process.Kill(); err != nil {
+		return fmt.Errorf("runtimetest: kill containerd: %w", err)
+	}
+	<-c.exited
+	if c.conn != nil {
+		c.conn.Close()
+		c.conn = nil
+	}
+	return c.start()
 }
 
 // status reports whether the CRI says the runtime and its network are

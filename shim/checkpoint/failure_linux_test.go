@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/criutest"
@@ -194,6 +195,11 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 		measure bool
 		// kill kills the container while CRIU writes its pages.
 		kill bool
+		// restart kills and restarts containerd while CRIU writes the
+		// pages. CRIU does not need the runtime once the container is
+		// resolved, so the checkpoint may succeed: check then gets a nil
+		// error and the archive must be whole.
+		restart bool
 		// stall stops CRIU (SIGSTOP) while it writes the pages, so that
 		// the timeout expires in the dump whatever the machine's load; the
 		// stopped CRIU cannot honour the abort's SIGTERM, so the shim
@@ -239,6 +245,23 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 				}
 				if rec.Result != status.CheckpointAborted {
 					t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointAborted)
+				}
+			},
+		},
+		{
+			name: "runtime-restarted-during-dump", mib: 256, restart: true,
+			dir: func(t *testing.T) string { return t.TempDir() },
+			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
+				switch {
+				case err == nil:
+					if rec.Result != status.CheckpointSucceeded {
+						t.Errorf("recorded %q for a checkpoint that returned no error", rec.Result)
+					}
+					if _, err := criu.ArchiveDumpStats(rec.Path); err != nil {
+						t.Errorf("archive written while containerd restarted: %v", err)
+					}
+				case errors.Is(err, criu.ErrTargetLost):
+					t.Errorf("error %v: a restart of the runtime lost the container", err)
 				}
 			},
 		},
@@ -293,10 +316,30 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 					}
 				})
 			}
+			var restarted chan error
+			if tc.restart {
+				restarted = make(chan error, 1)
+				stop = whenDumping(dir, func() { restarted <- c.Restart() })
+			}
 			res, err := svc.Checkpoint(context.Background(), ref, timeout)
 			stop()
 			t.Logf("checkpoint error: %v", err)
-			if err == nil {
+			if tc.restart {
+				select {
+				case rerr := <-restarted:
+					if rerr != nil {
+						t.Fatalf("restart containerd: %v\n%s", rerr, c.Log())
+					}
+				default:
+					t.Fatal("the dump ended before containerd was restarted")
+				}
+				// The restarted runtime still runs the container.
+				st, serr := c.Runtime.ContainerStatus(context.Background(), &runtimeapi.ContainerStatusRequest{ContainerId: ctr.ID})
+				if serr != nil || st.GetStatus().GetState() != runtimeapi.ContainerState_CONTAINER_RUNNING {
+					t.Errorf("after the restart containerd says %v, %v; want the container running", st.GetStatus().GetState(), serr)
+				}
+			}
+			if err == nil && !tc.restart {
 				t.Fatalf("checkpoint succeeded (%s); want a failure", res.Path)
 			}
 			hist := model.Snapshot().Checkpoints
@@ -304,7 +347,11 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 				t.Fatal("no checkpoint recorded")
 			}
 			tc.check(t, err, hist[len(hist)-1])
-			if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
+			if err == nil {
+				if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 || filepath.Join(dir, ents[0].Name()) != res.Path {
+					t.Errorf("%s after the checkpoint: %v %v, want only %s", dir, ents, err, res.Path)
+				}
+			} else if ents, err := os.ReadDir(dir); err != nil || len(ents) != 0 {
 				var names []string
 				for _, e := range ents {
 					names = append(names, e.Name())
