@@ -135,6 +135,23 @@ func stopCRIU(t *testing.T, dir string) int {
 	return n
 }
 
+// fillFS allocates a file at path as large as its filesystem's free space.
+func fillFS(path string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(filepath.Dir(path), &st); err != nil {
+		return fmt.Errorf("statfs %s: %w", filepath.Dir(path), err)
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*st.Bsize); err != nil && !errors.Is(err, unix.ENOSPC) {
+		return fmt.Errorf("fill %s: %w", path, err)
+	}
+	return nil
+}
+
 // hasFileUnder reports whether process pid has a file open under dir.
 func hasFileUnder(pid int, dir string) bool {
 	fds, _ := filepath.Glob(fmt.Sprintf("/proc/%d/fd/*", pid))
@@ -195,6 +212,9 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 		measure bool
 		// kill kills the container while CRIU writes its pages.
 		kill bool
+		// fill fills the archive directory's filesystem (a file beside
+		// the directory) while CRIU writes the pages.
+		fill bool
 		// restart kills and restarts containerd while CRIU writes the
 		// pages. CRIU does not need the runtime once the container is
 		// resolved, so the checkpoint may succeed: check then gets a nil
@@ -266,8 +286,29 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			},
 		},
 		{
+			// Too small for the estimate: refused before the freeze.
 			name: "filesystem-full", mib: 64,
 			dir: func(t *testing.T) string { return mountSmallTmpfs(t, 8<<20) },
+			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
+				if err == nil || errors.Is(err, criu.ErrTargetLost) || !strings.Contains(err.Error(), "does not fit") {
+					t.Errorf("error %v, want the estimate refused with the container left running", err)
+				}
+				if rec.Result != status.CheckpointFailed {
+					t.Errorf("recorded %q, want %q", rec.Result, status.CheckpointFailed)
+				}
+			},
+		},
+		{
+			// Room for the estimate, then someone else fills the
+			// filesystem while CRIU writes the pages: ENOSPC in the dump.
+			name: "filesystem-fills-during-dump", mib: 64, fill: true,
+			dir: func(t *testing.T) string {
+				d := filepath.Join(mountSmallTmpfs(t, 512<<20), "archives")
+				if err := os.Mkdir(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+				return d
+			},
 			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
 				if err == nil || errors.Is(err, criu.ErrTargetLost) {
 					t.Errorf("error %v, want a failed dump with the container left running", err)
@@ -313,6 +354,13 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 				stop = whenDumping(dir, func() {
 					if n := stopCRIU(t, dir); n == 0 {
 						t.Error("no criu child to stop while it dumps")
+					}
+				})
+			}
+			if tc.fill {
+				stop = whenDumping(dir, func() {
+					if err := fillFS(filepath.Join(filepath.Dir(dir), "filler")); err != nil {
+						t.Error(err)
 					}
 				})
 			}
