@@ -7,7 +7,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -71,8 +70,7 @@ func secondNode(t testing.TB, p *runtimetest.Podman) node {
 		if out, err := b.cmd("rm", "--all", "--force", "--time", "0").CombinedOutput(); err != nil {
 			t.Errorf("podman rm on the second node: %v: %s", err, out)
 		}
-		_ = syscall.Unmount(filepath.Join(dir, "root", "overlay"), syscall.MNT_DETACH)
-		if err := os.RemoveAll(dir); err != nil {
+		if err := runtimetest.RemoveAll(dir); err != nil {
 			t.Errorf("remove the second node: %v", err)
 		}
 	})

@@ -39,6 +39,25 @@ func mountsUnder(dir string) ([]string, error) {
 	return points, nil
 }
 
+// RemoveAll detaches every mount at or below dir (stacked ones too, as a
+// second podman storage root leaves on its overlay directory) and removes
+// dir: for a test's own runtime state, whose mounts are expected.
+func RemoveAll(dir string) error {
+	points, err := mountsUnder(dir)
+	if err != nil {
+		return err
+	}
+	for _, p := range points {
+		if err := syscall.Unmount(p, syscall.MNT_DETACH); err != nil && !errors.Is(err, syscall.EINVAL) && !errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("runtimetest: unmount %s: %w", p, err)
+		}
+	}
+	if err := os.RemoveAll(dir); err != nil {
+		return fmt.Errorf("runtimetest: %w", err)
+	}
+	return nil
+}
+
 // unmountUnder detaches every mount at or below dir and returns an error
 // naming them: a runtime that cleaned up after itself leaves none.
 func unmountUnder(dir string) error {
