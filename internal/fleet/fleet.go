@@ -88,6 +88,9 @@ type Config struct {
 	FlapPeriod   time.Duration
 	// Report is the capability report every shim serves.
 	Report *capability.Report
+	// Poll makes the reporters read their shims every poll interval, as
+	// against a shim without long polls; by default they long-poll.
+	Poll bool
 	// Logf reports progress; nothing when nil.
 	Logf func(format string, args ...any)
 }
@@ -413,10 +416,14 @@ func (h *harness) runNodeshim(ctx context.Context) ([]Phase, error) {
 	reporters := make([]*reporter.Reporter, len(h.nodes))
 	for i, name := range h.nodes {
 		shims[i] = NewShim(h.cfg.Report)
+		var shim reporter.Shim = shims[i]
+		if h.cfg.Poll {
+			shim = PollingShim{shims[i]}
+		}
 		r, err := reporter.New(reporter.Options{
 			// The reporter's own narrow client (kubeapi) over this node's
 			// REST clients, as nodeshim-reporter builds it from a config.
-			NodeName: name, Namespace: reporterNamespace, Shim: shims[i],
+			NodeName: name, Namespace: reporterNamespace, Shim: shim,
 			Client:  kubeapi.New(rcs[i].CoreV1().RESTClient(), rcs[i].CoordinationV1().RESTClient()),
 			Version: "fleet", Logger: h.logger, Metrics: rm,
 		})

@@ -14,6 +14,7 @@ import (
 var (
 	flagNodes   = flag.Int("fleet.nodes", 1000, "simulated nodes (50 with -short)")
 	flagConns   = flag.Int("fleet.conns", 0, "HTTP/2 connections shared by the reporters; one per node when 0")
+	flagPoll    = flag.Bool("fleet.poll", false, "reporters read their shims every second instead of long polling")
 	flagRamp    = flag.Duration("fleet.ramp", 20*time.Second, "time over which the reporters (and kubelet heartbeats) start")
 	flagWarmup  = flag.Duration("fleet.warmup", 15*time.Second, "wait after the start before measuring")
 	flagKubelet = flag.Duration("fleet.kubelet", 90*time.Second, "length of the kubelet reference phase")
@@ -55,7 +56,7 @@ func BenchmarkFleet(b *testing.B) {
 		b.Fatal(err)
 	}
 	cfg := Config{
-		Nodes: *flagNodes, Conns: *flagConns, Ramp: *flagRamp, Warmup: *flagWarmup,
+		Nodes: *flagNodes, Conns: *flagConns, Poll: *flagPoll, Ramp: *flagRamp, Warmup: *flagWarmup,
 		Kubelet: *flagKubelet, Idle: *flagIdle, Latency: *flagLatency, Flap: *flagFlap,
 		ChangeRate: *flagRate, FlapFraction: *flagFlapPct, FlapPeriod: *flagFlapPer,
 		Report: rep, Logf: b.Logf,

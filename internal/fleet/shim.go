@@ -21,7 +21,8 @@ const FlapType = "NetworkReady"
 // Shim is an in-process nodeshim shim for one simulated node: a status
 // model filled as a healthy node's daemon fills it, read by the reporter as
 // GET /status is served, through JSON. It implements reporter.Shim without
-// a socket, so that 1,000 of them cost no file descriptors.
+// a socket, so that 1,000 of them cost no file descriptors; PollingShim
+// hides its long poll.
 type Shim struct {
 	// Model is the node's status model; the benchmark sets conditions on it.
 	Model *status.Model
@@ -97,4 +98,28 @@ func (s *Shim) Status(context.Context) (reporter.Snapshot, error) {
 	}
 	s.cached, s.gen, s.ok = snap, doc.Generation, true
 	return snap, nil
+}
+
+// StatusAfter answers as the node API's GET /status?after=GEN&wait=W does:
+// once the status generation differs from gen, or after wait with the
+// unchanged status. It makes Shim a reporter.LongPoller.
+func (s *Shim) StatusAfter(ctx context.Context, gen int64, wait time.Duration) (reporter.Snapshot, error) {
+	t := time.NewTimer(wait)
+	defer t.Stop()
+	select {
+	case <-s.Model.Changed(gen):
+	case <-t.C:
+	case <-ctx.Done():
+		return reporter.Snapshot{}, ctx.Err()
+	}
+	return s.Status(ctx)
+}
+
+// PollingShim is a Shim without its long poll, as a shim that does not
+// serve GET /status?after= is to the reporter: read every poll interval.
+type PollingShim struct{ shim *Shim }
+
+// Status returns the shim's status.
+func (p PollingShim) Status(ctx context.Context) (reporter.Snapshot, error) {
+	return p.shim.Status(ctx)
 }
