@@ -59,6 +59,10 @@ type Document struct {
 type Model struct {
 	clock clock.Clock
 
+	// sourcesMu serializes SetSource, so that the ShimHealthy it sets
+	// is computed from the sources as they are when it is set.
+	sourcesMu sync.Mutex
+
 	mu     sync.Mutex
 	gen    int64
 	set    condition.Set

@@ -295,6 +295,8 @@ func (m *Model) SetShim(startedAt time.Time, pid int) {
 
 // SetSource records the state of a source and updates ShimHealthy.
 func (m *Model) SetSource(name, state, errMsg string) {
+	m.sourcesMu.Lock()
+	defer m.sourcesMu.Unlock()
 	m.mu.Lock()
 	srcs := make([]SourceState, 0, len(m.shim.Sources)+1)
 	found := false
