@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 
@@ -415,10 +417,22 @@ func TestHostObserve(t *testing.T) {
 	if o := obs[SignalAllocatableMemoryAvailable]; !errors.Is(o.Err, ErrMissing) {
 		t.Errorf("allocatableMemory.available without kubepods = %+v, want ErrMissing", o)
 	}
+	// Each condition is True exactly when one of its thresholds is
+	// crossed by what this machine has (a nearly full disk is pressure
+	// here too), else False: never Unknown, every signal being known.
+	want := map[corev1.NodeConditionType]corev1.ConditionStatus{}
+	for _, ct := range PressureConditions {
+		want[ct] = corev1.ConditionFalse
+	}
+	for _, th := range MustDefaultThresholds() {
+		if th.Crossed(obs[th.Signal]) {
+			want[ConditionFor(th.Signal)] = corev1.ConditionTrue
+		}
+	}
 	conds, _ := NewEvaluator(MustDefaultThresholds(), 0, nil).Update(obs)
 	for _, c := range conds {
-		if c.Status != "False" {
-			t.Errorf("condition %s = %s (%s) on an idle host", c.Type, c.Status, c.Message)
+		if c.Status != want[c.Type] {
+			t.Errorf("condition %s = %s (%s), want %s from the observations", c.Type, c.Status, c.Message, want[c.Type])
 		}
 	}
 }
