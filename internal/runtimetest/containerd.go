@@ -258,20 +258,24 @@ func (c *Containerd) WaitImage(ref string) error {
 	}
 }
 
+// runtimeTOML is the runtime handler name, run by the runc shim with
+// binary as its OCI runtime and its state under the instance's directory,
+// in the CRI plugin section plugin of either config version.
+func (c *Containerd) runtimeTOML(plugin, name, binary string) string {
+	return fmt.Sprintf(`
+[%[1]s.containerd.runtimes.%[2]s]
+  runtime_type = "io.containerd.runc.v2"
+[%[1]s.containerd.runtimes.%[2]s.options]
+  BinaryName = %[3]q
+  Root = %[4]q
+  SystemdCgroup = false
+`, plugin, name, binary, filepath.Join(c.Dir, name))
+}
+
 // configTOML is containerd 1.6's config (version 2) for this instance.
 func (c *Containerd) configTOML(bins containerdBins) string {
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	cri := `plugins."io.containerd.grpc.v1.cri"`
-	runtime := func(name, binary string) string {
-		return fmt.Sprintf(`
-[%[1]s.containerd.runtimes.%[2]s]
-  runtime_type = "io.containerd.runc.v2"
-[%[1]s.containerd.runtimes.%[2]s.options]
-  BinaryName = %[3]s
-  Root = %[4]s
-  SystemdCgroup = false
-`, cri, name, q(binary), q(filepath.Join(c.Dir, name)))
-	}
 	return fmt.Sprintf(`version = 2
 root = %[1]s
 state = %[2]s
@@ -314,7 +318,7 @@ disabled_plugins = [
   max_conf_num = 1
 `, q(filepath.Join(c.Dir, "root")), q(filepath.Join(c.Dir, "state")), q(c.Address), q(c.Address+".ttrpc"),
 		q(filepath.Join(c.Dir, "opt")), cri, q(PauseImage), q(cniBinDir), q(filepath.Join(c.Dir, "cni/net.d"))) +
-		runtime(RuntimeRunc, bins.runc) + runtime(RuntimeCrun, bins.crun)
+		c.runtimeTOML(cri, RuntimeRunc, bins.runc) + c.runtimeTOML(cri, RuntimeCrun, bins.crun)
 }
 
 // configTOML3 is containerd 2.x's config (version 3) for this instance:
@@ -327,16 +331,6 @@ disabled_plugins = [
 func (c *Containerd) configTOML3(bins containerdBins) string {
 	q := func(s string) string { return fmt.Sprintf("%q", s) }
 	rt := `plugins."io.containerd.cri.v1.runtime"`
-	runtime := func(name, binary string) string {
-		return fmt.Sprintf(`
-[%[1]s.containerd.runtimes.%[2]s]
-  runtime_type = "io.containerd.runc.v2"
-[%[1]s.containerd.runtimes.%[2]s.options]
-  BinaryName = %[3]s
-  Root = %[4]s
-  SystemdCgroup = false
-`, rt, name, q(binary), q(filepath.Join(c.Dir, name)))
-	}
 	return fmt.Sprintf(`version = 3
 root = %[1]s
 state = %[2]s
@@ -390,7 +384,7 @@ disabled_plugins = [
 `, q(filepath.Join(c.Dir, "root")), q(filepath.Join(c.Dir, "state")), q(c.Address), q(c.Address+".ttrpc"),
 		q(filepath.Join(c.Dir, "opt")), q(filepath.Join(c.Dir, "s")), q(PauseImage), rt, q(cniBinDir),
 		q(filepath.Join(c.Dir, "cni/net.d"))) +
-		runtime(RuntimeRunc, bins.runc)
+		c.runtimeTOML(rt, RuntimeRunc, bins.runc)
 }
 
 // cniConfig is the pods' network: the bridge plugin on the Env's own
