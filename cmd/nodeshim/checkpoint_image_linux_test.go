@@ -83,21 +83,6 @@ func secondNode(t testing.TB, p *runtimetest.Podman) node {
 	return b
 }
 
-// criuOnPath puts the criu that tests use first on PATH, where runc,
-// run by podman for a restore, finds it.
-func criuOnPath(t *testing.T) {
-	t.Helper()
-	bin := criutest.Require(t)
-	pathDir := filepath.Join(t.TempDir(), "criu-bin")
-	if err := os.Mkdir(pathDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(bin.Path, filepath.Join(pathDir, "criu")); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", pathDir+string(os.PathListSeparator)+os.Getenv("PATH"))
-}
-
 // moveByImage runs a counting container name on a, has makeImage
 // checkpoint it into the checkpoint image file ref, removes it from a,
 // loads file on b and restores ref there, and checks that the counter
@@ -144,7 +129,7 @@ func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file 
 // restore IMAGE` counts on from where it was, not from 1.
 func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	p := rt.Podman(t)
-	criuOnPath(t)
+	criutest.RequireOnPath(t)
 	a := node{p: p}
 	b := secondNode(t, p)
 	const ref = "localhost/nodeshim-move:checkpoint"
@@ -187,7 +172,7 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 // node, counting on.
 func TestCheckpointToImageInOneStep(t *testing.T) {
 	p := rt.Podman(t)
-	criuOnPath(t)
+	criutest.RequireOnPath(t)
 	a := node{p: p}
 	b := secondNode(t, p)
 	const name, ref = "nodeshim-move-1", "localhost/nodeshim-move-1:checkpoint"

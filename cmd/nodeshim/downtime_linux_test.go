@@ -11,9 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
 // downtimeScript is the benchmarked container: a busybox shell that holds
@@ -180,19 +179,8 @@ type downtimeRun struct {
 // NODESHIM_DOWNTIME_MIB lists the working sets (default "64,1024").
 func BenchmarkDowntime(b *testing.B) {
 	p := rt.Podman(b)
-	bin, err := criu.Find("", nil)
-	if err != nil {
-		testutil.Skip(b, "needs criu: %v", err)
-	}
 	// podman's runc finds CRIU on PATH.
-	pathDir := filepath.Join(b.TempDir(), "criu-bin")
-	if err := os.Mkdir(pathDir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	if err := os.Symlink(bin.Path, filepath.Join(pathDir, "criu")); err != nil {
-		b.Fatal(err)
-	}
-	b.Setenv("PATH", pathDir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	criutest.RequireOnPath(b)
 	a := node{p: p}
 	nodeB := secondNode(b, p)
 	runc := p.RuntimePath(runtimetest.RuntimeRunc)

@@ -4,6 +4,8 @@
 package criutest
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/nodeshim/nodeshim/criu"
@@ -30,5 +32,22 @@ func RequireChecked(t testing.TB) criu.Binary {
 	if _, err := bin.Check(t.Context()); err != nil {
 		testutil.Skip(t, "%v", err)
 	}
+	return bin
+}
+
+// RequireOnPath is Require, and puts that CRIU first on PATH for the rest
+// of t, as criu: the runc that podman or containerd runs for a checkpoint
+// or a restore then finds the same CRIU as nodeshim.
+func RequireOnPath(t testing.TB) criu.Binary {
+	t.Helper()
+	bin := Require(t)
+	dir := filepath.Join(t.TempDir(), "criu-bin")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(bin.Path, filepath.Join(dir, "criu")); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
 	return bin
 }

@@ -64,7 +64,7 @@ func waitCount(t *testing.T, p *runtimetest.Podman, name string, n int) int {
 // a temporary directory with the criu that podman's runc will find too.
 func checkpointCounter(t *testing.T, p *runtimetest.Podman, name string) checkpointed {
 	t.Helper()
-	bin := criuFirstOnPath(t)
+	bin := criutest.RequireOnPath(t)
 	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: counter}); res.ExitCode != 0 {
 		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
 	}
@@ -87,22 +87,6 @@ type checkpointed struct {
 	target criu.Target
 	res    criu.Result
 	before int
-}
-
-// criuFirstOnPath puts the criu that nodeshim uses first on PATH, so that
-// the runc podman runs for a restore finds the same CRIU.
-func criuFirstOnPath(t *testing.T) criu.Binary {
-	t.Helper()
-	bin := criutest.Require(t)
-	dir := filepath.Join(t.TempDir(), "criu-bin")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Symlink(bin.Path, filepath.Join(dir, "criu")); err != nil {
-		t.Fatal(err)
-	}
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	return bin
 }
 
 // TestCheckpointRestoredByPodman is the proof that nodeshim's archive of a
