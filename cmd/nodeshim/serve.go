@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -57,6 +58,11 @@ removed and the lock released.`,
 			if !noReport {
 				opts.Report = serveReport(opts.HostRoot, opts.ProcRoot, opts.RootDir, probeTimeout)
 			}
+			// The start-up work (the capability report, kernel BTF
+			// decoded for the eBPF loads) leaves the heap at several
+			// times what serve keeps live, and an idle daemon allocates
+			// too little to collect it: give it back once settled.
+			opts.Settled = debug.FreeOSMemory
 			return daemon.Run(cmd.Context(), opts)
 		},
 	}

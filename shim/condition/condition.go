@@ -56,6 +56,10 @@ const (
 	ReasonMultipleReasons = "MultipleProblems"
 )
 
+// ReasonNotStarted is the reason of a source's condition before the source
+// has reported its first state.
+const ReasonNotStarted = "NotStarted"
+
 // NegativePolarity reports whether t is one of kubelet's node condition types
 // for which True means a problem (MemoryPressure, DiskPressure, PIDPressure,
 // NetworkUnavailable).

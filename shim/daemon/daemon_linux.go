@@ -17,6 +17,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,6 +77,11 @@ type Options struct {
 	// Listening, when set, is called once the API socket first accepts
 	// requests.
 	Listening func(socket string)
+	// Settled, when set, is called once, when every source has reported
+	// its first state (no condition is NotStarted any more): the start-up
+	// work (the capability report, the eBPF program loads, the first
+	// pressure sample) is over.
+	Settled func()
 	// TCPListening, when set, is called with the TCP listener's address
 	// each time one starts accepting requests (api.tcpAddress configured).
 	TCPListening func(addr net.Addr)
@@ -182,6 +188,11 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	// From here on, each configuration that becomes active is applied.
 	d.sup.Start(source.Func{SourceName: "config-status", F: d.followConfig})
+	if opts.Settled != nil {
+		settleCtx, stopSettle := context.WithCancel(ctx)
+		defer stopSettle()
+		go whenSettled(settleCtx, d.model, opts.Settled)
+	}
 
 	var failed error
 	select {
@@ -203,6 +214,23 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	errs = append(errs, <-ckptErr)
 	return errors.Join(errs...)
+}
+
+// whenSettled calls settled once no condition of m is NotStarted, unless
+// ctx ends first.
+func whenSettled(ctx context.Context, m *status.Model, settled func()) {
+	for {
+		doc := m.Snapshot()
+		if !slices.ContainsFunc(doc.Conditions, func(c condition.Condition) bool { return c.Reason == condition.ReasonNotStarted }) {
+			settled()
+			return
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.Changed(doc.Generation):
+		}
+	}
 }
 
 // complete fills in the defaults of o.

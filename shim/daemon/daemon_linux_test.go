@@ -97,12 +97,22 @@ func TestServe(t *testing.T) {
 	opts.Out = out
 	listening := make(chan string, 1)
 	opts.Listening = func(s string) { listening <- s }
+	settled := make(chan struct{})
+	opts.Settled = func() { close(settled) }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- Run(ctx, opts) }()
 	sock := <-listening
 	c := testutil.UnixHTTPClient(sock)
+
+	// Settled comes once every source has spoken.
+	<-settled
+	for _, cond := range getStatus(t, c).Conditions {
+		if cond.Reason == condition.ReasonNotStarted {
+			t.Errorf("settled while %s is %s", cond.Type, cond.Reason)
+		}
+	}
 
 	// A second shim on the node is refused and told who holds the lock.
 	err := Run(context.Background(), opts)

@@ -64,7 +64,7 @@ func (s *Source) Name() string { return Name }
 
 // NotStarted is what the model shows before the source first reports.
 func NotStarted() condition.Condition {
-	return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.Unknown, Reason: "NotStarted",
+	return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.Unknown, Reason: condition.ReasonNotStarted,
 		Message: "the OOM watcher has not started"}
 }
 

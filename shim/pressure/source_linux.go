@@ -96,7 +96,7 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 // NotStarted is what the model shows before the source first reports, so
 // that Ready is never True before it has spoken.
 func NotStarted() condition.Condition {
-	return condition.Condition{Type: status.TypePressureMonitor, Status: condition.Unknown, Reason: "NotStarted",
+	return condition.Condition{Type: status.TypePressureMonitor, Status: condition.Unknown, Reason: condition.ReasonNotStarted,
 		Message: "the pressure monitor has not started"}
 }
 

@@ -62,7 +62,7 @@ func (s *Source) Name() string { return Name }
 
 // NotStarted is what the model shows before the source first reports.
 func NotStarted() condition.Condition {
-	return condition.Condition{Type: status.TypeSeccompProfiles, Status: condition.Unknown, Reason: "NotStarted",
+	return condition.Condition{Type: status.TypeSeccompProfiles, Status: condition.Unknown, Reason: condition.ReasonNotStarted,
 		Message: "the seccomp profiles have not been installed yet"}
 }
 
