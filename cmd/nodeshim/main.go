@@ -78,7 +78,9 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	err := newRootCommand().ExecuteContext(ctx)
+	root := newRootCommand()
+	collectGarbageLate(root, os.Args[1:])
+	err := root.ExecuteContext(ctx)
 	stop()
 	if err == nil {
 		os.Exit(exitOK)

@@ -67,8 +67,9 @@ func newReportCommand() *cobra.Command {
 	def := kernel.DefaultHost()
 	o := reportOptions{host: *def}
 	cmd := &cobra.Command{
-		Use:   "report",
-		Short: "Report what this node's kernel can and cannot do for Kubernetes",
+		Annotations: map[string]string{shortLived: "true"},
+		Use:         "report",
+		Short:       "Report what this node's kernel can and cannot do for Kubernetes",
 		Long: `Probe the running kernel and report, with evidence, what it can do for
 Kubernetes and for nodeshim.
 
