@@ -171,7 +171,8 @@ func (b Binary) Check(ctx context.Context) (string, error) {
 
 // CheckFeature runs `criu check --feature name`. It returns nil when CRIU
 // says the feature is supported and an error with CRIU's message otherwise.
-// (go-criu v7's FeatureCheck is not used: it echoes the request back.)
+// (go-criu v7's Criu.FeatureCheck is not used: it echoes the request
+// back; rpcChecks reads CRIU's answer itself.)
 func (b Binary) CheckFeature(ctx context.Context, name string) error {
 	out, err := b.run(ctx, "check", "--feature", name)
 	if err != nil {

@@ -14,7 +14,10 @@
 // `make bench` and `make run`. Requirements probes the same binary for the
 // capability report: found, version, `criu check` (a failing check is
 // Unsupported with CRIU's own message) and `criu check --feature NAME` for
-// ProbedFeatures.
+// ProbedFeatures. One `criu swrk` session answers the version, the check
+// and the three features CRIU's RPC knows; the other features, and any the
+// session finds missing (for CRIU's message), run as `criu check
+// --feature` processes.
 //
 // # Driving CRIU
 //
