@@ -82,3 +82,26 @@ func bootTime(now time.Time) (time.Time, error) {
 	}
 	return now.Add(-time.Duration(ts.Nano())), nil
 }
+
+// kerndatRun prepares dir for the criu runs of one report (prepareKerndat)
+// and says how to start them: when dir keeps CRIU's kernel facts, or can
+// once its own criu.kdat is saved, as they are; when it cannot (not a
+// tmpfs), through a privateRun with a tmpfs of its own on dir, so that
+// they are gathered once per report instead of once per criu process.
+// stop ends the privateRun, if any; note is for criu.check's evidence.
+func kerndatRun(dir string, now time.Time) (checkFirst bool, start starter, stop func(), note string) {
+	boot, err := bootTime(now)
+	if err != nil {
+		return false, nil, func() {}, err.Error()
+	}
+	keeps, note := prepareKerndat(dir, boot, now)
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
+		return keeps, nil, func() {}, note
+	}
+	pr, err := newPrivateRun(dir)
+	if err != nil {
+		return false, nil, func() {}, joinNotes(note, fmt.Sprintf("%s is not a tmpfs, so criu keeps no kernel facts there, and none of its own could be made: %v", dir, err))
+	}
+	return true, pr.start, pr.close, note
+}

@@ -15,3 +15,8 @@ func prepareKerndat(string, time.Time, time.Time) (bool, string) { return false,
 
 // bootTime is not known where CRIU does not run.
 func bootTime(now time.Time) (time.Time, error) { return now, nil }
+
+// kerndatRun starts criu as it is where CRIU does not run.
+func kerndatRun(string, time.Time) (bool, starter, func(), string) {
+	return false, nil, func() {}, ""
+}

@@ -46,7 +46,7 @@ const rpcCheckGrace = 5 * time.Second
 // say why. rest also holds the names FEATURE_CHECK does not know. When the
 // session itself fails (no answer, a protocol error), err says so and the
 // caller runs the CLI instead.
-func rpcChecks(ctx context.Context, bin Binary, names []string) (r checkResults, rest []string, err error) {
+func rpcChecks(ctx context.Context, bin Binary, start starter, names []string) (r checkResults, rest []string, err error) {
 	r.features = make(map[string]error, len(names))
 	imgs, err := os.MkdirTemp("", "nodeshim-criu-check-")
 	if err != nil {
@@ -61,7 +61,7 @@ func rpcChecks(ctx context.Context, bin Binary, names []string) (r checkResults,
 		return r, nil, fmt.Errorf("criu swrk check: %w", err)
 	}
 	defer dir.Close()
-	s, err := startSwrk(bin, true)
+	s, err := startSwrkWith(bin, true, start)
 	if err != nil {
 		return r, nil, err
 	}

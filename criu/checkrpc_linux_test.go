@@ -6,10 +6,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"golang.org/x/sys/unix"
 )
 
 // cliAnswers asks bin on the command line what rpcChecks asks it over RPC.
@@ -51,7 +54,7 @@ func TestRPCChecksAgreeWithCommandLine(t *testing.T) {
 	for _, bin := range []Binary{real, noAdmin} {
 		t.Run(bin.Path, func(t *testing.T) {
 			want := cliAnswers(t, bin, names)
-			got, rest, err := rpcChecks(t.Context(), bin, names)
+			got, rest, err := rpcChecks(t.Context(), bin, nil, names)
 			if err != nil {
 				t.Fatalf("session: %v", err)
 			}
@@ -118,5 +121,63 @@ func TestKerndatKeptOnAFreshBoot(t *testing.T) {
 	t.Logf("%s", out)
 	if err != nil || !strings.Contains(string(out), "--- PASS: TestKerndatKeptOnAFreshBoot") {
 		t.Errorf("the report's entries in a fresh mount namespace: %v", err)
+	}
+}
+
+// TestPrivateRunKeepsKerndat: criu processes started through a privateRun
+// share a tmpfs of their own on KerndatDir, where the first leaves its
+// kernel facts for the next; the rest of the process, and the machine,
+// still see KerndatDir as it was. kerndatRun uses one exactly when
+// KerndatDir is not a tmpfs.
+func TestPrivateRunKeepsKerndat(t *testing.T) {
+	bin := requireCriu(t)
+	var before unix.Statfs_t
+	if err := unix.Statfs(KerndatDir, &before); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		ents, err := os.ReadDir(KerndatDir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, e := range ents {
+			out = append(out, e.Name())
+		}
+		return out
+	}
+	outside := names()
+
+	pr, err := newPrivateRun(KerndatDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bin.check(t.Context(), pr.start); err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	cmd := exec.Command("stat", "-f", "-c", "%T", KerndatDir, "--", filepath.Join(KerndatDir, "criu.kdat"))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := pr.start(cmd); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	pr.close()
+	if err != nil || !strings.HasPrefix(out.String(), "tmpfs\n") {
+		t.Errorf("in the private run, %s is not a tmpfs holding criu.kdat: %v\n%s", KerndatDir, err, out.String())
+	}
+
+	var after unix.Statfs_t
+	if err := unix.Statfs(KerndatDir, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Type != before.Type || !slices.Equal(names(), outside) {
+		t.Errorf("%s changed outside the private run: type %#x -> %#x, files %q -> %q", KerndatDir, before.Type, after.Type, outside, names())
+	}
+
+	checkFirst, start, stop, note := kerndatRun(KerndatDir, time.Now())
+	stop()
+	if isTmpfs := before.Type == unix.TMPFS_MAGIC; (start != nil) == isTmpfs || (!isTmpfs && !checkFirst) {
+		t.Errorf("%s tmpfs %v: kerndatRun checkFirst %v, private run %v (note %q)", KerndatDir, isTmpfs, checkFirst, start != nil, note)
 	}
 }

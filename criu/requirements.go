@@ -46,10 +46,11 @@ type probe struct {
 	// note says why the cache was not used or not written, or what was
 	// cleared in KerndatDir; logged in the evidence of criu.check only.
 	note string
-	// kerndat prepares KerndatDir and says whether the first criu run
-	// will leave its kernel facts for the others (prepareKerndat), with a
-	// note of what it cleared for the evidence of criu.check.
-	kerndat func() (keeps bool, note string)
+	// kerndat prepares KerndatDir for the criu runs (kerndatRun): whether
+	// the first will leave its kernel facts for the others, how to start
+	// them, how to end what that needed, and a note of what it cleared
+	// for the evidence of criu.check.
+	kerndat func() (checkFirst bool, start starter, stop func(), note string)
 }
 
 // KerndatDir is where criu keeps the facts it gathers about the kernel
@@ -78,13 +79,16 @@ func (p *probe) run(ctx context.Context) {
 				p.addNote(fmt.Sprintf("check cache unusable: %v", err))
 			}
 		}
-		var keeps bool
+		var checkFirst bool
+		var start starter
 		if p.kerndat != nil && os.Geteuid() == 0 {
+			var stop func()
 			var note string
-			keeps, note = p.kerndat()
+			checkFirst, start, stop, note = p.kerndat()
+			defer stop()
 			p.addNote(note)
 		}
-		p.checkResults = runChecks(ctx, p.bin, names, keeps)
+		p.checkResults = runChecks(ctx, p.bin, start, names, checkFirst)
 		if p.cache != nil && os.Geteuid() == 0 {
 			if _, err := p.cache.store(p.bin, p.checkResults, p.now()); err != nil {
 				p.addNote(fmt.Sprintf("check cache not written: %v", err))
@@ -95,13 +99,18 @@ func (p *probe) run(ctx context.Context) {
 
 // addNote adds note, if any, to the notes of criu.check's evidence.
 func (p *probe) addNote(note string) {
+	p.note = joinNotes(p.note, note)
+}
+
+// joinNotes joins the notes that are not empty with "; ".
+func joinNotes(a, b string) string {
 	switch {
-	case note == "":
-	case p.note == "":
-		p.note = note
-	default:
-		p.note += "; " + note
+	case a == "":
+		return b
+	case b == "":
+		return a
 	}
+	return a + "; " + b
 }
 
 // runChecks answers `criu --version`, `criu check` and `criu check
@@ -111,17 +120,18 @@ func (p *probe) addNote(note string) {
 // a `criu check --feature` process (CRIU checks one feature per run: a
 // second --feature replaces the first). Every criu process gathers the
 // same facts about the kernel unless an earlier one left them in
-// KerndatDir. When checkFirst is set (the first run will leave them), the
+// KerndatDir. start, if not nil, starts every criu process (see
+// kerndatRun). When checkFirst is set (the first run will leave them), the
 // feature processes run after the session, all at once, and not at all
 // when the check fails (they are only used when it passes); otherwise they
 // run alongside it. If the session fails, every answer comes from the
 // command line, in the same order.
-func runChecks(ctx context.Context, bin Binary, names []string, checkFirst bool) checkResults {
+func runChecks(ctx context.Context, bin Binary, start starter, names []string, checkFirst bool) checkResults {
 	if os.Geteuid() != 0 {
 		// criu check refuses to run unprivileged; that says nothing
 		// about the node.
 		r := checkResults{features: make(map[string]error, len(names))}
-		r.version, r.verErr = bin.Version(ctx)
+		r.version, r.verErr = bin.version(ctx, start)
 		r.checkErr = fmt.Errorf("criu check needs root (euid %d)", os.Geteuid())
 		return r
 	}
@@ -135,7 +145,7 @@ func runChecks(ctx context.Context, bin Binary, names []string, checkFirst bool)
 		}
 		started[name] = true
 		wg.Go(func() {
-			err := bin.CheckFeature(ctx, name)
+			err := bin.checkFeature(ctx, start, name)
 			mu.Lock()
 			features[name] = err
 			mu.Unlock()
@@ -153,14 +163,14 @@ func runChecks(ctx context.Context, bin Binary, names []string, checkFirst bool)
 			}
 		}
 	}
-	r, rest, err := rpcChecks(ctx, bin, names)
+	r, rest, err := rpcChecks(ctx, bin, start, names)
 	if err != nil {
 		r = checkResults{features: make(map[string]error, len(names))}
-		wg.Go(func() { r.version, r.verErr = bin.Version(ctx) })
+		wg.Go(func() { r.version, r.verErr = bin.version(ctx, start) })
 		if checkFirst {
-			r.checkMsg, r.checkErr = bin.Check(ctx)
+			r.checkMsg, r.checkErr = bin.check(ctx, start)
 		} else {
-			wg.Go(func() { r.checkMsg, r.checkErr = bin.Check(ctx) })
+			wg.Go(func() { r.checkMsg, r.checkErr = bin.check(ctx, start) })
 		}
 		rest = names
 	}
@@ -204,13 +214,8 @@ type ReportOptions struct {
 // result of `criu check`, and one entry per feature in ProbedFeatures, each
 // probed with `criu check --feature NAME`; opts carry the boot's cache.
 func RequirementsWith(opts ReportOptions) []capability.Requirement {
-	p := &probe{cache: opts.Cache, now: opts.Now, kerndat: func() (bool, string) {
-		now := time.Now()
-		boot, err := bootTime(now)
-		if err != nil {
-			return false, err.Error()
-		}
-		return prepareKerndat(KerndatDir, boot, now)
+	p := &probe{cache: opts.Cache, now: opts.Now, kerndat: func() (bool, starter, func(), string) {
+		return kerndatRun(KerndatDir, time.Now())
 	}}
 	if p.now == nil {
 		p.now = time.Now

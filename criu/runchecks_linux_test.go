@@ -68,7 +68,7 @@ func TestRunChecksCheckFirst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin, log := fakeCriu(t, tc.passes)
-			r := runChecks(t.Context(), bin, names, tc.checkFirst)
+			r := runChecks(t.Context(), bin, nil, names, tc.checkFirst)
 			if r.verErr != nil || r.version != (Version{4, 1, 1}) {
 				t.Errorf("version %v, %v", r.version, r.verErr)
 			}
