@@ -136,19 +136,35 @@ func ParseVersion(out string) (Version, error) {
 	return v, nil
 }
 
-// run runs the binary with args and returns stdout and stderr together.
-func (b Binary) run(ctx context.Context, args ...string) (string, error) {
+// starter starts a command in place of cmd.Start, for instance from a
+// thread with a mount namespace of its own (privateRun); nil is cmd.Start.
+type starter func(cmd *exec.Cmd) error
+
+// run runs the binary with args, started through start, and returns
+// stdout and stderr together.
+func (b Binary) run(ctx context.Context, start starter, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, b.Path, args...)
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
-	err := cmd.Run()
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
+	err := start(cmd)
+	if err == nil {
+		err = cmd.Wait()
+	}
 	return out.String(), err
 }
 
 // Version runs `criu --version`.
 func (b Binary) Version(ctx context.Context) (Version, error) {
-	out, err := b.run(ctx, "--version")
+	return b.version(ctx, nil)
+}
+
+// version is Version with criu started through start.
+func (b Binary) version(ctx context.Context, start starter) (Version, error) {
+	out, err := b.run(ctx, start, "--version")
 	if err != nil {
 		return Version{}, fmt.Errorf("%s --version: %w: %s", b.Path, err, truncate(out, 300))
 	}
@@ -159,7 +175,12 @@ func (b Binary) Version(ctx context.Context) (Version, error) {
 // good."); on failure an error wrapping ErrCheckFailed with CRIU's own
 // error lines.
 func (b Binary) Check(ctx context.Context) (string, error) {
-	out, err := b.run(ctx, "check")
+	return b.check(ctx, nil)
+}
+
+// check is Check with criu started through start.
+func (b Binary) check(ctx context.Context, start starter) (string, error) {
+	out, err := b.run(ctx, start, "check")
 	if err != nil {
 		if ctx.Err() != nil {
 			return "", fmt.Errorf("%s check: %w", b.Path, ctx.Err())
@@ -171,9 +192,15 @@ func (b Binary) Check(ctx context.Context) (string, error) {
 
 // CheckFeature runs `criu check --feature name`. It returns nil when CRIU
 // says the feature is supported and an error with CRIU's message otherwise.
-// (go-criu v7's FeatureCheck is not used: it echoes the request back.)
+// (go-criu v7's Criu.FeatureCheck is not used: it echoes the request
+// back; rpcChecks reads CRIU's answer itself.)
 func (b Binary) CheckFeature(ctx context.Context, name string) error {
-	out, err := b.run(ctx, "check", "--feature", name)
+	return b.checkFeature(ctx, nil, name)
+}
+
+// checkFeature is CheckFeature with criu started through start.
+func (b Binary) checkFeature(ctx context.Context, start starter, name string) error {
+	out, err := b.run(ctx, start, "check", "--feature", name)
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("%s check --feature %s: %w", b.Path, name, ctx.Err())

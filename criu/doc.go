@@ -14,7 +14,13 @@
 // `make bench` and `make run`. Requirements probes the same binary for the
 // capability report: found, version, `criu check` (a failing check is
 // Unsupported with CRIU's own message) and `criu check --feature NAME` for
-// ProbedFeatures.
+// ProbedFeatures. One `criu swrk` session answers the version, the check
+// and the three features CRIU's RPC knows; the other features, and any the
+// session finds missing (for CRIU's message), run as `criu check
+// --feature` processes. CRIU keeps the kernel facts it gathers in
+// /run/criu.kdat only when /run is a tmpfs; where it is not (a disk, or a
+// container's /run), those processes start in a mount namespace of their
+// own with a tmpfs on /run, so that only the first gathers them.
 //
 // # Driving CRIU
 //

@@ -43,12 +43,14 @@ type probe struct {
 	bin     Binary
 	findErr error
 	checkResults
-	// cacheNote says why the cache was not used or not written; logged
-	// in the evidence of criu.check only.
-	cacheNote string
-	// keepsKerndat says whether the first criu run will leave its kernel
-	// facts for the others (criuKeepsKerndat on KerndatDir).
-	keepsKerndat func() bool
+	// note says why the cache was not used or not written, or what was
+	// cleared in KerndatDir; logged in the evidence of criu.check only.
+	note string
+	// kerndat prepares KerndatDir for the criu runs (kerndatRun): whether
+	// the first will leave its kernel facts for the others, how to start
+	// them, how to end what that needed, and a note of what it cleared
+	// for the evidence of criu.check.
+	kerndat func() (checkFirst bool, start starter, stop func(), note string)
 }
 
 // KerndatDir is where criu keeps the facts it gathers about the kernel
@@ -74,59 +76,116 @@ func (p *probe) run(ctx context.Context) {
 				return
 			}
 			if !errors.Is(err, errCacheMiss) {
-				p.cacheNote = fmt.Sprintf("check cache unusable: %v", err)
+				p.addNote(fmt.Sprintf("check cache unusable: %v", err))
 			}
 		}
-		p.checkResults = runChecks(ctx, p.bin, names, p.keepsKerndat != nil && p.keepsKerndat())
+		var checkFirst bool
+		var start starter
+		if p.kerndat != nil && os.Geteuid() == 0 {
+			var stop func()
+			var note string
+			checkFirst, start, stop, note = p.kerndat()
+			defer stop()
+			p.addNote(note)
+		}
+		p.checkResults = runChecks(ctx, p.bin, start, names, checkFirst)
 		if p.cache != nil && os.Geteuid() == 0 {
 			if _, err := p.cache.store(p.bin, p.checkResults, p.now()); err != nil {
-				p.cacheNote = fmt.Sprintf("check cache not written: %v", err)
+				p.addNote(fmt.Sprintf("check cache not written: %v", err))
 			}
 		}
 	})
 }
 
-// runChecks runs `criu --version`, `criu check` and `criu check --feature`
-// for each name. Each is a separate criu process (CRIU checks one feature
-// per run: a second --feature replaces the first), and each gathers the
-// same facts about the kernel unless an earlier run left them in
-// KerndatDir. When checkFirst is set (the first run will leave them), the
-// features run after `criu check`, all at once, and not at all when it
-// fails (they are only used when it passes); otherwise everything runs at
-// once.
-func runChecks(ctx context.Context, bin Binary, names []string, checkFirst bool) checkResults {
-	r := checkResults{features: make(map[string]error, len(names))}
+// addNote adds note, if any, to the notes of criu.check's evidence.
+func (p *probe) addNote(note string) {
+	p.note = joinNotes(p.note, note)
+}
+
+// joinNotes joins the notes that are not empty with "; ".
+func joinNotes(a, b string) string {
+	switch {
+	case a == "":
+		return b
+	case b == "":
+		return a
+	}
+	return a + "; " + b
+}
+
+// runChecks answers `criu --version`, `criu check` and `criu check
+// --feature` for each name. One `criu swrk` session (rpcChecks) answers the
+// version, the check and the features CRIU's RPC knows; the other features,
+// and those the session reports missing (for CRIU's message), each run as
+// a `criu check --feature` process (CRIU checks one feature per run: a
+// second --feature replaces the first). Every criu process gathers the
+// same facts about the kernel unless an earlier one left them in
+// KerndatDir. start, if not nil, starts every criu process (see
+// kerndatRun). When checkFirst is set (the first run will leave them), the
+// feature processes run after the session, all at once, and not at all
+// when the check fails (they are only used when it passes); otherwise they
+// run alongside it. If the session fails, every answer comes from the
+// command line, in the same order.
+func runChecks(ctx context.Context, bin Binary, start starter, names []string, checkFirst bool) checkResults {
 	if os.Geteuid() != 0 {
 		// criu check refuses to run unprivileged; that says nothing
 		// about the node.
-		r.version, r.verErr = bin.Version(ctx)
+		r := checkResults{features: make(map[string]error, len(names))}
+		r.version, r.verErr = bin.version(ctx, start)
 		r.checkErr = fmt.Errorf("criu check needs root (euid %d)", os.Geteuid())
 		return r
 	}
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	wg.Go(func() { r.version, r.verErr = bin.Version(ctx) })
-	if checkFirst {
-		r.checkMsg, r.checkErr = bin.Check(ctx)
-		if r.checkErr != nil {
-			for _, name := range names {
-				r.features[name] = fmt.Errorf("criu check --feature %s: %w: not run: criu check fails", name, ErrCheckFailed)
-			}
-			wg.Wait()
-			return r
+	features := make(map[string]error, len(names))
+	started := make(map[string]bool, len(names))
+	feature := func(name string) {
+		if started[name] {
+			return
 		}
-	} else {
-		wg.Go(func() { r.checkMsg, r.checkErr = bin.Check(ctx) })
-	}
-	for _, name := range names {
+		started[name] = true
 		wg.Go(func() {
-			err := bin.CheckFeature(ctx, name)
+			err := bin.checkFeature(ctx, start, name)
 			mu.Lock()
-			r.features[name] = err
+			features[name] = err
 			mu.Unlock()
 		})
 	}
+	notRun := func(r *checkResults) {
+		for _, name := range names {
+			r.features[name] = fmt.Errorf("criu check --feature %s: %w: not run: criu check fails", name, ErrCheckFailed)
+		}
+	}
+	if !checkFirst {
+		for _, name := range names {
+			if rpcFeatures[name] == nil {
+				feature(name)
+			}
+		}
+	}
+	r, rest, err := rpcChecks(ctx, bin, start, names)
+	if err != nil {
+		r = checkResults{features: make(map[string]error, len(names))}
+		wg.Go(func() { r.version, r.verErr = bin.version(ctx, start) })
+		if checkFirst {
+			r.checkMsg, r.checkErr = bin.check(ctx, start)
+		} else {
+			wg.Go(func() { r.checkMsg, r.checkErr = bin.check(ctx, start) })
+		}
+		rest = names
+	}
+	if checkFirst && r.checkErr != nil {
+		wg.Wait()
+		notRun(&r)
+		return r
+	}
+	for _, name := range rest {
+		feature(name)
+	}
 	wg.Wait()
+	for name, err := range features {
+		r.features[name] = err
+	}
 	return r
 }
 
@@ -155,7 +214,9 @@ type ReportOptions struct {
 // result of `criu check`, and one entry per feature in ProbedFeatures, each
 // probed with `criu check --feature NAME`; opts carry the boot's cache.
 func RequirementsWith(opts ReportOptions) []capability.Requirement {
-	p := &probe{cache: opts.Cache, now: opts.Now, keepsKerndat: func() bool { return criuKeepsKerndat(KerndatDir) }}
+	p := &probe{cache: opts.Cache, now: opts.Now, kerndat: func() (bool, starter, func(), string) {
+		return kerndatRun(KerndatDir, time.Now())
+	}}
 	if p.now == nil {
 		p.now = time.Now
 	}
@@ -195,8 +256,8 @@ func RequirementsWith(opts ReportOptions) []capability.Requirement {
 				p.run(ctx)
 				f := checkFinding(p.findErr, p.checkMsg, p.checkErr)
 				f.Evidence += p.cached()
-				if p.cacheNote != "" {
-					f.Evidence += "; " + p.cacheNote
+				if p.note != "" {
+					f.Evidence += "; " + p.note
 				}
 				return f
 			},

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"golang.org/x/sys/unix"
@@ -14,7 +15,8 @@ import (
 
 // fakeCriu writes a stand-in criu that logs each run to log ("check-done"
 // when `criu check` ends, "feature NAME" for `check --feature NAME`) and
-// whose `criu check` passes or fails as told.
+// whose `criu check` passes or fails as told. It fails `criu swrk`, so
+// runChecks falls back to the command line for every answer.
 func fakeCriu(t *testing.T, checkPasses bool) (Binary, string) {
 	t.Helper()
 	dir := t.TempDir()
@@ -51,6 +53,7 @@ func readLog(t *testing.T, p string) []string {
 // TestRunChecksCheckFirst: when the first criu run leaves its kernel facts
 // for the others, the features run after `criu check`, and not at all when
 // it fails; otherwise every run starts at once and all answers are there.
+// That holds on the command line, after a failed swrk session.
 func TestRunChecksCheckFirst(t *testing.T) {
 	testutil.RequireRoot(t)
 	names := []string{"timens", "pidfd_store"}
@@ -65,7 +68,7 @@ func TestRunChecksCheckFirst(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			bin, log := fakeCriu(t, tc.passes)
-			r := runChecks(t.Context(), bin, names, tc.checkFirst)
+			r := runChecks(t.Context(), bin, nil, names, tc.checkFirst)
 			if r.verErr != nil || r.version != (Version{4, 1, 1}) {
 				t.Errorf("version %v, %v", r.version, r.verErr)
 			}
@@ -96,32 +99,106 @@ func TestRunChecksCheckFirst(t *testing.T) {
 	}
 }
 
-// TestCriuKeepsKerndat: no kernel facts are kept where the directory is
-// missing, is not a tmpfs, already holds them, or holds a stale temporary
-// file that makes criu give up saving; an empty tmpfs directory (one made
-// in /dev/shm, when this machine has it as a tmpfs) keeps them.
-func TestCriuKeepsKerndat(t *testing.T) {
-	var st unix.Statfs_t
-	if unix.Statfs("/dev/shm", &st) == nil && st.Type == unix.TMPFS_MAGIC {
-		dir, err := os.MkdirTemp("/dev/shm", "kdat")
+// kerndatDirs returns a directory on a tmpfs and one on another
+// filesystem, both empty and removed after the test: /dev/shm or the
+// temporary directory for the first, the temporary directory or /var/tmp
+// for the second.
+func kerndatDirs(t *testing.T) (tmpfs, disk string) {
+	t.Helper()
+	for _, base := range []string{"/dev/shm", os.TempDir(), "/var/tmp"} {
+		var st unix.Statfs_t
+		if unix.Statfs(base, &st) != nil {
+			continue
+		}
+		isTmpfs := st.Type == unix.TMPFS_MAGIC
+		if (isTmpfs && tmpfs != "") || (!isTmpfs && disk != "") {
+			continue
+		}
+		dir, err := os.MkdirTemp(base, "kdat")
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
 		t.Cleanup(func() { os.RemoveAll(dir) })
-		if !criuKeepsKerndat(dir) {
-			t.Errorf("an empty tmpfs directory %s keeps no kernel facts", dir)
+		if isTmpfs {
+			tmpfs = dir
+		} else {
+			disk = dir
 		}
 	}
-	if criuKeepsKerndat(filepath.Join(t.TempDir(), "missing")) {
+	if tmpfs == "" || disk == "" {
+		testutil.Skip(t, "no writable tmpfs (%q) or other filesystem (%q) among /dev/shm, %s, /var/tmp", tmpfs, disk, os.TempDir())
+	}
+	return tmpfs, disk
+}
+
+// TestPrepareKerndat: criu keeps its kernel facts only in an empty tmpfs
+// directory; a temporary file there that no live save can own (dated
+// before the boot, or older than staleKerndatTmp) is removed first and
+// said so; on another filesystem nothing is kept, CRIU's empty leftover
+// temporary file stays, and a criu.kdat from before the boot is removed.
+func TestPrepareKerndat(t *testing.T) {
+	testutil.RequireRoot(t)
+	now := time.Now()
+	boot := now.Add(-time.Hour)
+	type file struct {
+		name string
+		at   time.Time
+	}
+	for _, tc := range []struct {
+		name  string
+		tmpfs bool
+		files []file
+		keeps bool
+		left  []string // the files still there afterwards
+		note  string   // a substring of the note; "" for none
+	}{
+		{"tmpfs empty", true, nil, true, nil, ""},
+		{"tmpfs facts kept", true, []file{{"criu.kdat", now}}, false, []string{"criu.kdat"}, ""},
+		{"tmpfs temp file being saved", true, []file{{"criu.kdat.tmp", now.Add(-time.Second)}}, false, []string{"criu.kdat.tmp"}, ""},
+		{"tmpfs stale temp file", true, []file{{"criu.kdat.tmp", now.Add(-2 * staleKerndatTmp)}}, true, nil, "removed stale"},
+		{"tmpfs temp file before boot", true, []file{{"criu.kdat.tmp", boot.Add(-time.Minute)}}, true, nil, "removed stale"},
+		{"tmpfs stale temp file and facts", true, []file{{"criu.kdat.tmp", now.Add(-time.Hour)}, {"criu.kdat", now}}, false, []string{"criu.kdat"}, "removed stale"},
+		{"disk empty", false, nil, false, nil, ""},
+		{"disk leftover temp file", false, []file{{"criu.kdat.tmp", boot.Add(-time.Minute)}}, false, []string{"criu.kdat.tmp"}, ""},
+		{"disk facts of this boot", false, []file{{"criu.kdat", now}}, false, []string{"criu.kdat"}, ""},
+		{"disk facts of an earlier boot", false, []file{{"criu.kdat", boot.Add(-time.Minute)}}, false, nil, "before this boot"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tmpfs, disk := kerndatDirs(t)
+			dir := disk
+			if tc.tmpfs {
+				dir = tmpfs
+			}
+			for _, f := range tc.files {
+				p := filepath.Join(dir, f.name)
+				if err := os.WriteFile(p, nil, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.Chtimes(p, f.at, f.at); err != nil {
+					t.Fatal(err)
+				}
+			}
+			keeps, note := prepareKerndat(dir, boot, now)
+			if keeps != tc.keeps {
+				t.Errorf("keeps = %v, want %v (note %q)", keeps, tc.keeps, note)
+			}
+			if (tc.note == "") != (note == "") || !strings.Contains(note, tc.note) {
+				t.Errorf("note %q, want one with %q", note, tc.note)
+			}
+			ents, err := os.ReadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var left []string
+			for _, e := range ents {
+				left = append(left, e.Name())
+			}
+			if !slices.Equal(left, tc.left) {
+				t.Errorf("files left %q, want %q", left, tc.left)
+			}
+		})
+	}
+	if keeps, _ := prepareKerndat(filepath.Join(t.TempDir(), "missing"), boot, now); keeps {
 		t.Error("a missing directory keeps kernel facts")
-	}
-	for _, name := range []string{"criu.kdat", "criu.kdat.tmp"} {
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if criuKeepsKerndat(dir) {
-			t.Errorf("%s present, yet criu would keep kernel facts in %s", name, dir)
-		}
 	}
 }

@@ -50,6 +50,14 @@ type swrk struct {
 }
 
 func startSwrk(bin Binary, breakpoints bool) (*swrk, error) {
+	return startSwrkWith(bin, breakpoints, nil)
+}
+
+// startSwrkWith is startSwrk with the child started through start.
+func startSwrkWith(bin Binary, breakpoints bool, start starter) (*swrk, error) {
+	if start == nil {
+		start = (*exec.Cmd).Start
+	}
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("socketpair for criu swrk: %w", err)
@@ -69,7 +77,7 @@ func startSwrk(bin Binary, breakpoints bool) (*swrk, error) {
 	// Its own process group: a ^C on the terminal reaches nodeshim, which
 	// aborts the dump cleanly, and not CRIU in the middle of it.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := s.cmd.Start(); err != nil {
+	if err := start(s.cmd); err != nil {
 		cln.Close()
 		return nil, fmt.Errorf("start %s swrk: %w", bin.Path, err)
 	}
