@@ -144,6 +144,11 @@ type starter func(cmd *exec.Cmd) error
 // stdout and stderr together.
 func (b Binary) run(ctx context.Context, start starter, args ...string) (string, error) {
 	cmd := exec.CommandContext(ctx, b.Path, args...)
+	// `criu check` puts an inotify watch on its working directory, which
+	// costs in proportion to the directory's cached entries (negative
+	// ones included): measured 37 ms of CPU from a busy /tmp against
+	// 20-24 from /. Run it where that is small, whatever the caller's.
+	cmd.Dir = "/"
 	var out bytes.Buffer
 	cmd.Stdout = &out
 	cmd.Stderr = &out
