@@ -242,7 +242,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 		name     string
 		workload string
 		mib      int
-		root     func(t *testing.T, rss int64) string
+		root     func(t *testing.T, anon int64) string
 		opts     func(o *Options, cancel context.CancelFunc)
 		wantErr  func(err error) bool
 	}{
@@ -275,7 +275,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 		{
 			name: "disk full while CRIU writes images", workload: "count", mib: 64,
 			// A quarter of the target's memory: CRIU runs out of space.
-			root:    func(t *testing.T, rss int64) string { return mountTmpfs(t, strconv.FormatInt(rss/4, 10)) },
+			root:    func(t *testing.T, anon int64) string { return mountTmpfs(t, strconv.FormatInt(anon/4, 10)) },
 			wantErr: func(err error) bool { return errors.Is(err, ErrCriu) },
 		},
 		{
@@ -283,7 +283,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 			// Room for the images (at most the target's memory) but not
 			// for a second copy of them: tmpfs cannot insert a range, so
 			// the archive is copied and runs out of space.
-			root: func(t *testing.T, rss int64) string { return mountTmpfs(t, strconv.FormatInt(rss*3/2, 10)) },
+			root: func(t *testing.T, anon int64) string { return mountTmpfs(t, strconv.FormatInt(anon*3/2, 10)) },
 			wantErr: func(err error) bool {
 				return errors.Is(err, unix.ENOSPC) && !errors.Is(err, ErrCriu)
 			},
@@ -295,7 +295,7 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 			testworkload.WaitCount(t, dir, 5)
 			root := t.TempDir()
 			if tc.root != nil {
-				root = tc.root(t, rss(t, pid))
+				root = tc.root(t, anonRSS(t, pid))
 			}
 			ctx, cancel := context.WithCancel(t.Context())
 			defer cancel()
@@ -321,14 +321,23 @@ func TestCheckpointFailuresLeaveTargetRunning(t *testing.T) {
 }
 
 // rss returns the resident memory of pid in bytes (VmRSS).
-func rss(t *testing.T, pid int) int64 {
+func rss(t *testing.T, pid int) int64 { return statusKiB(t, pid, "VmRSS:") }
+
+// anonRSS is pid's resident anonymous memory (RssAnon), what CRIU writes as
+// pages: the disk-full cases size their filesystems from it, since VmRSS
+// also counts the file pages of the (test) binary, which vary with how the
+// page cache holds it (large folios are mapped whole).
+func anonRSS(t *testing.T, pid int) int64 { return statusKiB(t, pid, "RssAnon:") }
+
+// statusKiB is the field of /proc/PID/status, in bytes.
+func statusKiB(t *testing.T, pid int, field string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range strings.Split(string(b), "\n") {
-		if f := strings.Fields(l); len(f) == 3 && f[0] == "VmRSS:" {
+		if f := strings.Fields(l); len(f) == 3 && f[0] == field {
 			kb, err := strconv.ParseInt(f[1], 10, 64)
 			if err != nil {
 				t.Fatal(err)
@@ -336,7 +345,7 @@ func rss(t *testing.T, pid int) int64 {
 			return kb << 10
 		}
 	}
-	t.Fatalf("no VmRSS for pid %d", pid)
+	t.Fatalf("no %s for pid %d", field, pid)
 	return 0
 }
 
@@ -501,7 +510,7 @@ func TestCheckpointInPlaceNeedsOneCopy(t *testing.T) {
 	bin := requireCriu(t)
 	pid, dir := testworkload.Start(t, "count", 48)
 	testworkload.WaitCount(t, dir, 3)
-	root := mountExt4(t, rss(t, pid)*3/2)
+	root := mountExt4(t, anonRSS(t, pid)*3/2)
 	cpdir := filepath.Join(root, CheckpointsDir)
 	tg := pidTarget(t, pid)
 
