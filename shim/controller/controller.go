@@ -73,7 +73,7 @@ type Options struct {
 	// SyncPeriod is how often every node is looked at again.
 	SyncPeriod time.Duration
 	// LeaseDuration, RenewDeadline and RetryPeriod drive the election as in
-	// client-go's leaderelection.
+	// client-go's leaderelection (see shim/election).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Workers is how many nodes are synced at once.
 	Workers int
