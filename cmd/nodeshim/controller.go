@@ -16,7 +16,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeshim/nodeshim/shim/controller"
 	"github.com/nodeshim/nodeshim/shim/reporter"
@@ -68,13 +67,13 @@ ServiceAccount token).`,
 				return err
 			}
 			cfg.UserAgent = "nodeshim-controller/" + version
-			cs, err := kubernetes.NewForConfig(cfg)
+			api, err := kubeapi.ForConfig(cfg)
 			if err != nil {
-				return fmt.Errorf("kubernetes client: %w", err)
+				return err
 			}
 			reg := prometheus.NewRegistry()
 			reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-			opts.Client = cs
+			opts.Client = api
 			opts.Metrics = controller.NewMetrics(reg)
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			c, err := controller.New(opts)

@@ -374,12 +374,12 @@ func (h *harness) runNodeshim(ctx context.Context) ([]Phase, error) {
 	}()
 
 	// The controller, as `nodeshim controller` builds it.
-	ccs, err := kubernetes.NewForConfig(controllerCfg)
+	capi, err := kubeapi.ForConfig(controllerCfg)
 	if err != nil {
 		return nil, fmt.Errorf("controller client: %w", err)
 	}
 	ctl, err := controller.New(controller.Options{
-		Client: ccs, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace,
+		Client: capi, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace,
 		Identity: "fleet-controller", Logger: h.logger, Metrics: controller.NewMetrics(h.metrics),
 	})
 	if err != nil {

@@ -44,10 +44,12 @@ const (
 )
 
 // cluster is a real API server with deploy/'s RBAC for the reporter and the
-// controller, each used through its ServiceAccount's token.
+// controller, each used through its ServiceAccount's token; the controller
+// runs on kubeapi's small client, as in the nodeshim binary.
 type cluster struct {
 	*kubetest.Cluster
 	admin, reporter, controller kubernetes.Interface
+	controllerAPI               *kubeapi.Client
 }
 
 func startCluster(t *testing.T) *cluster {
@@ -65,7 +67,11 @@ func startCluster(t *testing.T) *cluster {
 	if c.reporter, err = kubernetes.NewForConfig(c.ServiceAccountConfig(t, reporterNamespace, reporterSA)); err != nil {
 		t.Fatal(err)
 	}
-	if c.controller, err = kubernetes.NewForConfig(c.ServiceAccountConfig(t, controllerNamespace, controllerSA)); err != nil {
+	controllerCfg := c.ServiceAccountConfig(t, controllerNamespace, controllerSA)
+	if c.controller, err = kubernetes.NewForConfig(controllerCfg); err != nil {
+		t.Fatal(err)
+	}
+	if c.controllerAPI, err = kubeapi.ForConfig(controllerCfg); err != nil {
 		t.Fatal(err)
 	}
 	// RBAC takes effect through the API server's informers: wait for it
@@ -170,7 +176,7 @@ type instance struct {
 func (c *cluster) startController(t *testing.T, id string) *instance {
 	t.Helper()
 	ctrl, err := New(Options{
-		Client: c.controller, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace,
+		Client: c.controllerAPI, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace,
 		Identity: id, GracePeriod: testGrace, SyncPeriod: testSync,
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -416,7 +422,7 @@ func testConflict(t *testing.T, c *cluster) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctrl, err := New(Options{Client: c.controller, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace, Identity: "x"})
+	ctrl, err := New(Options{Client: c.controllerAPI, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace, Identity: "x"})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,22 +12,17 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
-	coordinationlisters "k8s.io/client-go/listers/coordination/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/util/flowcontrol"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/nodeshim/nodeshim/shim/election"
 	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 // Defaults of Options.
@@ -59,7 +54,7 @@ const (
 // Options configure a Controller. Zero values take the defaults above.
 type Options struct {
 	// Client talks to the API server.
-	Client kubernetes.Interface
+	Client *kubeapi.Client
 	// ReporterNamespace holds the reporters' Leases, one per node, named
 	// after the node (the reporters' --namespace).
 	ReporterNamespace string
@@ -78,7 +73,7 @@ type Options struct {
 	// SyncPeriod is how often every node is looked at again.
 	SyncPeriod time.Duration
 	// LeaseDuration, RenewDeadline and RetryPeriod drive the election as in
-	// client-go's leaderelection.
+	// client-go's leaderelection (see shim/election).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Workers is how many nodes are synced at once.
 	Workers int
@@ -105,14 +100,13 @@ type Controller struct {
 	clk     clock.WithTicker
 	limiter flowcontrol.PassiveRateLimiter
 
-	factory       informers.SharedInformerFactory
-	leaseFactory  informers.SharedInformerFactory
-	nodes         corelisters.NodeLister
-	leases        coordinationlisters.LeaseLister
-	nodesSynced   cache.InformerSynced
-	leasesSynced  cache.InformerSynced
-	observed      observations
-	eventSequence int
+	// Informers on Nodes and on the reporters' Leases, and their caches
+	// (Nodes keyed by name, Leases by namespace/name).
+	nodeInformer, leaseInformer cache.SharedIndexInformer
+	nodes, leases               cache.Indexer
+	elector                     *election.Elector
+	observed                    observations
+	eventSequence               int
 
 	mu     sync.Mutex
 	queue  workqueue.TypedRateLimitingInterface[string] // nil while not leading
@@ -173,15 +167,35 @@ func New(opts Options) (*Controller, error) {
 		limiter: flowcontrol.NewTokenBucketPassiveRateLimiterWithClock(opts.EventQPS, opts.EventBurst, opts.Clock),
 		silent:  map[string]bool{},
 	}
-	// No informer resync: the leader's own SyncPeriod looks at every node
-	// again from the caches.
-	c.factory = informers.NewSharedInformerFactory(opts.Client, 0)
-	c.leaseFactory = informers.NewSharedInformerFactoryWithOptions(opts.Client, 0, informers.WithNamespace(opts.ReporterNamespace))
-	ni := c.factory.Core().V1().Nodes()
-	li := c.leaseFactory.Coordination().V1().Leases()
-	c.nodes, c.leases = ni.Lister(), li.Lister()
-	c.nodesSynced, c.leasesSynced = ni.Informer().HasSynced, li.Informer().HasSynced
-	if _, err := ni.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	elector, err := election.New(election.Config{
+		Leases: opts.Client, Namespace: opts.ElectionNamespace, Name: opts.ElectionName, Identity: opts.Identity,
+		FieldManager:  Component,
+		LeaseDuration: opts.LeaseDuration, RenewDeadline: opts.RenewDeadline, RetryPeriod: opts.RetryPeriod,
+		OnNewLeader: func(id string) {
+			c.log.Info("leader", "identity", id, "self", id == opts.Identity)
+		},
+		Clock: opts.Clock, Logger: opts.Logger,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("leader election: %w", err)
+	}
+	c.elector = elector
+	// The informers client-go's informer factory would build, on the
+	// small client. No resync: the leader's own SyncPeriod looks at every
+	// node again from the caches.
+	cl, ns := opts.Client, opts.ReporterNamespace
+	c.nodeInformer = newInformer(&corev1.Node{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cl.ListNodes(ctx, o) },
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return cl.WatchNodes(ctx, o) })
+	c.leaseInformer = newInformer(&coordinationv1.Lease{},
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return cl.ListLeases(ctx, ns, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return cl.WatchLeases(ctx, ns, o)
+		})
+	c.nodes, c.leases = c.nodeInformer.GetIndexer(), c.leaseInformer.GetIndexer()
+	if _, err := c.nodeInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.nodeChanged(obj) },
 		UpdateFunc: func(_, obj any) { c.nodeChanged(obj) },
 		DeleteFunc: func(obj any) {
@@ -192,7 +206,7 @@ func New(opts Options) (*Controller, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("watch nodes: %w", err)
 	}
-	if _, err := li.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	if _, err := c.leaseInformer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { c.leaseChanged(obj, false) },
 		UpdateFunc: func(_, obj any) { c.leaseChanged(obj, false) },
 		DeleteFunc: func(obj any) { c.leaseChanged(obj, true) },
@@ -200,6 +214,17 @@ func New(opts Options) (*Controller, error) {
 		return nil, fmt.Errorf("watch leases in %s: %w", opts.ReporterNamespace, err)
 	}
 	return c, nil
+}
+
+// newInformer returns a shared informer of objects like example through
+// list and watch, with the namespace index of client-go's generated
+// informers.
+func newInformer(example runtime.Object, list cache.ListWithContextFunc, watch cache.WatchFuncWithContext) cache.SharedIndexInformer {
+	return cache.NewSharedIndexInformerWithOptions(
+		&cache.ListWatch{ListWithContextFunc: list, WatchFuncWithContext: watch},
+		example,
+		cache.SharedIndexInformerOptions{Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}},
+	)
 }
 
 // nodeChanged queues a Node that carries nodeshim conditions.
@@ -243,11 +268,12 @@ func (c *Controller) enqueue(name string) {
 // done; while it leads, it marks silent nodes. A replica that loses the
 // lead stops writing and stands for election again.
 func (c *Controller) Run(ctx context.Context) error {
-	c.factory.Start(ctx.Done())
-	c.leaseFactory.Start(ctx.Done())
-	defer c.factory.Shutdown()
-	defer c.leaseFactory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), c.nodesSynced, c.leasesSynced) {
+	var informers sync.WaitGroup
+	defer informers.Wait()
+	for _, inf := range []cache.SharedIndexInformer{c.nodeInformer, c.leaseInformer} {
+		informers.Go(func() { inf.RunWithContext(ctx) })
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), c.nodeInformer.HasSynced, c.leaseInformer.HasSynced) {
 		return nil // ctx done
 	}
 	c.log.Info("watching", "reporterNamespace", c.opts.ReporterNamespace, "grace", c.opts.GracePeriod,
@@ -265,48 +291,7 @@ func (c *Controller) Run(ctx context.Context) error {
 // The workers stop before the election's Lease is released, so that two
 // replicas never write at once.
 func (c *Controller) campaign(ctx context.Context) error {
-	lock := &resourcelock.LeaseLock{
-		LeaseMeta:  metav1.ObjectMeta{Namespace: c.opts.ElectionNamespace, Name: c.opts.ElectionName},
-		Client:     c.opts.Client.CoordinationV1(),
-		LockConfig: resourcelock.ResourceLockConfig{Identity: c.opts.Identity},
-	}
-	leading := make(chan context.Context, 1)
-	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   c.opts.LeaseDuration,
-		RenewDeadline:   c.opts.RenewDeadline,
-		RetryPeriod:     c.opts.RetryPeriod,
-		ReleaseOnCancel: true,
-		Name:            c.opts.ElectionName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(lctx context.Context) { leading <- lctx },
-			OnStoppedLeading: func() {},
-			OnNewLeader: func(id string) {
-				c.log.Info("leader", "identity", id, "self", id == c.opts.Identity)
-			},
-		},
-	})
-	if err != nil {
-		return fmt.Errorf("leader election: %w", err)
-	}
-	// The election outlives ctx until the workers have stopped: only then
-	// is the Lease released.
-	electCtx, stopElection := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopElection()
-	ran := make(chan struct{})
-	go func() { le.Run(electCtx); close(ran) }()
-	select {
-	case lctx := <-leading:
-		wctx, cancel := context.WithCancel(lctx)
-		stop := context.AfterFunc(ctx, cancel)
-		c.lead(wctx)
-		stop()
-		cancel()
-	case <-ran:
-	case <-ctx.Done():
-	}
-	stopElection()
-	<-ran
+	c.elector.Run(ctx, c.lead)
 	return nil
 }
 
@@ -349,11 +334,7 @@ loop:
 
 // enqueueAll queues every Node with nodeshim conditions.
 func (c *Controller) enqueueAll() {
-	nodes, err := c.nodes.List(labels.Everything())
-	if err != nil {
-		return
-	}
-	for _, n := range nodes {
+	for _, n := range c.nodes.List() {
 		c.nodeChanged(n)
 	}
 }
@@ -392,24 +373,27 @@ func (c *Controller) work(ctx context.Context, q workqueue.TypedRateLimitingInte
 // node's nodeshim conditions Unknown; otherwise it returns when to look
 // again, at the end of the grace period.
 func (c *Controller) sync(ctx context.Context, name string) (time.Duration, error) {
-	node, err := c.nodes.Get(name)
-	if apierrors.IsNotFound(err) {
+	obj, exists, err := c.nodes.GetByKey(name)
+	if err != nil {
+		return 0, err
+	}
+	node, ok := obj.(*corev1.Node)
+	if !exists || !ok {
 		c.observed.forget(name)
 		c.setSilent(name, false)
 		return 0, nil
-	}
-	if err != nil {
-		return 0, err
 	}
 	if len(reporter.Published(node.Status.Conditions)) == 0 {
 		c.setSilent(name, false)
 		return 0, nil
 	}
-	lease, err := c.leases.Leases(c.opts.ReporterNamespace).Get(name)
-	if apierrors.IsNotFound(err) {
-		lease = nil
-	} else if err != nil {
+	obj, exists, err = c.leases.GetByKey(c.opts.ReporterNamespace + "/" + name)
+	if err != nil {
 		return 0, err
+	}
+	var lease *coordinationv1.Lease
+	if exists {
+		lease, _ = obj.(*coordinationv1.Lease)
 	}
 	// The caches may be ahead of the event handlers: record what they
 	// hold before deciding.
@@ -459,9 +443,7 @@ func (c *Controller) patch(ctx context.Context, node *corev1.Node, marks []corev
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	_, err = c.opts.Client.CoreV1().Nodes().Patch(rctx, node.Name, types.StrategicMergePatchType, body,
-		metav1.PatchOptions{FieldManager: Component}, "status")
-	if err != nil {
+	if err := c.opts.Client.PatchNodeStatus(rctx, node.Name, body, Component); err != nil {
 		return fmt.Errorf("patch status of node %s: %w", node.Name, err)
 	}
 	return nil
@@ -497,7 +479,7 @@ func (c *Controller) event(ctx context.Context, node *corev1.Node, msg string, n
 	}
 	rctx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
-	if _, err := c.opts.Client.CoreV1().Events(e.Namespace).Create(rctx, e, metav1.CreateOptions{}); err != nil {
+	if err := c.opts.Client.CreateEvent(rctx, e); err != nil {
 		c.m.eventsDropped.Inc()
 		c.log.Warn("create event", "node", node.Name, "err", err)
 	}

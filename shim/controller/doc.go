@@ -20,8 +20,9 @@
 // grace period before it marks anything.
 //
 // Several replicas may run: they elect a leader through a Lease of their
-// own (client-go's leaderelection), every replica keeps its informers and
-// observations warm, and only the leader writes. A condition that is
+// own (shim/election: client-go's algorithm and Lease record on nodeshim's
+// small API client, shim/reporter/kubeapi), every replica keeps its
+// informers and observations warm, and only the leader writes. A condition that is
 // already Unknown keeps its lastTransitionTime, and one that is already
 // marked is not written again, so a restart or a change of leader neither
 // loses a mark nor flaps a condition.

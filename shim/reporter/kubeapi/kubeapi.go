@@ -1,15 +1,18 @@
-// Package kubeapi is the reporter's client of the Kubernetes API server:
-// the six requests it makes (read a Node, patch its status, create an
-// Event, read, create and renew a Lease) over client-go's REST client,
-// with a scheme of only core/v1 and coordination.k8s.io/v1. It does not
-// link client-go's clientset, whose scheme registers every API group of
-// Kubernetes: a reporter binary built on it is half the size, which on a
+// Package kubeapi is nodeshim's client of the Kubernetes API server: the
+// requests the reporter makes (read a Node, patch its status, create an
+// Event, read, create and renew a Lease) and those the controller adds
+// (list and watch Nodes and Leases for its informers), over client-go's
+// REST client, with a scheme of only core/v1 and coordination.k8s.io/v1.
+// It does not link client-go's clientset, whose scheme registers every API
+// group of Kubernetes: a binary built on it is half the size, which on a
 // kernel that maps executables in large folios is half its resident memory.
 package kubeapi
 
 import (
 	"context"
 	"fmt"
+	"sync"
+	"time"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -18,30 +21,45 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
-// Client makes the reporter's requests. It satisfies reporter.API.
+// Client makes the reporter's and the controller's requests. It satisfies
+// reporter.API.
 type Client struct {
 	core, coordination rest.Interface
+	// params encodes list and watch options into query parameters; built
+	// on first use, which the reporter never makes.
+	params func() runtime.ParameterCodec
 }
 
 // New returns a Client over REST clients of core/v1 and
 // coordination.k8s.io/v1, such as those of a client-go clientset
 // (cs.CoreV1().RESTClient(), cs.CoordinationV1().RESTClient()).
 func New(core, coordination rest.Interface) *Client {
-	return &Client{core: core, coordination: coordination}
+	return &Client{core: core, coordination: coordination, params: sync.OnceValue(func() runtime.ParameterCodec {
+		return runtime.NewParameterCodec(newScheme())
+	})}
+}
+
+// newScheme returns a scheme of core/v1 and coordination.k8s.io/v1 only,
+// with the list and watch options of each (their AddToScheme registers
+// them, as client-go's scheme does).
+func newScheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	// Neither AddToScheme can fail on a new scheme: each registers its
+	// own types once.
+	utilruntime.Must(corev1.AddToScheme(s))
+	utilruntime.Must(coordinationv1.AddToScheme(s))
+	return s
 }
 
 // ForConfig returns a Client for cfg with its own small scheme.
 func ForConfig(cfg *rest.Config) (*Client, error) {
-	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, coordinationv1.AddToScheme} {
-		if err := add(s); err != nil {
-			return nil, fmt.Errorf("kubeapi scheme: %w", err)
-		}
-	}
+	s := newScheme()
 	codecs := serializer.NewCodecFactory(s).WithoutConversion()
 	client := func(gv schema.GroupVersion, apiPath string) (rest.Interface, error) {
 		c := rest.CopyConfig(cfg)
@@ -113,6 +131,43 @@ func (c *Client) UpdateLease(ctx context.Context, l *coordinationv1.Lease, field
 	err := c.coordination.Put().Namespace(l.Namespace).Resource("leases").Name(l.Name).Param("fieldManager", fieldManager).
 		Body(l).Do(ctx).Into(&out)
 	return &out, err
+}
+
+// ListNodes lists the Nodes, as an informer's ListFunc.
+func (c *Client) ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error) {
+	var l corev1.NodeList
+	err := c.core.Get().Resource("nodes").VersionedParams(&opts, c.params()).Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
+}
+
+// WatchNodes watches the Nodes, as an informer's WatchFunc.
+func (c *Client) WatchNodes(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.core.Get().Resource("nodes").VersionedParams(&opts, c.params()).Timeout(timeout(opts)).Watch(ctx)
+}
+
+// ListLeases lists the Leases in namespace, as an informer's ListFunc.
+func (c *Client) ListLeases(ctx context.Context, namespace string, opts metav1.ListOptions) (*coordinationv1.LeaseList, error) {
+	var l coordinationv1.LeaseList
+	err := c.coordination.Get().Namespace(namespace).Resource("leases").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
+}
+
+// WatchLeases watches the Leases in namespace, as an informer's WatchFunc.
+func (c *Client) WatchLeases(ctx context.Context, namespace string, opts metav1.ListOptions) (watch.Interface, error) {
+	opts.Watch = true
+	return c.coordination.Get().Namespace(namespace).Resource("leases").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Watch(ctx)
+}
+
+// timeout is the request timeout opts ask for, as client-go's typed
+// clients set it: none when they ask for none.
+func timeout(opts metav1.ListOptions) time.Duration {
+	if opts.TimeoutSeconds == nil {
+		return 0
+	}
+	return time.Duration(*opts.TimeoutSeconds) * time.Second
 }
 
 // LoadConfig loads the client configuration of kubeconfig, or the

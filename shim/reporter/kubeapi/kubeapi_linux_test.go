@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshim/nodeshim/internal/kubetest"
@@ -80,5 +81,46 @@ func TestAgainstAPIServer(t *testing.T) {
 	g, err := api.GetLease(ctx, metav1.NamespaceDefault, "node-k")
 	if err != nil || g.ResourceVersion != u.ResourceVersion {
 		t.Fatalf("GetLease: %+v, %v", g, err)
+	}
+
+	// The controller's informers: list, then watch from the list's
+	// resourceVersion, with selectors encoded by the small scheme.
+	nodes, err := api.ListNodes(ctx, metav1.ListOptions{FieldSelector: "metadata.name=node-k"})
+	if err != nil || len(nodes.Items) != 1 || nodes.Items[0].Name != "node-k" || nodes.ResourceVersion == "" {
+		t.Fatalf("ListNodes: %+v, %v", nodes, err)
+	}
+	if nodes, err := api.ListNodes(ctx, metav1.ListOptions{FieldSelector: "metadata.name=none"}); err != nil || len(nodes.Items) != 0 {
+		t.Fatalf("ListNodes with a selector of no Node: %+v, %v", nodes, err)
+	}
+	leases, err := api.ListLeases(ctx, metav1.NamespaceDefault, metav1.ListOptions{})
+	if err != nil || len(leases.Items) != 1 || leases.Items[0].ResourceVersion != u.ResourceVersion {
+		t.Fatalf("ListLeases: %+v, %v", leases, err)
+	}
+	if leases, err := api.ListLeases(ctx, metav1.NamespaceSystem, metav1.ListOptions{LabelSelector: "x=y"}); err != nil || len(leases.Items) != 0 {
+		t.Fatalf("ListLeases in another namespace: %+v, %v", leases, err)
+	}
+	lw, err := api.WatchLeases(ctx, metav1.NamespaceDefault, metav1.ListOptions{ResourceVersion: leases.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lw.Stop()
+	nw, err := api.WatchNodes(ctx, metav1.ListOptions{ResourceVersion: nodes.ResourceVersion, TimeoutSeconds: ptr.To[int64](60)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nw.Stop()
+	latest := metav1.NewMicroTime(later.Add(10 * time.Second))
+	g.Spec.RenewTime = &latest
+	if _, err := api.UpdateLease(ctx, g, "nodeshim-reporter"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-lw.ResultChan(); ev.Type != watch.Modified || !ev.Object.(*coordinationv1.Lease).Spec.RenewTime.Equal(&latest) {
+		t.Errorf("Lease watch event %s %+v, want the renewal", ev.Type, ev.Object)
+	}
+	if err := api.PatchNodeStatus(ctx, "node-k", []byte(`{"status":{"conditions":[{"type":"NodeShimReady","status":"False","reason":"R","message":""}]}}`), "nodeshim-reporter"); err != nil {
+		t.Fatal(err)
+	}
+	if ev := <-nw.ResultChan(); ev.Type != watch.Modified || ev.Object.(*corev1.Node).Status.Conditions[0].Status != corev1.ConditionFalse {
+		t.Errorf("Node watch event %s %+v, want the patch", ev.Type, ev.Object)
 	}
 }
