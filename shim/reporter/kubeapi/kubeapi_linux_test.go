@@ -17,14 +17,7 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// client-go caches its HTTP transports process-wide, and with them
-		// their idle connections' loops.
-		goleak.IgnoreTopFunction("net/http.(*persistConn).readLoop"),
-		goleak.IgnoreTopFunction("net/http.(*persistConn).writeLoop"),
-		goleak.IgnoreTopFunction("golang.org/x/net/http2.(*ClientConn).readLoop"),
-		goleak.IgnoreTopFunction("k8s.io/klog/v2.(*flushDaemon).run.func1"),
-	)
+	goleak.VerifyTestMain(m, kubetest.ClientLoops()...)
 }
 
 // TestAgainstAPIServer makes each of the reporter's requests with the
