@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -305,23 +306,23 @@ func BenchmarkDetectionLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, WatchOptions{}, nil) })
-	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, WatchOptions{}, &podLoad{}) })
+	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, watching{}, nil) })
+	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, watching{}, &podLoad{}) })
 	const pods = 10000
 	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, pods, "")}
 	b.Run(fmt.Sprintf("monitor/pods=%d/inline", pods), func(b *testing.B) {
-		benchDetection(b, m, WatchOptions{}, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
+		benchDetection(b, m, watching{}, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
 	})
 	b.Run(fmt.Sprintf("monitor/pods=%d/background", pods), func(b *testing.B) {
-		benchDetectionBesidePods(b, m, WatchOptions{}, roots, pods)
+		benchDetectionBesidePods(b, m, watching{}, roots, pods)
 	})
 }
 
-// benchDetectionBesidePods times a Monitor's detection (benchDetection
-// with opts) while the want pods under roots are read in a goroutine of
+// benchDetectionBesidePods times a Monitor's detection (benchDetection)
+// while the want pods under roots are read in a goroutine of
 // their own, pass after pass, with kept-open files: the pressure source's
 // reads of the pods at their worst.
-func benchDetectionBesidePods(b *testing.B, m Mount, opts WatchOptions, roots PodRoots, want int) WatchMode {
+func benchDetectionBesidePods(b *testing.B, m Mount, how watching, roots PodRoots, want int) WatchMode {
 	l := &podLoad{roots: roots, reader: NewKeepReader(KeepOptions{}), want: want}
 	defer l.reader.Close()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -333,7 +334,7 @@ func benchDetectionBesidePods(b *testing.B, m Mount, opts WatchOptions, roots Po
 		}
 	}()
 	defer func() { cancel(); <-done }()
-	return benchDetection(b, m, opts, nil, l)
+	return benchDetection(b, m, how, nil, l)
 }
 
 // podLoad is the read of the pods' cgroups beside a Monitor.
@@ -368,9 +369,9 @@ func (l *podLoad) read(b *testing.B) {
 }
 
 // benchDetection times detectOnce through a Watcher (load nil) or a
-// Monitor, watching with opts, and returns the mode the watching took;
+// Monitor, watching as how says, and returns the mode the watching took;
 // loads that run beside it are only reported on.
-func benchDetection(b *testing.B, m Mount, opts WatchOptions, load *podLoad, beside ...*podLoad) WatchMode {
+func benchDetection(b *testing.B, m Mount, how watching, load *podLoad, beside ...*podLoad) WatchMode {
 	var mode WatchMode
 	var fromStart, fromStall, stalled []time.Duration
 	for i := 0; b.Loop(); i++ {
@@ -378,7 +379,7 @@ func benchDetection(b *testing.B, m Mount, opts WatchOptions, load *podLoad, bes
 		if monitored == nil && len(beside) > 0 {
 			monitored = &podLoad{}
 		}
-		d := detectOnce(b, m, i, opts, monitored)
+		d := detectOnce(b, m, i, how, monitored)
 		fromStart, fromStall, stalled = append(fromStart, d.fromRelease), append(fromStall, d.fromStall), append(stalled, d.stalled)
 		mode = d.mode
 	}
@@ -447,6 +448,13 @@ func reportLatency(b *testing.B, from string, lat []time.Duration, mode WatchMod
 	b.Logf("%s mode, %d runs, from %s: p50 %s p90 %s p99 %s max %s", mode, len(lat), from, pct(0.50), pct(0.90), pct(0.99), lat[len(lat)-1])
 }
 
+// watching is how a detection benchmark watches the thrashing cgroup.
+type watching struct {
+	// trig is the trigger; DefaultTrigger when zero.
+	trig Trigger
+	opts WatchOptions
+}
+
 // detection is one timed detection.
 type detection struct {
 	// fromRelease and fromStall are the time to the first event from the
@@ -460,8 +468,8 @@ type detection struct {
 // detectOnce thrashes a new cgroup and times the first event: the
 // Watcher's event when load is nil, else the event as a Monitor's
 // consumer receives it, with load read at every evaluation; either
-// watches with opts.
-func detectOnce(b *testing.B, m Mount, i int, opts WatchOptions, load *podLoad) detection {
+// watches as how says.
+func detectOnce(b *testing.B, m Mount, i int, how watching, load *podLoad) detection {
 	name := fmt.Sprintf("nodeshim-lat-%d-%d", os.Getpid(), i)
 	var dirs []string
 	defer func() {
@@ -503,7 +511,7 @@ func detectOnce(b *testing.B, m Mount, i int, opts WatchOptions, load *podLoad) 
 	var mon *Monitor
 	var err error
 	if load == nil {
-		w, err = NewWatcher(pressure, DefaultTrigger, opts)
+		w, err = NewWatcher(pressure, cmp.Or(how.trig, DefaultTrigger), how.opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -511,7 +519,8 @@ func detectOnce(b *testing.B, m Mount, i int, opts WatchOptions, load *podLoad) 
 	} else {
 		mon, err = NewMonitor(MonitorConfig{
 			Sources:    NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: b.TempDir()},
-			Watch:      opts,
+			Trigger:    how.trig,
+			Watch:      how.opts,
 			WatchPaths: []string{pressure},
 			OnEvaluate: func(Snapshot) { load.evaluate(b) },
 		})

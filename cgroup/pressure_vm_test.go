@@ -169,7 +169,8 @@ const guestPods = 10000
 
 // BenchmarkGuestDetectionLatency measures, in a kernel-matrix guest, the
 // time from a thrasher's release and from its cgroup's first stall to the
-// first event, per mode (kernel trigger, forced poll), with the host's
+// first event, per mode (kernel trigger, forced poll, a trigger with a
+// shorter window), with the host's
 // BenchmarkDetectionLatency code; every run must detect. The top-level
 // cases time a Watcher's event; the "monitor" cases time the event where a
 // Monitor's consumer receives it: with no pods, and with guestPods pod cgroups
@@ -180,20 +181,28 @@ func BenchmarkGuestDetectionLatency(b *testing.B) {
 	m := guestMount(b)
 	modes := []struct {
 		name string
-		opts WatchOptions
+		how  watching
 		want WatchMode
-	}{{"trigger", WatchOptions{}, ModeTrigger}, {"poll", WatchOptions{ForcePoll: true}, ModePoll}}
+	}{
+		{"trigger", watching{}, ModeTrigger},
+		{"poll", watching{opts: WatchOptions{ForcePoll: true}}, ModePoll},
+		// A shorter window: the kernel checks a trigger every tenth of
+		// its window (kernel/sched/psi.c, UPDATES_PER_WINDOW), every
+		// 100 ms for DefaultTrigger's 1 s, so that trigger fires 200 ms
+		// or more after a stall begins; this one is checked every 50 ms.
+		{"trigger-100ms-of-500ms", watching{trig: Trigger{Stall: 100 * time.Millisecond, Window: 500 * time.Millisecond}}, ModeTrigger},
+	}
 	check := func(b *testing.B, got, want WatchMode) {
 		if got != want {
 			b.Fatalf("watched by %s, want %s on this kernel", got, want)
 		}
 	}
 	for _, mode := range modes {
-		b.Run(mode.name, func(b *testing.B) { check(b, benchDetection(b, m, mode.opts, nil), mode.want) })
+		b.Run(mode.name, func(b *testing.B) { check(b, benchDetection(b, m, mode.how, nil), mode.want) })
 	}
 	b.Run("monitor/pods=0", func(b *testing.B) {
 		for _, mode := range modes {
-			b.Run(mode.name, func(b *testing.B) { check(b, benchDetection(b, m, mode.opts, &podLoad{}), mode.want) })
+			b.Run(mode.name, func(b *testing.B) { check(b, benchDetection(b, m, mode.how, &podLoad{}), mode.want) })
 		}
 	})
 	b.Run(fmt.Sprintf("monitor/pods=%d", guestPods), func(b *testing.B) {
@@ -203,7 +212,7 @@ func BenchmarkGuestDetectionLatency(b *testing.B) {
 			guestPods, time.Since(start), avail>>20, meminfo(b, "MemAvailable")>>20, meminfo(b, "MemTotal")>>20, runtime.NumCPU())
 		for _, mode := range modes {
 			b.Run(mode.name, func(b *testing.B) {
-				check(b, benchDetectionBesidePods(b, m, mode.opts, roots, guestPods), mode.want)
+				check(b, benchDetectionBesidePods(b, m, mode.how, roots, guestPods), mode.want)
 			})
 		}
 	})
