@@ -383,6 +383,11 @@ func benchDetection(b *testing.B, m Mount, how watching, load *podLoad, beside .
 		fromStart, fromStall, stalled = append(fromStart, d.fromRelease), append(fromStall, d.fromStall), append(stalled, d.stalled)
 		mode = d.mode
 	}
+	var runs strings.Builder
+	for i := range fromStall {
+		fmt.Fprintf(&runs, " %d/%d", fromStall[i].Milliseconds(), stalled[i].Milliseconds())
+	}
+	b.Logf("each run, ms from the first stall / ms of stall at the event:%s", runs.String())
 	reportLatency(b, "release", fromStart, mode)
 	reportLatency(b, "stall", fromStall, mode)
 	// The stall the cgroup had accumulated when the event came: the
