@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -229,13 +230,16 @@ func openStatFiles(b *testing.B, dirs []string) []int {
 }
 
 // unreclaimableSlab is SUnreclaim of /proc/meminfo in bytes.
-func unreclaimableSlab(b *testing.B) int64 {
+func unreclaimableSlab(b *testing.B) int64 { return meminfo(b, "SUnreclaim") }
+
+// meminfo is the field of /proc/meminfo in bytes.
+func meminfo(b *testing.B, field string) int64 {
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
 		b.Fatal(err)
 	}
 	for line := range strings.Lines(string(data)) {
-		if rest, ok := strings.CutPrefix(line, "SUnreclaim:"); ok {
+		if rest, ok := strings.CutPrefix(line, field+":"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
 			if err != nil {
 				b.Fatal(err)
@@ -243,7 +247,7 @@ func unreclaimableSlab(b *testing.B) int64 {
 			return kb << 10
 		}
 	}
-	b.Fatal("no SUnreclaim in /proc/meminfo")
+	b.Fatalf("no %s in /proc/meminfo", field)
 	return 0
 }
 
@@ -302,27 +306,35 @@ func BenchmarkDetectionLatency(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, nil) })
-	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, &podLoad{}) })
+	b.Run("watcher", func(b *testing.B) { benchDetection(b, m, watching{}, nil) })
+	b.Run("monitor/pods=0", func(b *testing.B) { benchDetection(b, m, watching{}, &podLoad{}) })
 	const pods = 10000
-	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, pods)}
+	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, pods, "")}
 	b.Run(fmt.Sprintf("monitor/pods=%d/inline", pods), func(b *testing.B) {
-		benchDetection(b, m, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
+		benchDetection(b, m, watching{}, &podLoad{roots: roots, reader: NewReader(), want: pods, every: 10 * time.Second})
 	})
 	b.Run(fmt.Sprintf("monitor/pods=%d/background", pods), func(b *testing.B) {
-		l := &podLoad{roots: roots, reader: NewKeepReader(KeepOptions{}), want: pods}
-		defer l.reader.Close()
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			for ctx.Err() == nil {
-				l.read(b)
-			}
-		}()
-		defer func() { cancel(); <-done }()
-		benchDetection(b, m, nil, l)
+		benchDetectionBesidePods(b, m, watching{}, roots, pods)
 	})
+}
+
+// benchDetectionBesidePods times a Monitor's detection (benchDetection)
+// while the want pods under roots are read in a goroutine of
+// their own, pass after pass, with kept-open files: the pressure source's
+// reads of the pods at their worst.
+func benchDetectionBesidePods(b *testing.B, m Mount, how watching, roots PodRoots, want int) WatchMode {
+	l := &podLoad{roots: roots, reader: NewKeepReader(KeepOptions{}), want: want}
+	defer l.reader.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ctx.Err() == nil {
+			l.read(b)
+		}
+	}()
+	defer func() { cancel(); <-done }()
+	return benchDetection(b, m, how, nil, l)
 }
 
 // podLoad is the read of the pods' cgroups beside a Monitor.
@@ -357,36 +369,58 @@ func (l *podLoad) read(b *testing.B) {
 }
 
 // benchDetection times detectOnce through a Watcher (load nil) or a
-// Monitor; loads that run beside it are only reported on.
-func benchDetection(b *testing.B, m Mount, load *podLoad, beside ...*podLoad) {
+// Monitor, watching as how says, and returns the mode the watching took;
+// loads that run beside it are only reported on.
+func benchDetection(b *testing.B, m Mount, how watching, load *podLoad, beside ...*podLoad) WatchMode {
 	var mode WatchMode
-	var fromStart, fromStall []time.Duration
+	var fromStart, fromStall, stalled []time.Duration
 	for i := 0; b.Loop(); i++ {
 		monitored := load
 		if monitored == nil && len(beside) > 0 {
 			monitored = &podLoad{}
 		}
-		d, s, md := detectOnce(b, m, i, monitored)
-		fromStart, fromStall = append(fromStart, d), append(fromStall, s)
-		mode = md
+		d := detectOnce(b, m, i, how, monitored)
+		fromStart, fromStall, stalled = append(fromStart, d.fromRelease), append(fromStall, d.fromStall), append(stalled, d.stalled)
+		mode = d.mode
 	}
+	var runs strings.Builder
+	for i := range fromStall {
+		fmt.Fprintf(&runs, " %d/%d", fromStall[i].Milliseconds(), stalled[i].Milliseconds())
+	}
+	b.Logf("each run, ms from the first stall / ms of stall at the event:%s", runs.String())
 	reportLatency(b, "release", fromStart, mode)
 	reportLatency(b, "stall", fromStall, mode)
+	// The stall the cgroup had accumulated when the event came: the
+	// trigger's 150 ms at least; what the latency from the first stall
+	// adds to it is the time the cgroup ran instead of stalling.
+	slices.Sort(stalled)
+	b.ReportMetric(float64(stalled[len(stalled)/2].Milliseconds()), "p50-ms-stalled-at-event")
 	for _, l := range append(beside, load) {
 		if l != nil && l.passes.Load() > 0 {
 			b.ReportMetric(float64(time.Duration(l.took.Load()).Milliseconds())/float64(l.passes.Load()), "ms/pod-pass")
 			b.ReportMetric(float64(l.passes.Load()), "pod-passes")
 		}
 	}
+	return mode
 }
 
 // podTree creates n pod cgroups (cgroupfs naming, burstable) in the
 // cgroup2 hierarchy and returns the cgroup under which their kubepods is.
-func podTree(b *testing.B, m Mount, n int) string {
+// With controllers (e.g. "+cpu +io +memory +pids") it enables them for
+// the pods as kubelet does on a cgroup v2 node: each pod then has its
+// memory.*, cpu.*, io.* and pids.* files, and is a memory cgroup of its own.
+func podTree(b *testing.B, m Mount, n int, controllers string) string {
 	parent := fmt.Sprintf("/nodeshim-lat-pods-%d", os.Getpid())
 	qos := filepath.Join(m.Path, parent, "kubepods", "burstable")
 	if err := os.MkdirAll(qos, 0o755); err != nil {
 		b.Fatal(err)
+	}
+	if controllers != "" {
+		for _, d := range []string{filepath.Join(m.Path, parent), filepath.Dir(qos), qos} {
+			if err := os.WriteFile(filepath.Join(d, "cgroup.subtree_control"), []byte(controllers), 0); err != nil {
+				b.Fatal(err)
+			}
+		}
 	}
 	var dirs []string
 	b.Cleanup(func() {
@@ -407,20 +441,40 @@ func podTree(b *testing.B, m Mount, n int) string {
 	return parent
 }
 
-// reportLatency reports the p50 and p99 of lat, measured from the given start.
+// reportLatency reports the p50, p90, p99 and max of lat, measured from
+// the given start.
 func reportLatency(b *testing.B, from string, lat []time.Duration, mode WatchMode) {
 	slices.Sort(lat)
 	pct := func(p float64) time.Duration { return lat[min(len(lat)-1, int(p*float64(len(lat))))] }
 	b.ReportMetric(float64(pct(0.50).Milliseconds()), "p50-ms-from-"+from)
+	b.ReportMetric(float64(pct(0.90).Milliseconds()), "p90-ms-from-"+from)
 	b.ReportMetric(float64(pct(0.99).Milliseconds()), "p99-ms-from-"+from)
-	b.Logf("%s mode, %d runs, from %s: p50 %s p99 %s max %s", mode, len(lat), from, pct(0.50), pct(0.99), lat[len(lat)-1])
+	b.ReportMetric(float64(lat[len(lat)-1].Milliseconds()), "max-ms-from-"+from)
+	b.Logf("%s mode, %d runs, from %s: p50 %s p90 %s p99 %s max %s", mode, len(lat), from, pct(0.50), pct(0.90), pct(0.99), lat[len(lat)-1])
 }
 
-// detectOnce thrashes a new cgroup and times the first event from the
-// thrasher's release and from the cgroup's first stall: the Watcher's
-// event when load is nil, else the event as a Monitor's consumer receives
-// it, with load read at every evaluation.
-func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, time.Duration, WatchMode) {
+// watching is how a detection benchmark watches the thrashing cgroup.
+type watching struct {
+	// trig is the trigger; DefaultTrigger when zero.
+	trig Trigger
+	opts WatchOptions
+}
+
+// detection is one timed detection.
+type detection struct {
+	// fromRelease and fromStall are the time to the first event from the
+	// thrasher's release and from the cgroup's first stall.
+	fromRelease, fromStall time.Duration
+	// stalled is the cgroup's some stall from the release to the event.
+	stalled time.Duration
+	mode    WatchMode
+}
+
+// detectOnce thrashes a new cgroup and times the first event: the
+// Watcher's event when load is nil, else the event as a Monitor's
+// consumer receives it, with load read at every evaluation; either
+// watches as how says.
+func detectOnce(b *testing.B, m Mount, i int, how watching, load *podLoad) detection {
 	name := fmt.Sprintf("nodeshim-lat-%d-%d", os.Getpid(), i)
 	var dirs []string
 	defer func() {
@@ -462,7 +516,7 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 	var mon *Monitor
 	var err error
 	if load == nil {
-		w, err = NewWatcher(pressure, DefaultTrigger, WatchOptions{})
+		w, err = NewWatcher(pressure, cmp.Or(how.trig, DefaultTrigger), how.opts)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -470,6 +524,8 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 	} else {
 		mon, err = NewMonitor(MonitorConfig{
 			Sources:    NodeSources{ProcRoot: "/proc", CgroupRoot: m.Path, KubeletRoot: b.TempDir()},
+			Trigger:    how.trig,
+			Watch:      how.opts,
 			WatchPaths: []string{pressure},
 			OnEvaluate: func(Snapshot) { load.evaluate(b) },
 		})
@@ -479,12 +535,18 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 		defer mon.Close()
 	}
 	b.StopTimer()
-	th := newThrasher(b, 96<<20)
+	th := newMemoryStaller(b, v2, 96<<20)
 	for _, d := range enter {
 		if err := os.WriteFile(filepath.Join(d, "cgroup.procs"), []byte(fmt.Sprint(th.pid())), 0); err != nil {
 			b.Fatal(err)
 		}
 	}
+	buf := make([]byte, 256)
+	base, err := readTotal(pressure, false, buf)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var atEvent uint64
 	ctx, cancel := context.WithCancel(context.Background())
 	var first time.Time
 	done := make(chan struct{})
@@ -494,6 +556,7 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 			_ = w.Run(ctx, nil, func(e PressureEvent) {
 				if first.IsZero() {
 					first = e.Time
+					atEvent, _ = readTotal(pressure, false, buf)
 				}
 				cancel()
 			})
@@ -502,6 +565,7 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 		_ = mon.Run(ctx, func(e Event) {
 			if e.Kind == EventPressure && first.IsZero() {
 				first = time.Now()
+				atEvent, _ = readTotal(pressure, false, buf)
 				cancel()
 			}
 		})
@@ -518,10 +582,13 @@ func detectOnce(b *testing.B, m Mount, i int, load *podLoad) (time.Duration, tim
 	if first.IsZero() || !ok {
 		b.Fatal("no event or no stall seen")
 	}
+	d := detection{fromRelease: first.Sub(start), fromStall: first.Sub(stall), stalled: time.Duration(atEvent-base) * time.Microsecond}
 	if w != nil {
-		return first.Sub(start), first.Sub(stall), w.Mode()
+		d.mode = w.Mode()
+	} else {
+		d.mode = mon.Watchers()[0].Mode
 	}
-	return first.Sub(start), first.Sub(stall), mon.Watchers()[0].Mode
+	return d
 }
 
 // BenchmarkReadPodUsage is the pressure source's pods pass, discovery
@@ -532,7 +599,7 @@ func BenchmarkReadPodUsage(b *testing.B) {
 		b.Fatal(err)
 	}
 	const n = 10000
-	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, n)}
+	roots := PodRoots{V2: m.Path, Parent: podTree(b, m, n, "")}
 	for _, rd := range []struct {
 		name string
 		new  func() *Reader

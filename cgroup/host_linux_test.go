@@ -294,7 +294,7 @@ func detectThrashing(t *testing.T, choose func(refused error) (WatchOptions, Wat
 		t.Fatal(err)
 	}
 
-	th := newMemoryStaller(t, v2)
+	th := newMemoryStaller(t, v2, 192<<20)
 	enter(th.pid())
 	ctx, cancel := context.WithCancel(context.Background())
 	var events []PressureEvent

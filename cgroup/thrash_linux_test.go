@@ -125,14 +125,15 @@ func onDisk(dir string) bool {
 }
 
 // newMemoryStaller starts a child that makes the cgroup2 cgroup v2, limited
-// to 64 MiB (thrashCgroups), stall on memory once it begins: where thrashDir
-// is on a disk by refaulting a 192 MiB file (newThrasher), else (a machine
-// booted from an initramfs has no disk) by holding 24 MiB of anonymous
-// memory over a memory.high of 16 MiB, set here, and charging more.
-func newMemoryStaller(t testing.TB, v2 string) *thrasher {
+// in memory below fileSize (64 MiB by thrashCgroups, 32 MiB by detectOnce),
+// stall on memory once it begins: where thrashDir is on a disk by
+// refaulting a file of fileSize bytes (newThrasher), else (a machine booted
+// from an initramfs has no disk) by holding 24 MiB of anonymous memory over
+// a memory.high of 16 MiB, set here, and charging more.
+func newMemoryStaller(t testing.TB, v2 string, fileSize int64) *thrasher {
 	t.Helper()
 	if onDisk(thrashDir) {
-		return newThrasher(t, 192<<20)
+		return newThrasher(t, fileSize)
 	}
 	if err := os.WriteFile(filepath.Join(v2, "memory.high"), []byte("16M"), 0); err != nil {
 		t.Fatalf("%s is not on a disk to thrash a file from, and there is no memory.high to throttle with: %v", thrashDir, err)
