@@ -200,7 +200,7 @@ func TestPSIEvaluator(t *testing.T) {
 func TestStallWindow(t *testing.T) {
 	t0 := newFakeClock().Now()
 	ms := time.Millisecond
-	w := stallWindow{trig: DefaultTrigger}
+	w := stallWindow{trig: Trigger{Stall: 150 * time.Millisecond, Window: time.Second}}
 	steps := []struct {
 		at    time.Duration
 		total uint64 // microseconds

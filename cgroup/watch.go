@@ -26,8 +26,14 @@ type Trigger struct {
 	Window time.Duration
 }
 
-// DefaultTrigger is "some 150000 1000000": 150 ms of stall within 1 s.
-var DefaultTrigger = Trigger{Stall: 150 * time.Millisecond, Window: time.Second}
+// DefaultTrigger is "some 100000 500000": 100 ms of stall within 500 ms,
+// the kernel's shortest window. A trigger only wakes the Monitor to
+// evaluate at once (the conditions come from the thresholds), so it is
+// tuned for how soon it fires: the kernel checks a trigger every tenth of
+// its window once stalls begin, so "some 150000 1000000" fired 200-250 ms
+// into a stall on 6.1 and this one fires after 100-150 ms (BENCHMARKS.md,
+// "Guest: 10,000 pod cgroups with kernel triggers").
+var DefaultTrigger = Trigger{Stall: 100 * time.Millisecond, Window: 500 * time.Millisecond}
 
 // String prints t as written to a pressure file.
 func (t Trigger) String() string {

@@ -481,7 +481,7 @@ func TestLivePSI(t *testing.T) {
 	case first == nil:
 		mustVerdict(t, "psi.triggers", f, capability.Supported, "trigger armed")
 	case errors.Is(first, syscall.EINVAL) && second == nil:
-		mustVerdict(t, "psi.triggers", f, capability.Degraded, `EINVAL (invalid argument); "some 150000 2000000" armed`)
+		mustVerdict(t, "psi.triggers", f, capability.Degraded, `EINVAL (invalid argument); "some 100000 2000000" armed`)
 	default:
 		mustVerdict(t, "psi.triggers", f, capability.Unsupported, "")
 	}

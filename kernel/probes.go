@@ -106,13 +106,14 @@ func probePSI(_ context.Context, h *Host) capability.Finding {
 	return capability.Findingf(capability.Supported, "%s; %s/memory.pressure present", ev, l.V2)
 }
 
-// The triggers tried, as in Documentation/accounting/psi.rst: 150 ms of
-// stall in a 1 s window, which needs CAP_SYS_RESOURCE on the opener since
-// Linux 6.5, and the same in a 2 s window, which any opener may arm on 6.5+
-// (unprivileged triggers need windows that are multiples of 2 s).
+// The triggers tried: the one the pressure monitor arms
+// (cgroup.DefaultTrigger: 100 ms of stall in a 500 ms window), which needs
+// CAP_SYS_RESOURCE on the opener since Linux 6.5, and the same stall in a
+// 2 s window, which any opener may arm on 6.5+ (unprivileged triggers need
+// windows that are multiples of 2 s; the monitor widens to it too).
 const (
-	psiTrigger         = "some 150000 1000000"
-	psiTriggerUnpriv2s = "some 150000 2000000"
+	psiTrigger         = "some 100000 500000"
+	psiTriggerUnpriv2s = "some 100000 2000000"
 )
 
 func probePSITriggers(_ context.Context, h *Host) capability.Finding {

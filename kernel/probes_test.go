@@ -43,13 +43,13 @@ func TestProbeVerdicts(t *testing.T) {
 			h.ProcRoot = t.TempDir()
 			h.Config = &Config{Options: map[string]string{}}
 		}},
-		{"trigger armed", "debian-6.1", nil, probePSITriggers, capability.Supported, `wrote "some 150000 1000000"`, nil},
+		{"trigger armed", "debian-6.1", nil, probePSITriggers, capability.Supported, `wrote "some 100000 500000"`, nil},
 		{"trigger needs a 2 s window", "debian-6.1", func(c *fakeCalls) {
 			c.psi = map[string]error{psiTrigger: errnoOf("EINVAL"), psiTriggerUnpriv2s: nil}
-		}, probePSITriggers, capability.Degraded, `EINVAL (invalid argument); "some 150000 2000000" armed`, nil},
+		}, probePSITriggers, capability.Degraded, `EINVAL (invalid argument); "some 100000 2000000" armed`, nil},
 		{"triggers rejected", "debian-6.1", func(c *fakeCalls) {
 			c.psi = map[string]error{psiTrigger: errnoOf("EINVAL"), psiTriggerUnpriv2s: errnoOf("EINVAL")}
-		}, probePSITriggers, capability.Unsupported, `"some 150000 2000000": EINVAL`, nil},
+		}, probePSITriggers, capability.Unsupported, `"some 100000 2000000": EINVAL`, nil},
 		{"trigger without CAP_SYS_RESOURCE before 6.5", "debian-6.1", func(c *fakeCalls) {
 			c.psi = map[string]error{psiTrigger: errnoOf("EPERM")}
 		}, probePSITriggers, capability.Unsupported, "EPERM", nil},
