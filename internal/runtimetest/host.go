@@ -41,8 +41,25 @@ func mountsUnder(dir string) ([]string, error) {
 
 // RemoveAll detaches every mount at or below dir (stacked ones too, as a
 // second podman storage root leaves on its overlay directory) and removes
-// dir: for a test's own runtime state, whose mounts are expected.
+// dir: for a test's own runtime state, whose mounts are expected. A
+// directory still busy (EBUSY: a runtime's clean-up process mounting or
+// holding it a moment longer) is retried, detaching again, up to
+// removeAttempts times.
 func RemoveAll(dir string) error {
+	var err error
+	for range removeAttempts {
+		if err = removeAllOnce(dir); !errors.Is(err, syscall.EBUSY) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return err
+}
+
+// removeAttempts bounds RemoveAll's retries of a busy directory.
+const removeAttempts = 50
+
+func removeAllOnce(dir string) error {
 	points, err := mountsUnder(dir)
 	if err != nil {
 		return err

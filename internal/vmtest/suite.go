@@ -64,6 +64,7 @@ func HostSuite() []Decision {
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
 		{"shim/cri", true, "the CRI client against a fake runtime on a unix socket"},
 		{"shim/daemon", true, "the daemon with its sources on a pure cgroup v2 machine; checkpoints need criu and skip"},
+		{"shim/election", false, "the election is tested against a kube-apiserver with etcd, beside client-go's elector"},
 		{"shim/lock", true, "the node lock across processes"},
 		{"shim/metrics", true, "portable: the Prometheus collectors"},
 		{"shim/network", true, "the network source against the guest's netlink"},
