@@ -135,10 +135,10 @@ func Run(ctx context.Context, opts Options) (err error) {
 	setReport := d.collectReport(ctx)
 	stopPrinting := printTransitions(d.model, opts.Out)
 	defer stopPrinting()
-	setReport()
 	// Sources that report later start Unknown, so that Ready is never True
-	// before they have spoken.
+	// before they have spoken (not even between the report and them).
 	d.model.Set(pressure.NotStarted(), oom.NotStarted(), profiles.NotStarted())
+	setReport()
 	d.model.SetShim(time.Now(), os.Getpid())
 
 	d.sup = source.New(context.Background(), d.model, log)

@@ -20,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
@@ -99,6 +100,9 @@ func TestServe(t *testing.T) {
 	opts.Listening = func(s string) { listening <- s }
 	settled := make(chan struct{})
 	opts.Settled = func() { close(settled) }
+	// A report that succeeds, so that KernelReportSucceeded is True before
+	// the sources start.
+	opts.Report = func(context.Context) (*capability.Report, error) { return &capability.Report{}, nil }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -108,6 +112,16 @@ func TestServe(t *testing.T) {
 
 	// Settled comes once every source has spoken.
 	<-settled
+	// Ready is never True before the sources have spoken: its first
+	// transition on Out is not True.
+	for _, l := range strings.Split(out.String(), "\n") {
+		if f := strings.Fields(l); len(f) >= 3 && f[1] == "Ready" {
+			if f[2] == "True" {
+				t.Errorf("first Ready transition on Out is True, before the sources spoke: %q", l)
+			}
+			break
+		}
+	}
 	for _, cond := range getStatus(t, c).Conditions {
 		if cond.Reason == condition.ReasonNotStarted {
 			t.Errorf("settled while %s is %s", cond.Type, cond.Reason)
