@@ -3,7 +3,6 @@ package cgroup
 import (
 	"errors"
 	"fmt"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -34,47 +33,16 @@ func openDir(dir string) (int, error) {
 // readAt reads the whole file name under dirfd into *buf (grown as needed)
 // and returns the bytes read. dir is used for error messages only.
 func readAt(dirfd int, dir string, name cname, buf *[]byte) ([]byte, error) {
-	r, _, e := unix.Syscall6(unix.SYS_OPENAT, uintptr(dirfd), uintptr(unsafe.Pointer(&name.z[0])),
-		uintptr(unix.O_RDONLY|unix.O_CLOEXEC), 0, 0, 0)
-	if e != 0 {
-		return nil, classifyAt(dir, name.s, e)
+	fd, err := openAt(dirfd, name)
+	if err != nil {
+		return nil, classifyAt(dir, name.s, err)
 	}
-	fd := int(r)
 	defer unix.Close(fd)
-	b := (*buf)[:cap(*buf)]
-	if len(b) == 0 {
-		b = make([]byte, 4096)
+	data, err := preadAll(fd, buf)
+	if err != nil {
+		return nil, classifyAt(dir, name.s, err)
 	}
-	n := 0
-	for {
-		if n == len(b) {
-			b = append(b, make([]byte, len(b))...)
-			b = b[:cap(b)]
-		}
-		m, err := unix.Read(fd, b[n:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			*buf = b[:0]
-			return nil, classifyAt(dir, name.s, err)
-		}
-		if m == 0 {
-			break
-		}
-		n += m
-		// A short read is the end of the file for what nodeshim reads:
-		// cgroup and proc files are seq_files, which fill the buffer until
-		// the last record (fs/seq_file.c, seq_read_iter), and regular files
-		// (a recorded tree) return all bytes up to i_size. Stopping here
-		// saves the read that would return 0, a third of the syscalls of a
-		// small file.
-		if n < len(b) {
-			break
-		}
-	}
-	*buf = b[:0]
-	return b[:n], nil
+	return data, nil
 }
 
 // classify turns the error of opening a cgroup directory into ErrVanished
