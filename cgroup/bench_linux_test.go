@@ -143,54 +143,46 @@ func BenchmarkScan(b *testing.B) {
 				if fds := openStatFiles(b, dirs); fds != nil {
 					// The kernel's floor for the pass: a bare pread of every
 					// file Read reads, kept open, without parsing.
-					b.Run("pread-files", func(b *testing.B) {
-						defer func() {
-							for _, fd := range fds {
-								_ = unix.Close(fd)
-							}
-						}()
-						buf := make([]byte, 8192)
-						b.ReportAllocs()
-						cpu := cpuTime()
-						for b.Loop() {
-							for _, fd := range fds {
-								if _, err := unix.Pread(fd, buf, 0); err != nil {
-									b.Fatal(err)
-								}
-							}
-						}
-						reportPerCgroup(b, n, cpu)
-					})
+					b.Run("pread-files", func(b *testing.B) { benchPreads(b, fds, 8192, n) })
 				}
 				b.Run("pread-floor", func(b *testing.B) {
 					fds := make([]int, 0, len(dirs))
-					defer func() {
-						for _, fd := range fds {
-							_ = unix.Close(fd)
-						}
-					}()
 					for _, d := range dirs {
 						fd, err := unix.Open(filepath.Join(d, "cgroup.controllers"), unix.O_RDONLY|unix.O_CLOEXEC, 0)
 						if err != nil {
+							for _, fd := range fds {
+								_ = unix.Close(fd)
+							}
 							b.Fatal(err)
 						}
 						fds = append(fds, fd)
 					}
-					buf := make([]byte, 4096)
-					b.ReportAllocs()
-					cpu := cpuTime()
-					for b.Loop() {
-						for _, fd := range fds {
-							if _, err := unix.Pread(fd, buf, 0); err != nil {
-								b.Fatal(err)
-							}
-						}
-					}
-					reportPerCgroup(b, n, cpu)
+					benchPreads(b, fds, 4096, n)
 				})
 			})
 		}
 	}
+}
+
+// benchPreads times a bare pread(2) at offset 0 of every file in fds, with
+// a buffer of bufSize bytes, per cgroup of n; it closes fds.
+func benchPreads(b *testing.B, fds []int, bufSize, n int) {
+	defer func() {
+		for _, fd := range fds {
+			_ = unix.Close(fd)
+		}
+	}()
+	buf := make([]byte, bufSize)
+	b.ReportAllocs()
+	cpu := cpuTime()
+	for b.Loop() {
+		for _, fd := range fds {
+			if _, err := unix.Pread(fd, buf, 0); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	reportPerCgroup(b, n, cpu)
 }
 
 // fdBound is the bound on kept files that only the open-files limit sets
