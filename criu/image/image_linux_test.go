@@ -77,19 +77,7 @@ func TestWriteIsDeterministic(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	files := map[string][]byte{}
-	tr := tar.NewReader(bytes.NewReader(out1))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		files[h.Name] = b
-	}
+	files := tarFiles(t, out1)
 	var idx ocispec.Index
 	if err := json.Unmarshal(files["index.json"], &idx); err != nil || len(idx.Manifests) != 1 {
 		t.Fatalf("index.json: %v %+v", err, idx)
@@ -137,21 +125,10 @@ func TestWriteIsDeterministic(t *testing.T) {
 func entries(t *testing.T, b []byte) map[string]digest.Digest {
 	t.Helper()
 	out := map[string]digest.Digest{}
-	tr := tar.NewReader(bytes.NewReader(b))
-	for {
-		h, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return out
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		d, err := digest.FromReader(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out[h.Name] = d
+	for name, data := range tarFiles(t, b) {
+		out[name] = digest.FromBytes(data)
 	}
+	return out
 }
 
 func TestPortable(t *testing.T) {

@@ -40,22 +40,31 @@ func archiveOf(t *testing.T, files map[string]string, order ...string) []byte {
 	return buf.Bytes()
 }
 
-// layerFile returns the named file of the image archive's one layer.
-func layerFile(t *testing.T, image []byte, name string) ([]byte, bool) {
+// tarFiles maps each entry of the tar b to its contents.
+func tarFiles(t *testing.T, b []byte) map[string][]byte {
 	t.Helper()
-	tr := tar.NewReader(bytes.NewReader(image))
-	blobs := map[string][]byte{}
+	files := map[string][]byte{}
+	tr := tar.NewReader(bytes.NewReader(b))
 	for {
 		h, err := tr.Next()
 		if errors.Is(err, io.EOF) {
-			break
+			return files
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
-		b, _ := io.ReadAll(tr)
-		blobs[h.Name] = b
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = data
 	}
+}
+
+// layerFile returns the named file of the image archive's one layer.
+func layerFile(t *testing.T, image []byte, name string) ([]byte, bool) {
+	t.Helper()
+	blobs := tarFiles(t, image)
 	var idx ocispec.Index
 	if err := json.Unmarshal(blobs[ocispec.ImageIndexFile], &idx); err != nil || len(idx.Manifests) != 1 {
 		t.Fatalf("index.json: %v", err)
@@ -64,21 +73,8 @@ func layerFile(t *testing.T, image []byte, name string) ([]byte, bool) {
 	if err := json.Unmarshal(blobs[blobPath(idx.Manifests[0].Digest)], &man); err != nil || len(man.Layers) != 1 {
 		t.Fatalf("manifest: %v", err)
 	}
-	layer := blobs[blobPath(man.Layers[0].Digest)]
-	lr := tar.NewReader(bytes.NewReader(layer))
-	for {
-		h, err := lr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil, false
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name == name {
-			b, _ := io.ReadAll(lr)
-			return b, true
-		}
-	}
+	b, ok := tarFiles(t, blobs[blobPath(man.Layers[0].Digest)])[name]
+	return b, ok
 }
 
 // TestStatusDumpInTheLayer: the layer carries the archive's status.dump
