@@ -109,22 +109,33 @@ var goldenReaders = []struct {
 	{"keep-bounded", func() *Reader { return NewKeepReader(KeepOptions{MaxFiles: nKept + 1}) }},
 }
 
-func goldenTree(t *testing.T, name string, r *Reader) {
+// recordedTree discovers the pods of the recorded tree testdata/name and
+// returns its absolute root, the tree, and the directories of the root,
+// the QoS levels and the pods, with their containers when containers is
+// set.
+func recordedTree(t *testing.T, name string, containers bool) (root string, tree PodTree, dirs []string) {
+	t.Helper()
 	root, err := filepath.Abs(filepath.Join("testdata", name))
 	if err != nil {
 		t.Fatal(err)
 	}
-	tree, err := DiscoverPods(root)
-	if err != nil {
+	if tree, err = DiscoverPods(root); err != nil {
 		t.Fatal(err)
 	}
-	dirs := []string{root, tree.Kubepods, tree.Burstable, tree.BestEffort}
+	dirs = []string{root, tree.Kubepods, tree.Burstable, tree.BestEffort}
 	for _, p := range tree.Pods {
 		dirs = append(dirs, p.Path)
-		for _, c := range p.Containers {
-			dirs = append(dirs, c.Path)
+		if containers {
+			for _, c := range p.Containers {
+				dirs = append(dirs, c.Path)
+			}
 		}
 	}
+	return root, tree, dirs
+}
+
+func goldenTree(t *testing.T, name string, r *Reader) {
+	root, tree, dirs := recordedTree(t, name, true)
 	// A pod that ended between discovery and the stats pass.
 	dirs = append(dirs, filepath.Join(tree.Burstable, "pod00000000-dead-4bad-8bad-000000000000"))
 	var out []goldenStats

@@ -254,18 +254,7 @@ func FuzzPreadAll(f *testing.F) {
 // Reader keeps no more descriptors than MaxFiles, and its stats are those
 // of a Reader that opens every file.
 func TestKeptFilesBound(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("testdata", "unified"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, err := DiscoverPods(root)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dirs := []string{root, tree.Kubepods, tree.Burstable, tree.BestEffort}
-	for _, p := range tree.Pods {
-		dirs = append(dirs, p.Path)
-	}
+	_, _, dirs := recordedTree(t, "unified", false)
 	for _, limit := range []int{1, nKept + 1, 2*nKept + 2, 20, 1000} {
 		r := NewKeepReader(KeepOptions{MaxFiles: limit})
 		for _, mask := range []Mask{StatPressure, StatCPU | StatPressure, StatAll, StatAll} {
