@@ -37,19 +37,11 @@ func TestCheckpointImageRestoredByContainerd2(t *testing.T) {
 	c := rt.Containerd2(t)
 	bin := criutest.Require(t)
 	pod := c.RunPod(t, runtimetest.PodOptions{})
-	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter",
-		Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}})
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: criCounter})
 	before := waitCRICount(t, ctr, 5)
 
 	dir := t.TempDir()
-	svc := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			return checkpoint.Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
+	svc := criCheckpointService(t, c, bin, dir)
 	sock := filepath.Join(dir, api.SocketName)
 	l, err := api.ListenGroup(sock, 0o600, -1)
 	if err != nil {
@@ -121,6 +113,25 @@ func TestCheckpointImageRestoredByContainerd2(t *testing.T) {
 
 // waitCRICount waits until ctr's /count is above n and returns it; go
 // test's -timeout bounds the wait.
+// criCounter is a container command that writes a rising count to /count
+// every 100 ms.
+var criCounter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}
+
+// criCheckpointService is a checkpoint service on c's CRI endpoint with
+// CRIU bin, writing under dir; it is closed after t.
+func criCheckpointService(t *testing.T, c *runtimetest.Containerd, bin criu.Binary, dir string) *checkpoint.Service {
+	t.Helper()
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		Model:    status.New(nil),
+	})
+	t.Cleanup(func() { svc.Close() })
+	return svc
+}
+
 func waitCRICount(t *testing.T, ctr *runtimetest.Container, n int) int {
 	t.Helper()
 	for {

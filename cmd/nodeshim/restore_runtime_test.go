@@ -14,8 +14,6 @@ import (
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/checkpoint"
-	"github.com/nodeshim/nodeshim/shim/status"
 )
 
 // TestRestorePodmanCLI is `nodeshim checkpoint --container-id` then
@@ -27,7 +25,7 @@ func TestRestorePodmanCLI(t *testing.T) {
 	criutest.Require(t)
 	const name = "nodeshim-cli-restore"
 	if res := p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc,
-		Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}}); res.ExitCode != 0 {
+		Command: criCounter}); res.ExitCode != 0 {
 		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
 	}
 	count := func() int {
@@ -101,23 +99,10 @@ func TestRestoreContainerdCLI(t *testing.T) {
 	bin := criutest.Require(t)
 	runc := testutil.RequireBinary(t, "runc")
 	pod := c.RunPod(t, runtimetest.PodOptions{})
-	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter",
-		Command: []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}})
-	for {
-		if out, _, code := ctr.Exec(t, "cat", "/count"); code == 0 && strings.TrimSpace(out) != "" {
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: criCounter})
+	waitCRICount(t, ctr, 0)
 	dir := t.TempDir()
-	svc := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			return checkpoint.Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
+	svc := criCheckpointService(t, c, bin, dir)
 	ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
 	res, err := svc.Checkpoint(context.Background(), ref, 0)
 	if err != nil {
