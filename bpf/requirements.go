@@ -95,9 +95,13 @@ func Requirements() []capability.Requirement {
 			ID: "ebpf.oom-watcher", Group: "ebpf",
 			NeededBy: []string{neededByOOM},
 			Probe:    oomWatcherProbe(cache, tracing, tracefs),
-			// Detaching a perf-event tracepoint waits for an RCU grace
-			// period: 30-60 ms of wall time here.
+			// Detaching a perf-event tracepoint waits for RCU grace
+			// periods (a tasks-trace one as the program leaves the
+			// event, then a tasks-trace and a normal one as the
+			// tracepoint is unregistered): 40-70 ms of wall time here,
+			// the longest wait of a first report, so it starts first.
 			Slow:    true,
+			Waits:   true,
 			PerBoot: true,
 			Timeout: loadTimeout,
 		},

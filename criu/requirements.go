@@ -296,9 +296,11 @@ func RequirementsWith(opts ReportOptions) []capability.Requirement {
 	})
 	// Every entry waits on the one shared run of the criu processes,
 	// which takes about half a second when nothing is cached: start them
-	// early and give them longer than the collector's default.
+	// before the other probes (they mostly wait on criu) and give them
+	// longer than the collector's default.
 	for i := range reqs {
 		reqs[i].Slow = true
+		reqs[i].Waits = true
 		reqs[i].Timeout = checkTimeout
 	}
 	return reqs

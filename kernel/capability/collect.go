@@ -79,8 +79,8 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 		f := runProbe(ctxs[i], h, reqs[i])
 		chans[i] <- outcome{f, now().Sub(t0)}
 	}
-	for i, r := range reqs {
-		if r.Slow {
+	for _, i := range launchOrder(reqs) {
+		if reqs[i].Slow {
 			go run(i)
 		} else {
 			jobs <- i
@@ -117,6 +117,25 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 	return newReport(node, results, start, now().Sub(start)), nil
 }
 
+// launchOrder is the order in which Collect starts the probes of reqs, as
+// indexes: the slow probes that mostly wait (Requirement.Waits), then the
+// other slow ones, then the quick ones, each in the order given.
+func launchOrder(reqs []Requirement) []int {
+	order := make([]int, 0, len(reqs))
+	for _, pick := range []func(Requirement) bool{
+		func(r Requirement) bool { return r.Slow && r.Waits },
+		func(r Requirement) bool { return r.Slow && !r.Waits },
+		func(r Requirement) bool { return !r.Slow },
+	} {
+		for i, r := range reqs {
+			if pick(r) {
+				order = append(order, i)
+			}
+		}
+	}
+	return order
+}
+
 // runProbe calls the probe, turning a panic or a malformed finding into
 // Unknown with the reason.
 func runProbe(ctx context.Context, h Host, r Requirement) (f Finding) {
@@ -142,8 +161,9 @@ func runProbe(ctx context.Context, h Host, r Requirement) (f Finding) {
 }
 
 // Validate checks a requirement list as Collect does before running it:
-// every requirement has an ID, no ID is listed twice, and every one has a
-// probe. The error wraps ErrBadCatalogue.
+// every requirement has an ID, no ID is listed twice, every one has a
+// probe, and only slow ones are marked Waits. The error wraps
+// ErrBadCatalogue.
 func Validate(reqs []Requirement) error {
 	seen := make(map[string]bool, len(reqs))
 	for i, r := range reqs {
@@ -154,6 +174,8 @@ func Validate(reqs []Requirement) error {
 			return fmt.Errorf("%w: requirement %q listed twice", ErrBadCatalogue, r.ID)
 		case r.Probe == nil:
 			return fmt.Errorf("%w: requirement %q has no probe", ErrBadCatalogue, r.ID)
+		case r.Waits && !r.Slow:
+			return fmt.Errorf("%w: requirement %q waits but is not slow", ErrBadCatalogue, r.ID)
 		}
 		seen[r.ID] = true
 	}

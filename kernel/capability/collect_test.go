@@ -3,6 +3,7 @@ package capability
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -74,13 +75,36 @@ func TestCollectTurnsBadProbesIntoUnknown(t *testing.T) {
 func TestCollectRejectsBadCatalogues(t *testing.T) {
 	p := func(context.Context, Host) Finding { return Findingf(Supported, "x") }
 	for name, reqs := range map[string][]Requirement{
-		"empty id":  {{ID: "", Probe: p}},
-		"duplicate": {{ID: "a", Probe: p}, {ID: "a", Probe: p}},
-		"no probe":  {{ID: "a"}},
+		"empty id":        {{ID: "", Probe: p}},
+		"duplicate":       {{ID: "a", Probe: p}, {ID: "a", Probe: p}},
+		"no probe":        {{ID: "a"}},
+		"waits, not slow": {{ID: "a", Probe: p, Waits: true}},
 	} {
 		if _, err := (Collector{}).Collect(t.Context(), &fakeHost{}, reqs); !errors.Is(err, ErrBadCatalogue) {
 			t.Errorf("%s: got %v, want ErrBadCatalogue", name, err)
 		}
+	}
+}
+
+// TestLaunchOrder: the slow probes that mostly wait start first, then the
+// other slow ones, then the quick ones, each group in catalogue order.
+func TestLaunchOrder(t *testing.T) {
+	tests := []struct {
+		name string
+		reqs []Requirement
+		want []int
+	}{
+		{"none", nil, []int{}},
+		{"quick only", []Requirement{{}, {}}, []int{0, 1}},
+		{"slow before quick", []Requirement{{}, {Slow: true}, {}, {Slow: true}}, []int{1, 3, 0, 2}},
+		{"waiting before slow", []Requirement{{Slow: true}, {}, {Slow: true, Waits: true}, {Slow: true}, {Slow: true, Waits: true}}, []int{2, 4, 0, 3, 1}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := launchOrder(tc.reqs); !slices.Equal(got, tc.want) {
+				t.Errorf("launchOrder = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
 

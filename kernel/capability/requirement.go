@@ -94,6 +94,12 @@ type Requirement struct {
 	// probes first, each on its own goroutine, so that they overlap with
 	// the many quick file reads instead of ending the report.
 	Slow bool `json:"-"`
+	// Waits marks a slow probe that spends most of its time waiting rather
+	// than computing: on child processes, or on the kernel's RCU grace
+	// periods when a program detaches. The collector starts these before
+	// the other slow probes, so that their waits overlap the others' work
+	// instead of following it. It needs Slow.
+	Waits bool `json:"-"`
 	// PerBoot marks a probe whose finding holds for the rest of the boot
 	// for the same binary and privileges (it loads programs into this
 	// kernel, or asks the kernel something no setting changes), so that a
