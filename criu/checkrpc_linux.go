@@ -46,7 +46,12 @@ const rpcCheckGrace = 5 * time.Second
 // say why. rest also holds the names FEATURE_CHECK does not know. When the
 // session itself fails (no answer, a protocol error), err says so and the
 // caller runs the CLI instead.
-func rpcChecks(ctx context.Context, bin Binary, start starter, names []string) (r checkResults, rest []string, err error) {
+//
+// answered, if not nil, is called with rest as soon as FEATURE_CHECK has
+// answered, before CHECK: its child has then gathered the kernel facts
+// and saved them where CRIU keeps them (KerndatDir), so the `criu check
+// --feature` runs for rest can go alongside CHECK instead of after it.
+func rpcChecks(ctx context.Context, bin Binary, start starter, names []string, answered func(rest []string)) (r checkResults, rest []string, err error) {
 	r.features = make(map[string]error, len(names))
 	imgs, err := os.MkdirTemp("", "nodeshim-criu-check-")
 	if err != nil {
@@ -103,6 +108,9 @@ func rpcChecks(ctx context.Context, bin Binary, start starter, names []string) (
 			} else {
 				rest = append(rest, name)
 			}
+		}
+		if err == nil && answered != nil {
+			answered(rest)
 		}
 	}
 

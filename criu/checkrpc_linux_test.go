@@ -54,9 +54,19 @@ func TestRPCChecksAgreeWithCommandLine(t *testing.T) {
 	for _, bin := range []Binary{real, noAdmin} {
 		t.Run(bin.Path, func(t *testing.T) {
 			want := cliAnswers(t, bin, names)
-			got, rest, err := rpcChecks(t.Context(), bin, nil, names)
+			var early [][]string
+			got, rest, err := rpcChecks(t.Context(), bin, nil, names, func(rest []string) {
+				early = append(early, slices.Clone(rest))
+			})
 			if err != nil {
 				t.Fatalf("session: %v", err)
+			}
+			// The names left to the command line are known, and handed
+			// over, once FEATURE_CHECK has answered, before CHECK; a
+			// FEATURE_CHECK that fails (without CAP_SYS_ADMIN) hands over
+			// nothing.
+			if len(early) > 1 || (len(early) == 1 && !slices.Equal(early[0], rest)) || (bin == real && len(early) == 0) {
+				t.Errorf("handed over early: %q; want the rest %q once (none when FEATURE_CHECK fails)", early, rest)
 			}
 			if got.version != want.version || want.verErr != nil {
 				t.Errorf("version %v, command line %v (%v)", got.version, want.version, want.verErr)

@@ -122,10 +122,13 @@ func joinNotes(a, b string) string {
 // same facts about the kernel unless an earlier one left them in
 // KerndatDir. start, if not nil, starts every criu process (see
 // kerndatRun). When checkFirst is set (the first run will leave them), the
-// feature processes run after the session, all at once, and not at all
-// when the check fails (they are only used when it passes); otherwise they
-// run alongside it. If the session fails, every answer comes from the
-// command line, in the same order.
+// feature processes start, all at once, when the session's FEATURE_CHECK
+// has answered (its child has then saved the facts), alongside the
+// session's CHECK; when the check fails they are stopped and their answers
+// are not used (they only count when it passes). Otherwise they run
+// alongside the whole session. If the session fails, every answer comes
+// from the command line, in the same order, with the features after
+// `criu check` when checkFirst is set, and not run at all when it fails.
 func runChecks(ctx context.Context, bin Binary, start starter, names []string, checkFirst bool) checkResults {
 	if os.Geteuid() != 0 {
 		// criu check refuses to run unprivileged; that says nothing
@@ -139,13 +142,17 @@ func runChecks(ctx context.Context, bin Binary, start starter, names []string, c
 	var mu sync.Mutex
 	features := make(map[string]error, len(names))
 	started := make(map[string]bool, len(names))
+	// Feature runs are stopped when a failed check makes their answers
+	// unused.
+	fctx, stop := context.WithCancel(ctx)
+	defer stop()
 	feature := func(name string) {
 		if started[name] {
 			return
 		}
 		started[name] = true
 		wg.Go(func() {
-			err := bin.checkFeature(ctx, start, name)
+			err := bin.checkFeature(fctx, start, name)
 			mu.Lock()
 			features[name] = err
 			mu.Unlock()
@@ -153,7 +160,7 @@ func runChecks(ctx context.Context, bin Binary, start starter, names []string, c
 	}
 	notRun := func(r *checkResults) {
 		for _, name := range names {
-			r.features[name] = fmt.Errorf("criu check --feature %s: %w: not run: criu check fails", name, ErrCheckFailed)
+			r.features[name] = fmt.Errorf("criu check --feature %s: %w: not used: criu check fails", name, ErrCheckFailed)
 		}
 	}
 	if !checkFirst {
@@ -163,7 +170,11 @@ func runChecks(ctx context.Context, bin Binary, start starter, names []string, c
 			}
 		}
 	}
-	r, rest, err := rpcChecks(ctx, bin, start, names)
+	r, rest, err := rpcChecks(ctx, bin, start, names, func(rest []string) {
+		for _, name := range rest {
+			feature(name)
+		}
+	})
 	if err != nil {
 		r = checkResults{features: make(map[string]error, len(names))}
 		wg.Go(func() { r.version, r.verErr = bin.version(ctx, start) })
@@ -175,6 +186,7 @@ func runChecks(ctx context.Context, bin Binary, start starter, names []string, c
 		rest = names
 	}
 	if checkFirst && r.checkErr != nil {
+		stop()
 		wg.Wait()
 		notRun(&r)
 		return r

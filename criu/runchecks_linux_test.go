@@ -84,7 +84,7 @@ func TestRunChecksCheckFirst(t *testing.T) {
 				ran := slices.Index(runs, "feature:"+n)
 				switch {
 				case tc.checkFirst && !tc.passes:
-					if ran >= 0 || !errors.Is(ferr, ErrCheckFailed) || !strings.Contains(ferr.Error(), "not run") {
+					if ran >= 0 || !errors.Is(ferr, ErrCheckFailed) || !strings.Contains(ferr.Error(), "not used") {
 						t.Errorf("feature %s ran (log %q) or answered %v after a failed check", n, runs, ferr)
 					}
 				case tc.checkFirst:
