@@ -32,6 +32,7 @@ func TestDecodeOOMEvent(t *testing.T) {
 	}{
 		{"fentry event", rawOOMEvent(t, full), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
 		{"ring buffer padding after the record", append(rawOOMEvent(t, full), 0, 0, 0, 0), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"raw tracepoint event", rawOOMEvent(t, oomOomEvent{CgroupId: 7, TotalVm: 100, Rss: 10, Pid: 1234, Tgid: 1230, Hook: 4, Comm: comm}), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, Hook: OOMHookRawTracepoint}, nil},
 		{"tracepoint event with pid only (before 6.8)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3}), OOMEvent{PID: 9, Hook: OOMHookTracepoint}, nil},
 		{"tracepoint event in KiB (6.8+)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3, TotalVm: 4096, Rss: 2048, MemInKib: 1}), OOMEvent{PID: 9, Hook: OOMHookTracepoint, TotalVMBytes: 4 << 20, RSSBytes: 2 << 20}, nil},
 		{"truncated", rawOOMEvent(t, full)[:40], OOMEvent{}, ErrShortOOMEvent},

@@ -21,12 +21,20 @@ import (
 // OOMHook names the kernel hook an OOM watcher is attached to.
 type OOMHook string
 
-// The hooks, from best to last resort. All three fire in mm/oom_kill.c's
+// The hooks, from best to last resort. All four fire in mm/oom_kill.c's
 // mark_oom_victim, once per task chosen to die.
 const (
 	// OOMHookFentry is a BTF trampoline on mark_oom_victim (5.5+): the
 	// victim's task_struct gives pid, comm, cgroup and memory.
 	OOMHookFentry OOMHook = "fentry/mark_oom_victim"
+	// OOMHookRawTracepoint is the oom/mark_victim tracepoint attached as a
+	// raw tracepoint, which is handed the tracepoint's arguments: since
+	// 6.8 the victim's task_struct, so it sees what fentry sees, from a
+	// tracepoint rather than a trampoline (a kernel that refuses tracing
+	// programs takes it), and its detach does not wait for the RCU grace
+	// periods a perf-event tracepoint's does. Before 6.8 the argument is
+	// the pid alone, and this hook is refused (markVictimTakesTask).
+	OOMHookRawTracepoint OOMHook = "raw_tracepoint/mark_victim"
 	// OOMHookKprobe is a kprobe on mark_oom_victim, for kernels where
 	// trampolines are unavailable; same detail as fentry.
 	OOMHookKprobe OOMHook = "kprobe/mark_oom_victim"
@@ -46,13 +54,15 @@ func hookOf(v uint32) OOMHook {
 		return OOMHookKprobe
 	case 3:
 		return OOMHookTracepoint
+	case 4:
+		return OOMHookRawTracepoint
 	}
 	return OOMHook(fmt.Sprintf("unknown(%d)", v))
 }
 
 // DefaultOOMHooks is the order in which WatchOOM tries the hooks.
 func DefaultOOMHooks() []OOMHook {
-	return []OOMHook{OOMHookFentry, OOMHookKprobe, OOMHookTracepoint}
+	return []OOMHook{OOMHookFentry, OOMHookRawTracepoint, OOMHookKprobe, OOMHookTracepoint}
 }
 
 // OOMTransport names how events travel from the kernel.
@@ -161,8 +171,12 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 	if w.now == nil {
 		w.now = time.Now
 	}
-	// One parse of the embedded ELF serves every hook tried; each
-	// attempt works on its own copy.
+	// One parse of the embedded ELF, and one decoding of the kernel BTF,
+	// serve every hook tried; each attempt works on its own copy.
+	cache := opts.BTFCache
+	if cache == nil {
+		cache = btf.NewCache()
+	}
 	spec, err := loadOom()
 	if err != nil {
 		return nil, fmt.Errorf("parse the OOM watcher object: %w", err)
@@ -185,7 +199,7 @@ func WatchOOM(opts OOMOptions) (*OOMWatcher, error) {
 				continue
 			}
 		}
-		err := w.attach(spec.Copy(), h, opts.BTFCache)
+		err := w.attach(spec.Copy(), h, cache)
 		if err == nil {
 			break
 		}
@@ -218,12 +232,18 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 	}
 
 	progName := map[OOMHook]string{
-		OOMHookFentry:     oomProgOomVictimFentry,
-		OOMHookKprobe:     oomProgOomVictimKprobe,
-		OOMHookTracepoint: oomProgOomVictimTracepoint,
+		OOMHookFentry:        oomProgOomVictimFentry,
+		OOMHookRawTracepoint: oomProgOomVictimRawTracepoint,
+		OOMHookKprobe:        oomProgOomVictimKprobe,
+		OOMHookTracepoint:    oomProgOomVictimTracepoint,
 	}[hook]
 	if progName == "" {
 		return fmt.Errorf("unknown hook")
+	}
+	if hook == OOMHookRawTracepoint {
+		if err := markVictimTakesTask(cache); err != nil {
+			return err
+		}
 	}
 	// Only the chosen program is loaded.
 	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{
@@ -242,6 +262,8 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 	switch hook {
 	case OOMHookFentry:
 		l, err = link.AttachTracing(link.TracingOptions{Program: prog})
+	case OOMHookRawTracepoint:
+		l, err = link.AttachRawTracepoint(link.RawTracepointOptions{Name: "mark_victim", Program: prog})
 	case OOMHookKprobe:
 		l, err = link.Kprobe("mark_oom_victim", prog, nil)
 	case OOMHookTracepoint:
@@ -293,6 +315,67 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 	w.link = l
 	w.hook = hook
 	return nil
+}
+
+// markVictimTakesTask says whether the kernel hands the oom/mark_victim
+// tracepoint's probes the victim's task_struct, which the raw tracepoint
+// program reads. The kernel's BTF has a typedef for each tracepoint's
+// probe, btf_trace_<name>, void (*)(void *, <TP_PROTO>...): for mark_victim
+// (include/trace/events/oom.h) the first argument after the data pointer
+// is struct task_struct * since 6.8, an int pid before. Any other answer,
+// or a kernel without the typedef, is an error wrapping
+// ebpf.ErrNotSupported; one without kernel BTF is cache's error.
+func markVictimTakesTask(cache *btf.Cache) error {
+	spec, err := cache.Kernel()
+	if err != nil {
+		return fmt.Errorf("kernel BTF: %w", err)
+	}
+	return tracepointTakesTask(spec, "mark_victim")
+}
+
+// tracepointTakesTask is markVictimTakesTask for tracepoint tp in spec.
+func tracepointTakesTask(spec *btf.Spec, tp string) error {
+	name := "btf_trace_" + tp
+	var td *btf.Typedef
+	if err := spec.TypeByName(name, &td); err != nil {
+		return fmt.Errorf("%w: %s in the kernel BTF: %w", ebpf.ErrNotSupported, name, err)
+	}
+	var arg btf.Type
+	if ptr, ok := btf.UnderlyingType(td).(*btf.Pointer); ok {
+		if proto, ok := ptr.Target.(*btf.FuncProto); ok && len(proto.Params) >= 2 {
+			arg = proto.Params[1].Type
+		}
+	}
+	if ptr, ok := btf.UnderlyingType(arg).(*btf.Pointer); ok {
+		if st, ok := btf.UnderlyingType(ptr.Target).(*btf.Struct); ok && st.Name == "task_struct" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: %s passes %s, not the victim's task_struct (%s before Linux 6.8)", ebpf.ErrNotSupported, name, cType(arg), tp)
+}
+
+// cType spells a BTF type roughly as C does, for an error message.
+func cType(t btf.Type) string {
+	switch t := t.(type) {
+	case nil:
+		return "nothing"
+	case *btf.Pointer:
+		return cType(t.Target) + " *"
+	case *btf.Const:
+		return "const " + cType(t.Type)
+	case *btf.Volatile:
+		return "volatile " + cType(t.Type)
+	case *btf.Struct:
+		return "struct " + t.Name
+	case *btf.Union:
+		return "union " + t.Name
+	case *btf.Void:
+		return "void"
+	}
+	if name := t.TypeName(); name != "" {
+		return name
+	}
+	return fmt.Sprintf("%T", t)
 }
 
 func (w *OOMWatcher) loop() {

@@ -17,8 +17,10 @@ import (
 
 // TestOOMWatcherHooks attaches each hook over each transport and holds the
 // outcome to the feature probes: on this 6.18 host BPF_PROG_TYPE_TRACING is
-// refused (bpftool feature probe agrees) and CONFIG_KPROBES is off, so only
-// the tracepoint attaches; in the 6.1 guest fentry does too.
+// refused (bpftool feature probe agrees) and CONFIG_KPROBES is off, so the
+// raw tracepoint (6.8+) and the tracepoint attach; in the 6.1 guest fentry
+// and the tracepoint do, and the raw tracepoint, which passes only the pid
+// there, is refused.
 func TestOOMWatcherHooks(t *testing.T) {
 	requireBPF(t)
 	h := kernel.DefaultHost()

@@ -32,13 +32,14 @@ type oomOomEvent struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	oomMapOomEventsPb          = "oom_events_pb"
-	oomMapOomEventsRb          = "oom_events_rb"
-	oomProgOomVictimFentry     = "oom_victim_fentry"
-	oomProgOomVictimKprobe     = "oom_victim_kprobe"
-	oomProgOomVictimTracepoint = "oom_victim_tracepoint"
-	oomVarUnusedOomEvent       = "unused_oom_event"
-	oomVarUseRingbuf           = "use_ringbuf"
+	oomMapOomEventsPb             = "oom_events_pb"
+	oomMapOomEventsRb             = "oom_events_rb"
+	oomProgOomVictimFentry        = "oom_victim_fentry"
+	oomProgOomVictimKprobe        = "oom_victim_kprobe"
+	oomProgOomVictimRawTracepoint = "oom_victim_raw_tracepoint"
+	oomProgOomVictimTracepoint    = "oom_victim_tracepoint"
+	oomVarUnusedOomEvent          = "unused_oom_event"
+	oomVarUseRingbuf              = "use_ringbuf"
 )
 
 // loadOom returns the embedded CollectionSpec for oom.
@@ -83,9 +84,10 @@ type oomSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type oomProgramSpecs struct {
-	OomVictimFentry     *ebpf.ProgramSpec `ebpf:"oom_victim_fentry"`
-	OomVictimKprobe     *ebpf.ProgramSpec `ebpf:"oom_victim_kprobe"`
-	OomVictimTracepoint *ebpf.ProgramSpec `ebpf:"oom_victim_tracepoint"`
+	OomVictimFentry        *ebpf.ProgramSpec `ebpf:"oom_victim_fentry"`
+	OomVictimKprobe        *ebpf.ProgramSpec `ebpf:"oom_victim_kprobe"`
+	OomVictimRawTracepoint *ebpf.ProgramSpec `ebpf:"oom_victim_raw_tracepoint"`
+	OomVictimTracepoint    *ebpf.ProgramSpec `ebpf:"oom_victim_tracepoint"`
 }
 
 // oomMapSpecs contains maps before they are loaded into the kernel.
@@ -147,15 +149,17 @@ type oomVariables struct {
 //
 // It can be passed to loadOomObjects or ebpf.CollectionSpec.LoadAndAssign.
 type oomPrograms struct {
-	OomVictimFentry     *ebpf.Program `ebpf:"oom_victim_fentry"`
-	OomVictimKprobe     *ebpf.Program `ebpf:"oom_victim_kprobe"`
-	OomVictimTracepoint *ebpf.Program `ebpf:"oom_victim_tracepoint"`
+	OomVictimFentry        *ebpf.Program `ebpf:"oom_victim_fentry"`
+	OomVictimKprobe        *ebpf.Program `ebpf:"oom_victim_kprobe"`
+	OomVictimRawTracepoint *ebpf.Program `ebpf:"oom_victim_raw_tracepoint"`
+	OomVictimTracepoint    *ebpf.Program `ebpf:"oom_victim_tracepoint"`
 }
 
 func (p *oomPrograms) Close() error {
 	return _OomClose(
 		p.OomVictimFentry,
 		p.OomVictimKprobe,
+		p.OomVictimRawTracepoint,
 		p.OomVictimTracepoint,
 	)
 }

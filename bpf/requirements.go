@@ -49,7 +49,7 @@ func Requirements() []capability.Requirement {
 		},
 		{
 			ID: "ebpf.prog-raw-tracepoint", Group: "ebpf", MinKernel: capability.V(4, 17, 0),
-			NeededBy: []string{neededByRecorder + " on raw_syscalls/sys_enter"},
+			NeededBy: []string{neededByRecorder + " on raw_syscalls/sys_enter", neededByOOM + " on oom/mark_victim (6.8+, where fentry is refused)"},
 			Probe:    featureProbe(func() error { return features.HaveProgramType(ebpf.RawTracepoint) }, "BPF_PROG_TYPE_RAW_TRACEPOINT"),
 		},
 		{
@@ -95,11 +95,12 @@ func Requirements() []capability.Requirement {
 			ID: "ebpf.oom-watcher", Group: "ebpf",
 			NeededBy: []string{neededByOOM},
 			Probe:    oomWatcherProbe(cache, tracing, tracefs),
-			// Detaching a perf-event tracepoint waits for RCU grace
-			// periods (a tasks-trace one as the program leaves the
-			// event, then a tasks-trace and a normal one as the
-			// tracepoint is unregistered): 40-70 ms of wall time here,
-			// the longest wait of a first report, so it starts first.
+			// Detaching the perf-event tracepoint, where that is the
+			// hook, waits for RCU grace periods (a tasks-trace one as
+			// the program leaves the event, then a tasks-trace and a
+			// normal one as the tracepoint is unregistered): 40-70 ms of
+			// wall time on this host's kernel, the longest wait of a
+			// first report, so it starts first.
 			Slow:    true,
 			Waits:   true,
 			PerBoot: true,
@@ -284,7 +285,7 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error, ensure ensureFunc) 
 		var skipped []string
 		undecided := false
 		for _, hook := range DefaultOOMHooks() {
-			f := hookFinding(h, hook, tracing, ensure)
+			f := hookFinding(h, hook, cache, tracing, ensure)
 			switch f.Verdict {
 			case capability.Supported:
 				hooks = append(hooks, hook)
@@ -312,8 +313,14 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error, ensure ensureFunc) 
 		if err := w.Close(); err != nil {
 			return capability.Findingf(capability.Unknown, "OOM watcher attached to %s but did not detach: %v", hook, err)
 		}
-		if hook == OOMHookFentry {
-			return capability.Findingf(capability.Supported, "OOM watcher attached to %s over %s", hook, tr)
+		if hook == OOMHookFentry || hook == OOMHookRawTracepoint {
+			// Both see the victim's task_struct: pid, comm, cgroup and
+			// memory.
+			f := capability.Findingf(capability.Supported, "OOM watcher attached to %s over %s", hook, tr)
+			if len(skipped) > 0 {
+				f.Evidence += " (" + strings.Join(skipped, "; ") + ")"
+			}
+			return f
 		}
 		why := "fentry unavailable"
 		if len(skipped) > 0 {
@@ -324,12 +331,13 @@ func oomWatcherProbe(cache *btf.Cache, tracing func() error, ensure ensureFunc) 
 }
 
 // hookFinding says whether this kernel should accept hook, from cheap
-// feature probes (BPF_PROG_TYPE_TRACING, the kprobe PMU or kprobe_events,
-// the oom/mark_victim tracepoint in tracefs), as a finding (Supported when available,
-// Unknown when it cannot tell), with the BPF_PROG_TYPE_TRACING check and
-// the tracefs mount supplied by the caller (the report shares them
-// between probes).
-func hookFinding(h capability.Host, hook OOMHook, tracing func() error, ensure ensureFunc) capability.Finding {
+// feature probes (BPF_PROG_TYPE_TRACING, what the kernel BTF says the
+// oom/mark_victim tracepoint passes, the kprobe PMU or kprobe_events, the
+// tracepoint in tracefs), as a finding (Supported when available, Unknown
+// when it cannot tell), with the kernel BTF, the BPF_PROG_TYPE_TRACING
+// check and the tracefs mount supplied by the caller (the report shares
+// them between probes).
+func hookFinding(h capability.Host, hook OOMHook, cache *btf.Cache, tracing func() error, ensure ensureFunc) capability.Finding {
 	switch hook {
 	case OOMHookFentry:
 		err := tracing()
@@ -337,6 +345,15 @@ func hookFinding(h capability.Host, hook OOMHook, tracing func() error, ensure e
 			return capability.Findingf(capability.Supported, "BPF_PROG_TYPE_TRACING accepted")
 		}
 		return capability.Findingf(capability.Unsupported, "BPF_PROG_TYPE_TRACING: %v", err)
+	case OOMHookRawTracepoint:
+		err := markVictimTakesTask(cache)
+		switch {
+		case err == nil:
+			return capability.Findingf(capability.Supported, "oom/mark_victim passes the victim's task_struct")
+		case errors.Is(err, ebpf.ErrNotSupported):
+			return capability.Findingf(capability.Unsupported, "%v", err)
+		}
+		return capability.Findingf(capability.Unknown, "%v", err)
 	case OOMHookKprobe:
 		// perf_kprobe PMU (4.17+) or kprobe_events in tracefs; both
 		// need CONFIG_KPROBES. cilium/ebpf's link.Kprobe uses the same two.

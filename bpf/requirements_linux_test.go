@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
 
@@ -100,8 +101,14 @@ func TestRequirementsOnThisHost(t *testing.T) {
 	default:
 		want["ebpf.tracefs-oom-mark-victim"] = capability.Unsupported
 	}
+	// The raw tracepoint sees the victim's task_struct where the kernel
+	// passes it (6.8+), as the kernel's BTF says and uname agrees.
+	rawTP := markVictimTakesTask(btf.NewCache()) == nil
+	if rawTP != version.AtLeast(capability.V(6, 8, 0)) {
+		t.Errorf("oom/mark_victim passes the task_struct: %v on %s", rawTP, version)
+	}
 	switch {
-	case tracing:
+	case tracing || rawTP:
 		want["ebpf.oom-watcher"] = capability.Supported
 	case kprobe || markVictim:
 		want["ebpf.oom-watcher"] = capability.Degraded
@@ -157,7 +164,7 @@ func TestRequirementProbesOnEmptyHost(t *testing.T) {
 // cilium/ebpf's own BPF_PROG_TYPE_TRACING probe; on the live host it mounts
 // tracefs when none is mounted, as WatchOOM does.
 func hookAvailable(h capability.Host, hook OOMHook) (bool, string) {
-	f := hookFinding(h, hook, func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
+	f := hookFinding(h, hook, btf.NewCache(), func() error { return features.HaveProgramType(ebpf.Tracing) }, ensureNow)
 	return f.Verdict == capability.Supported, f.Evidence
 }
 

@@ -205,7 +205,7 @@ func TestReportWithoutTracefs(t *testing.T) {
 	for _, hook := range DefaultOOMHooks() {
 		if ok, _ := hookAvailable(h, hook); ok {
 			want = capability.Degraded
-			if hook == OOMHookFentry {
+			if hook == OOMHookFentry || hook == OOMHookRawTracepoint {
 				want = capability.Supported
 			}
 			break

@@ -2,10 +2,11 @@
 //
 // nodeshim OOM watcher: one event per task that the kernel marks as an OOM
 // victim (mm/oom_kill.c: mark_oom_victim, which also fires the
-// oom/mark_victim tracepoint). Three entry points share one body, and the
+// oom/mark_victim tracepoint). Four entry points share one body, and the
 // loader picks the best one that this kernel accepts: fentry (BTF
-// trampoline, 5.5+), kprobe, then the tracepoint, which names only the pid
-// before 6.8.
+// trampoline, 5.5+), the raw tracepoint (which is handed the victim's
+// task_struct since 6.8, and only its pid before), kprobe, then the
+// tracepoint's formatted record, which names only the pid before 6.8.
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -36,6 +37,7 @@ enum hook {
 	HOOK_FENTRY = 1,
 	HOOK_KPROBE = 2,
 	HOOK_TRACEPOINT = 3,
+	HOOK_RAW_TRACEPOINT = 4,
 };
 
 // Set by the loader: false where BPF_MAP_TYPE_RINGBUF (5.8) is missing; the
@@ -116,6 +118,16 @@ SEC("fentry/mark_oom_victim")
 int BPF_PROG(oom_victim_fentry, struct task_struct *tsk)
 {
 	return report_task(ctx, tsk, HOOK_FENTRY);
+}
+
+// The raw tracepoint gets the arguments of trace_mark_victim. Since 6.8
+// they are (struct task_struct *task, uid_t uid) (include/trace/events/
+// oom.h); the loader attaches this program only where the kernel's BTF
+// says so (btf_trace_mark_victim), never where the first is the pid.
+SEC("raw_tracepoint/mark_victim")
+int BPF_PROG(oom_victim_raw_tracepoint, struct task_struct *tsk)
+{
+	return report_task(ctx, tsk, HOOK_RAW_TRACEPOINT);
 }
 
 SEC("kprobe/mark_oom_victim")
