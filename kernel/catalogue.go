@@ -95,18 +95,21 @@ func Catalogue() []capability.Requirement {
 			NeededBy: []string{"Kubernetes: kube-proxy nftables mode (nft 1.0.1 or newer)"},
 			Probe:    onHost(probeNftTool),
 			Slow:     true,
+			Waits:    true,
 		},
 		{
 			ID: "userns.create", Group: "userns", MinKernel: capability.V(3, 8, 0),
 			NeededBy: []string{"Kubernetes: user namespaces for pods (hostUsers: false)"},
 			Probe:    onHost(probeUserNS),
 			Slow:     true,
+			Waits:    true,
 		},
 		{
 			ID: "userns.idmap-tmpfs", Group: "userns", MinKernel: capability.V(6, 3, 0),
 			NeededBy: []string{"Kubernetes: user namespaces for pods (idmapped tmpfs volumes)"},
 			Probe:    onHost(probeIdmapTmpfs),
 			Slow:     true,
+			Waits:    true,
 		},
 	}
 	for _, s := range SafeSysctls() {
