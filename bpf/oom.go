@@ -29,11 +29,12 @@ const (
 	OOMHookFentry OOMHook = "fentry/mark_oom_victim"
 	// OOMHookRawTracepoint is the oom/mark_victim tracepoint attached as a
 	// raw tracepoint, which is handed the tracepoint's arguments: since
-	// 6.8 the victim's task_struct, so it sees what fentry sees, from a
+	// 6.8 (and in kernels with that change backported, Debian's 6.1) the
+	// victim's task_struct, so it sees what fentry sees, from a
 	// tracepoint rather than a trampoline (a kernel that refuses tracing
 	// programs takes it), and its detach does not wait for the RCU grace
-	// periods a perf-event tracepoint's does. Before 6.8 the argument is
-	// the pid alone, and this hook is refused (markVictimTakesTask).
+	// periods a perf-event tracepoint's does. Where the argument is the
+	// pid alone, this hook is refused (markVictimTakesTask).
 	OOMHookRawTracepoint OOMHook = "raw_tracepoint/mark_victim"
 	// OOMHookKprobe is a kprobe on mark_oom_victim, for kernels where
 	// trampolines are unavailable; same detail as fentry.
@@ -322,7 +323,8 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 // program reads. The kernel's BTF has a typedef for each tracepoint's
 // probe, btf_trace_<name>, void (*)(void *, <TP_PROTO>...): for mark_victim
 // (include/trace/events/oom.h) the first argument after the data pointer
-// is struct task_struct * since 6.8, an int pid before. Any other answer,
+// is struct task_struct * since 6.8 (and where that change was backported),
+// an int pid before. Any other answer,
 // or a kernel without the typedef, is an error wrapping
 // ebpf.ErrNotSupported; one without kernel BTF is cache's error.
 func markVictimTakesTask(cache *btf.Cache) error {

@@ -31,7 +31,7 @@ func btfSpec(t *testing.T, types ...btf.Type) *btf.Spec {
 
 // TestTracepointTakesTask: the raw tracepoint hook is offered only where
 // the kernel's btf_trace_mark_victim says its first argument is the
-// victim's task_struct (6.8+), not where it is the pid (before), nor
+// victim's task_struct (6.8+, or backported), not where it is the pid, nor
 // where the typedef is missing or not a probe's prototype.
 func TestTracepointTakesTask(t *testing.T) {
 	voidPtr := &btf.Pointer{Target: &btf.Void{}}

@@ -18,9 +18,9 @@ import (
 // TestOOMWatcherHooks attaches each hook over each transport and holds the
 // outcome to the feature probes: on this 6.18 host BPF_PROG_TYPE_TRACING is
 // refused (bpftool feature probe agrees) and CONFIG_KPROBES is off, so the
-// raw tracepoint (6.8+) and the tracepoint attach; in the 6.1 guest fentry
-// and the tracepoint do, and the raw tracepoint, which passes only the pid
-// there, is refused.
+// raw tracepoint and the tracepoint attach; in the 6.1 guest fentry does
+// too (Debian's 6.1 passes the victim's task_struct to the tracepoint, as
+// 6.8 does).
 func TestOOMWatcherHooks(t *testing.T) {
 	requireBPF(t)
 	h := kernel.DefaultHost()

@@ -34,14 +34,23 @@ func TestOOMKillInGuest(t *testing.T) {
 		t.Fatalf("memory controller not enabled for children: %q", ctl)
 	}
 	h := kernel.DefaultHost()
-	// The best hook over the ring buffer, then the tracepoint fallback
-	// over the perf buffer (before 6.8 it carries only the pid).
+	// The best hook over the ring buffer, the raw tracepoint where the
+	// kernel passes it the victim's task_struct, then the tracepoint
+	// fallback over the perf buffer (before 6.8 it carries only the pid).
 	cases := []struct {
 		name string
 		opts OOMOptions
 	}{
 		{"default", OOMOptions{}},
 		{"tracepoint over perf buffer", OOMOptions{Hooks: []OOMHook{OOMHookTracepoint}, Transport: OOMTransportPerf}},
+	}
+	if ok, why := hookAvailable(h, OOMHookRawTracepoint); ok {
+		cases = append(cases, struct {
+			name string
+			opts OOMOptions
+		}{"raw tracepoint", OOMOptions{Hooks: []OOMHook{OOMHookRawTracepoint}}})
+	} else {
+		t.Logf("guest %s: no raw tracepoint case: %s", label, why)
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

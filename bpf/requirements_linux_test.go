@@ -102,10 +102,14 @@ func TestRequirementsOnThisHost(t *testing.T) {
 		want["ebpf.tracefs-oom-mark-victim"] = capability.Unsupported
 	}
 	// The raw tracepoint sees the victim's task_struct where the kernel
-	// passes it (6.8+), as the kernel's BTF says and uname agrees.
+	// passes it, as the kernel's BTF says. The same change (6.8, and
+	// backported to Debian's 6.1) gave the tracepoint's record the
+	// victim's memory, which its tracefs format shows.
 	rawTP := markVictimTakesTask(btf.NewCache()) == nil
-	if rawTP != version.AtLeast(capability.V(6, 8, 0)) {
-		t.Errorf("oom/mark_victim passes the task_struct: %v on %s", rawTP, version)
+	if markVictim {
+		if withMemory := tracepointHasMemory(t); rawTP != withMemory {
+			t.Errorf("oom/mark_victim passes the task_struct: %v; its record has the victim's memory: %v", rawTP, withMemory)
+		}
 	}
 	switch {
 	case tracing || rawTP:

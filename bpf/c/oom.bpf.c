@@ -5,7 +5,7 @@
 // oom/mark_victim tracepoint). Four entry points share one body, and the
 // loader picks the best one that this kernel accepts: fentry (BTF
 // trampoline, 5.5+), the raw tracepoint (which is handed the victim's
-// task_struct since 6.8, and only its pid before), kprobe, then the
+// task_struct since 6.8, and only its pid before unless backported), kprobe, then the
 // tracepoint's formatted record, which names only the pid before 6.8.
 
 #include "vmlinux.h"
@@ -121,9 +121,10 @@ int BPF_PROG(oom_victim_fentry, struct task_struct *tsk)
 }
 
 // The raw tracepoint gets the arguments of trace_mark_victim. Since 6.8
-// they are (struct task_struct *task, uid_t uid) (include/trace/events/
-// oom.h); the loader attaches this program only where the kernel's BTF
-// says so (btf_trace_mark_victim), never where the first is the pid.
+// (and where that change was backported, as in Debian's 6.1) they are
+// (struct task_struct *task, uid_t uid) (include/trace/events/oom.h); the
+// loader attaches this program only where the kernel's BTF says so
+// (btf_trace_mark_victim), never where the first is the pid.
 SEC("raw_tracepoint/mark_victim")
 int BPF_PROG(oom_victim_raw_tracepoint, struct task_struct *tsk)
 {
