@@ -398,19 +398,6 @@ func shimConfigDir(b *testing.B) string {
 	return dir
 }
 
-// writeBack writes the file at p to disk (fsync).
-func writeBack(b *testing.B, p string) {
-	b.Helper()
-	f, err := os.Open(p)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer f.Close()
-	if err := f.Sync(); err != nil {
-		b.Fatalf("fsync %s: %v", p, err)
-	}
-}
-
 // BenchmarkFootprint runs the real `nodeshim serve` (built with the
 // Dockerfile's static build command, configured by deploy's ConfigMap) on a
 // node with -footprint.pods pod cgroups, with the real reporter (the
@@ -481,15 +468,6 @@ func main() {
 	bb.Env = append(os.Environ(), "CGO_ENABLED=0", "GO111MODULE=off")
 	if out, err := bb.CombinedOutput(); err != nil {
 		b.Fatalf("build baseline: %v\n%s", err, out)
-	}
-
-	// The binaries are written back, as an image's are long before they
-	// run: the kernel reclaims only clean file pages when serve pages out
-	// its start-up code.
-	for _, p := range []string{bin, reporterBin, baseBin, *footprintBaseline} {
-		if p != "" {
-			writeBack(b, p)
-		}
 	}
 
 	// The node: a kubepods tree of n pods under a cgroup of our own.

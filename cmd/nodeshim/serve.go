@@ -61,17 +61,8 @@ removed and the lock released.`,
 			// The start-up work (the capability report, kernel BTF
 			// decoded for the eBPF loads) leaves the heap at several
 			// times what serve keeps live, and an idle daemon allocates
-			// too little to collect it; and it ran code that an idle
-			// daemon does not run again. Give both back once settled.
-			opts.Settled = func() {
-				debug.FreeOSMemory()
-				n, err := pageOutCode()
-				if err != nil {
-					opts.Logger.Warn("start-up code not paged out", "advised", n, "err", err)
-					return
-				}
-				opts.Logger.Debug("start-up memory returned", "codeMappingBytes", n)
-			}
+			// too little to collect it: give it back once settled.
+			opts.Settled = debug.FreeOSMemory
 			return daemon.Run(cmd.Context(), opts)
 		},
 	}
