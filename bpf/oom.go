@@ -323,10 +323,10 @@ func (w *OOMWatcher) attach(spec *ebpf.CollectionSpec, hook OOMHook, cache *btf.
 // program reads. The kernel's BTF has a typedef for each tracepoint's
 // probe, btf_trace_<name>, void (*)(void *, <TP_PROTO>...): for mark_victim
 // (include/trace/events/oom.h) the first argument after the data pointer
-// is struct task_struct * since 6.8 (and where that change was backported),
-// an int pid before. Any other answer,
-// or a kernel without the typedef, is an error wrapping
-// ebpf.ErrNotSupported; one without kernel BTF is cache's error.
+// is struct task_struct * since 6.8 (and where that change was
+// backported), an int pid before. Any other answer, or a kernel without
+// the typedef, is an error wrapping ebpf.ErrNotSupported; one without
+// kernel BTF is cache's error.
 func markVictimTakesTask(cache *btf.Cache) error {
 	spec, err := cache.Kernel()
 	if err != nil {

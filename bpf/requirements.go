@@ -49,7 +49,7 @@ func Requirements() []capability.Requirement {
 		},
 		{
 			ID: "ebpf.prog-raw-tracepoint", Group: "ebpf", MinKernel: capability.V(4, 17, 0),
-			NeededBy: []string{neededByRecorder + " on raw_syscalls/sys_enter", neededByOOM + " on oom/mark_victim where fentry is refused (kernels that pass it the victim's task_struct, 6.8+)"},
+			NeededBy: []string{neededByRecorder + " on raw_syscalls/sys_enter", neededByOOM + " on oom/mark_victim where fentry is refused (kernels that pass it the victim's task_struct: 6.8+, and older ones with the change backported)"},
 			Probe:    featureProbe(func() error { return features.HaveProgramType(ebpf.RawTracepoint) }, "BPF_PROG_TYPE_RAW_TRACEPOINT"),
 		},
 		{
