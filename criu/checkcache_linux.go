@@ -26,9 +26,10 @@ func fillIdentity(id *binaryIdentity, fi os.FileInfo) {
 const staleKerndatTmp = time.Minute
 
 // prepareKerndat reports whether a criu run as root will keep what it
-// learns about the kernel in dir for the runs after it, and has not done so
-// yet, after clearing what would stop it or mislead CRIU; note says what
-// was cleared, or why nothing is kept.
+// learns about the kernel in dir, which is a tmpfs when onTmpfs is set, for
+// the runs after it, and has not done so yet, after clearing what would
+// stop it or mislead CRIU; note says what was cleared, or why nothing is
+// kept.
 //
 // CRIU 4.1 (criu/kerndat.c) saves its facts only when dir is a tmpfs:
 // kerndat_save_cache creates dir/criu.kdat.tmp with O_EXCL, gives up when
@@ -42,13 +43,9 @@ const staleKerndatTmp = time.Minute
 // not the boot, so a criu.kdat dated before the boot on such a filesystem
 // (which survives reboots, unlike a tmpfs) would hand CRIU facts about an
 // earlier kernel: it is removed.
-func prepareKerndat(dir string, boot, now time.Time) (keeps bool, note string) {
-	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil {
-		return false, fmt.Sprintf("criu keeps no kernel facts: %v", err)
-	}
+func prepareKerndat(dir string, onTmpfs bool, boot, now time.Time) (keeps bool, note string) {
 	kdat, tmp := filepath.Join(dir, "criu.kdat"), filepath.Join(dir, "criu.kdat.tmp")
-	if st.Type != unix.TMPFS_MAGIC {
+	if !onTmpfs {
 		if fi, err := os.Lstat(kdat); err == nil && fi.ModTime().Before(boot) {
 			if err := os.Remove(kdat); err != nil {
 				return false, fmt.Sprintf("%s is from before this boot, on a filesystem that is not a tmpfs, and could not be removed: %v", kdat, err)
@@ -94,9 +91,12 @@ func kerndatRun(dir string, now time.Time) (checkFirst bool, start starter, stop
 	if err != nil {
 		return false, nil, func() {}, err.Error()
 	}
-	keeps, note := prepareKerndat(dir, boot, now)
 	var st unix.Statfs_t
-	if err := unix.Statfs(dir, &st); err != nil || st.Type == unix.TMPFS_MAGIC {
+	if err := unix.Statfs(dir, &st); err != nil {
+		return false, nil, func() {}, fmt.Sprintf("criu keeps no kernel facts: %v", err)
+	}
+	keeps, note := prepareKerndat(dir, st.Type == unix.TMPFS_MAGIC, boot, now)
+	if st.Type == unix.TMPFS_MAGIC {
 		return keeps, nil, func() {}, note
 	}
 	pr, err := newPrivateRun(dir)

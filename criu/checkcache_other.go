@@ -11,7 +11,7 @@ import (
 func fillIdentity(*binaryIdentity, os.FileInfo) {}
 
 // prepareKerndat keeps nothing where CRIU does not run.
-func prepareKerndat(string, time.Time, time.Time) (bool, string) { return false, "" }
+func prepareKerndat(string, bool, time.Time, time.Time) (bool, string) { return false, "" }
 
 // bootTime is not known where CRIU does not run.
 func bootTime(now time.Time) (time.Time, error) { return now, nil }

@@ -178,7 +178,7 @@ func TestPrepareKerndat(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			keeps, note := prepareKerndat(dir, boot, now)
+			keeps, note := prepareKerndat(dir, tc.tmpfs, boot, now)
 			if keeps != tc.keeps {
 				t.Errorf("keeps = %v, want %v (note %q)", keeps, tc.keeps, note)
 			}
@@ -198,7 +198,9 @@ func TestPrepareKerndat(t *testing.T) {
 			}
 		})
 	}
-	if keeps, _ := prepareKerndat(filepath.Join(t.TempDir(), "missing"), boot, now); keeps {
-		t.Error("a missing directory keeps kernel facts")
+	checkFirst, start, stop, note := kerndatRun(filepath.Join(t.TempDir(), "missing"), now)
+	stop()
+	if checkFirst || start != nil || !strings.Contains(note, "criu keeps no kernel facts") {
+		t.Errorf("a missing directory: checkFirst %v, starter %v, note %q; want no kernel facts kept, and said so", checkFirst, start != nil, note)
 	}
 }
