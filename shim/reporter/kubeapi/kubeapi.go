@@ -4,8 +4,9 @@
 // (list and watch Nodes and Leases for its informers), over client-go's
 // REST client, with a scheme of only core/v1 and coordination.k8s.io/v1.
 // It does not link client-go's clientset, whose scheme registers every API
-// group of Kubernetes: a binary built on it is half the size, which on a
-// kernel that maps executables in large folios is half its resident memory.
+// group of Kubernetes: a binary built on it is half the size, and a Go
+// daemon maps nearly all of its binary (BENCHMARKS.md, Footprint), so half
+// its resident memory.
 package kubeapi
 
 import (
