@@ -325,8 +325,9 @@ func rss(t *testing.T, pid int) int64 { return statusKiB(t, pid, "VmRSS:") }
 
 // anonRSS is pid's resident anonymous memory (RssAnon), what CRIU writes as
 // pages: the disk-full cases size their filesystems from it, since VmRSS
-// also counts the file pages of the (test) binary, which vary with how the
-// page cache holds it (large folios are mapped whole).
+// also counts the file pages of the (test) binary, which vary with what of
+// it has run and with the page cache (fault-around maps 64 KiB around each
+// fault).
 func anonRSS(t *testing.T, pid int) int64 { return statusKiB(t, pid, "RssAnon:") }
 
 // statusKiB is the field of /proc/PID/status, in bytes.
