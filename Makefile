@@ -13,6 +13,9 @@ GO      ?= go
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
 COMMIT  ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
 LDFLAGS := -X main.version=$(VERSION) -X main.commit=$(COMMIT)
+# The Dockerfile's build tags that change the binary's content: grpcnotrace
+# (see the Dockerfile).
+GOTAGS  := grpcnotrace
 
 # Everything installed by the Makefile lives under .tools and .cache (both
 # git-ignored), never in the machine's own directories, except Debian packages
@@ -94,8 +97,8 @@ go-deps:
 
 ## build: build bin/nodeshim and bin/nodeshim-reporter
 build: deps
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeshim
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)-reporter ./cmd/nodeshim-reporter
+	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeshim
+	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-reporter ./cmd/nodeshim-reporter
 
 ## run: build and run the main job on the embedded default configuration
 run: build $(RUN_DEPS)

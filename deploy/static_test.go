@@ -227,6 +227,47 @@ func TestStaticBuild(t *testing.T) {
 	}
 }
 
+// TestDockerBuildLinksNoReflectionTemplates: the Dockerfile's builds of
+// nodeshim and nodeshim-reporter link neither golang.org/x/net/trace (gRPC
+// links it unless built with grpcnotrace) nor html/template. Their pages
+// call methods by name through reflection, and a binary that can do that
+// keeps every exported method of every type it holds: 5.2 MB of nodeshim's
+// 31.3 MB, mapped by every nodeshim process (BENCHMARKS.md, Footprint).
+func TestDockerBuildLinksNoReflectionTemplates(t *testing.T) {
+	goBin := testutil.RequireBinary(t, "go")
+	for _, pkg := range []string{"./cmd/nodeshim", "./cmd/nodeshim-reporter"} {
+		t.Run(strings.TrimPrefix(pkg, "./cmd/"), func(t *testing.T) {
+			env, args, err := dockerBuildOf("../Dockerfile", nil, pkg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			list := []string{"list", "-deps"}
+			for i, a := range args {
+				if a == "-tags" && i+1 < len(args) {
+					list = append(list, a, args[i+1])
+				} else if v, ok := strings.CutPrefix(a, "-tags="); ok {
+					list = append(list, "-tags", v)
+				}
+			}
+			cmd := exec.Command(goBin, append(list, pkg)...)
+			cmd.Dir, cmd.Env = "..", append(os.Environ(), env...)
+			out, err := cmd.Output()
+			if err != nil {
+				t.Fatalf("go %s %s: %v", strings.Join(list, " "), pkg, err)
+			}
+			deps := strings.Fields(string(out))
+			if !slices.Contains(deps, "fmt") {
+				t.Fatalf("go %s %s listed no standard package: %q", strings.Join(list, " "), pkg, out)
+			}
+			for _, bad := range []string{"golang.org/x/net/trace", "html/template"} {
+				if slices.Contains(deps, bad) {
+					t.Errorf("the Dockerfile's build of %s (%s) links %s", pkg, strings.Join(list[2:], " "), bad)
+				}
+			}
+		})
+	}
+}
+
 // TestContainerArgsParse runs the real nodeshim (nodeshim-reporter for the
 // container that runs it) with each container's arguments from
 // daemonset.yaml plus --help: cobra (or package flag) parses every flag
