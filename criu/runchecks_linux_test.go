@@ -204,3 +204,75 @@ func TestPrepareKerndat(t *testing.T) {
 		t.Errorf("a missing directory: checkFirst %v, starter %v, note %q; want no kernel facts kept, and said so", checkFirst, start != nil, note)
 	}
 }
+
+// TestRunChecksSwrkCheckFirst: when the first criu run leaves its kernel
+// facts for the others, the swrk session answers the version, the check
+// and the features FEATURE_CHECK finds; the features it leaves to the
+// command line (one it finds missing, one it does not know) start once
+// FEATURE_CHECK has answered and run alongside CHECK. When CHECK fails they
+// are stopped and no feature answer is used; when it passes they complete
+// and count. No other criu command runs. The criu is a stand-in speaking
+// swrk's protocol (fakeSwrkCriu): CRIU itself cannot be made to fail only
+// the full check.
+func TestRunChecksSwrkCheckFirst(t *testing.T) {
+	testutil.RequireRoot(t)
+	names := []string{"mem_dirty_track", "uffd-noncoop", "pidfd_store", "timens"}
+	cli := []string{"uffd-noncoop", "timens"}
+	has := map[string]bool{"mem_track": true, "pidfd_store": true}
+	// A run that CHECK's answer waits for and that never starts fails the
+	// test before go test's timeout ends it.
+	var giveUp time.Time
+	if d, ok := t.Deadline(); ok {
+		giveUp = d.Add(-time.Until(d) / 10)
+	}
+	for _, tc := range []struct {
+		name   string
+		passes bool
+	}{
+		{"check passes", true},
+		{"check fails", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			// The feature runs block when the check fails: only a stop
+			// ends them before fakeFeatureBlock.
+			bin, log := fakeSwrkCriu(t, fakeSwrk{CheckPasses: tc.passes, Has: has, Await: cli, GiveUp: giveUp, Block: !tc.passes})
+			r := runChecks(t.Context(), bin, nil, names, true)
+			if r.verErr != nil || r.version != (Version{4, 1, 1}) {
+				t.Errorf("version %v, %v; want the session's 4.1.1", r.version, r.verErr)
+			}
+			switch {
+			case tc.passes && (r.checkErr != nil || r.checkMsg != "Looks good."):
+				t.Errorf("check: %q, %v; want the session's \"Looks good.\"", r.checkMsg, r.checkErr)
+			case !tc.passes && (!errors.Is(r.checkErr, ErrCheckFailed) || !strings.Contains(r.checkErr.Error(), fakeCheckError)):
+				t.Errorf("check: %q, %v; want %v with the log's %q", r.checkMsg, r.checkErr, ErrCheckFailed, fakeCheckError)
+			}
+			for _, n := range names {
+				ferr, ok := r.features[n]
+				switch {
+				case !ok:
+					t.Errorf("no answer for feature %s", n)
+				case tc.passes && ferr != nil:
+					t.Errorf("feature %s: %v; want supported", n, ferr)
+				case !tc.passes && (!errors.Is(ferr, ErrCheckFailed) || !strings.Contains(ferr.Error(), "not used")):
+					t.Errorf("feature %s: %v; want %v, not used", n, ferr, ErrCheckFailed)
+				}
+			}
+			// The session's requests in order, then the feature runs
+			// started (before CHECK's answer, which waits for them) and,
+			// only when the check passes, ended.
+			runs := readLog(t, log)
+			session := []string{"swrk", "VERSION", "FEATURE_CHECK"}
+			after := []string{"CHECK"}
+			for _, n := range cli {
+				after = append(after, "feature:"+n)
+				if tc.passes {
+					after = append(after, "feature-done:"+n)
+				}
+			}
+			slices.Sort(after)
+			if len(runs) < len(session) || !slices.Equal(runs[:len(session)], session) || !slices.Equal(slices.Sorted(slices.Values(runs[len(session):])), after) {
+				t.Errorf("criu runs %q; want %q, then %q in any order", runs, session, after)
+			}
+		})
+	}
+}

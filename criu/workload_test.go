@@ -16,7 +16,8 @@ import (
 )
 
 // The test binary doubles as the workloads it checkpoints: started with
-// envWorkload set, TestMain runs the workload instead of the tests.
+// envWorkload set, TestMain runs the workload instead of the tests. With
+// envFakeCriu set, it is a fake criu (runFakeCriu).
 const (
 	envWorkload    = testworkload.EnvKind
 	envWorkloadDir = testworkload.EnvDir
@@ -24,6 +25,9 @@ const (
 )
 
 func TestMain(m *testing.M) {
+	if cfg := os.Getenv(envFakeCriu); cfg != "" {
+		os.Exit(runFakeCriu(cfg, os.Args[1:]))
+	}
 	switch os.Getenv(envWorkload) {
 	case "":
 	case "count":
