@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -224,6 +225,15 @@ func TestTargetValidate(t *testing.T) {
 		{"no pid", Target{Ref: ok}, true},
 		{"slash in pod", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "../x", Container: "c"}}, true},
 		{"empty container", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "p"}}, true},
+		{"one character", Target{Pid: 1, Ref: ContainerRef{Namespace: "n", Pod: "p", Container: "9"}}, false},
+		{"upper case, '-', '_' and '.' inside", Target{Pid: 1, Ref: ContainerRef{Namespace: "kube-system", Pod: "Web_0.x", Container: "c-1"}}, false},
+		{"253 characters", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: strings.Repeat("a", 253), Container: "c"}}, false},
+		{"254 characters", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: strings.Repeat("a", 254), Container: "c"}}, true},
+		{"starts with '-'", Target{Pid: 1, Ref: ContainerRef{Namespace: "-ns", Pod: "p", Container: "c"}}, true},
+		{"ends with '.'", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "p", Container: "c."}}, true},
+		{"one '_'", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "_", Container: "c"}}, true},
+		{"space inside", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "a b", Container: "c"}}, true},
+		{"non-ASCII letter", Target{Pid: 1, Ref: ContainerRef{Namespace: "ns", Pod: "caf\u00e9", Container: "c"}}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -278,4 +288,18 @@ func TestStatusDump(t *testing.T) {
 			}
 		})
 	}
+}
+
+// FuzzValidNamePart checks validNamePart against the rule written as a
+// regular expression.
+func FuzzValidNamePart(f *testing.F) {
+	rule := regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,251}[a-zA-Z0-9])?$`)
+	for _, s := range []string{"", "a", "-", "a-", "a_b.c-d", "caf\u00e9", strings.Repeat("a", 253), strings.Repeat("a", 254), "a\nb"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if got, want := validNamePart(s), rule.MatchString(s); got != want {
+			t.Errorf("validNamePart(%q) = %v, the rule says %v", s, got, want)
+		}
+	})
 }

@@ -2,7 +2,6 @@ package criu
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 	"time"
 
@@ -104,9 +103,25 @@ type ContainerOptions struct {
 	Descriptors []string
 }
 
-// The naming rules of a Kubernetes object name part: kubelet puts these
-// strings into a file name, so nodeshim refuses anything else.
-var namePart = regexp.MustCompile(`^[a-zA-Z0-9]([-a-zA-Z0-9_.]{0,251}[a-zA-Z0-9])?$`)
+// validNamePart reports whether s follows the naming rules of a
+// Kubernetes object name part: 1 to 253 letters, digits, '-', '_' and '.',
+// with a letter or digit at both ends. kubelet puts these strings into a
+// file name, so nodeshim refuses anything else. (A regular expression with
+// the bounded repetition compiles to a program of hundreds of states, at
+// every start of the binary.)
+func validNamePart(s string) bool {
+	if len(s) == 0 || len(s) > 253 {
+		return false
+	}
+	alnum := func(c byte) bool { return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' }
+	for i := range len(s) {
+		c := s[i]
+		if !alnum(c) && (i == 0 || i == len(s)-1 || c != '-' && c != '_' && c != '.') {
+			return false
+		}
+	}
+	return true
+}
 
 // Validate checks that t can be dumped and named safely.
 func (t Target) Validate() error {
@@ -116,7 +131,7 @@ func (t Target) Validate() error {
 	for _, p := range []struct{ what, v string }{
 		{"namespace", t.Ref.Namespace}, {"pod", t.Ref.Pod}, {"container", t.Ref.Container},
 	} {
-		if !namePart.MatchString(p.v) {
+		if !validNamePart(p.v) {
 			return fmt.Errorf("target pid %d: %s %q is not a valid name for an archive", t.Pid, p.what, p.v)
 		}
 	}

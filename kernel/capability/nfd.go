@@ -3,9 +3,10 @@ package capability
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // NFDNamespace prefixes the features nodeshim hands to node-feature-
@@ -21,11 +22,6 @@ const NFDMaxFileSize = 64 << 10
 // valid node label.
 var ErrNFDFeature = errors.New("invalid NFD feature")
 
-// A label name (after the prefix) and a label value, as Kubernetes
-// validates them: at most 63 characters, alphanumeric at both ends, with
-// '-', '_' and '.' between.
-var labelRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
-
 // NFDFeatures renders the report as a node-feature-discovery feature file
 // (features.d format: "name=value" lines and # comments): the kernel
 // version and cgroup mode, then one feature per requirement whose value is
@@ -35,7 +31,10 @@ func (r *Report) NFDFeatures() ([]byte, error) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# %s %s from nodeshim, generated %s\n", r.APIVersion, r.Kind, r.GeneratedAt.Format("2006-01-02T15:04:05Z07:00"))
 	add := func(name, value string) error {
-		if name == "" || !labelRE.MatchString(name) || !labelRE.MatchString(value) {
+		// A label name (after the prefix) and a label value follow the
+		// same rules: at most 63 characters, alphanumeric at both ends,
+		// with '-', '_' and '.' between.
+		if name == "" || len(validation.IsValidLabelValue(name)) > 0 || len(validation.IsValidLabelValue(value)) > 0 {
 			return fmt.Errorf("%w: %s/%s=%s is not a valid node label", ErrNFDFeature, NFDNamespace, name, value)
 		}
 		fmt.Fprintf(&b, "%s/%s=%s\n", NFDNamespace, name, value)

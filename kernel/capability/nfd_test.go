@@ -18,6 +18,9 @@ func TestNFDFeatures(t *testing.T) {
 		{"name with a slash", []Result{{ID: "a/b", Verdict: Supported}}, true},
 		{"name too long", []Result{{ID: strings.Repeat("x", 64), Verdict: Supported}}, true},
 		{"name starting with a dot", []Result{{ID: ".x", Verdict: Supported}}, true},
+		{"name ending with a dash", []Result{{ID: "x-", Verdict: Supported}}, true},
+		{"name of 63 characters", []Result{{ID: strings.Repeat("x", 63), Verdict: Supported}}, false},
+		{"name of one character", []Result{{ID: "x", Verdict: Supported}}, false},
 		{"too many for 64 KiB", func() []Result {
 			var rs []Result
 			for i := range 1200 {
