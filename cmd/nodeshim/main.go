@@ -79,7 +79,7 @@ processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	root := newRootCommand()
-	collectGarbageLate(root, os.Args[1:])
+	tuneGarbageCollector(root, os.Args[1:])
 	err := root.ExecuteContext(ctx)
 	stop()
 	if err == nil {

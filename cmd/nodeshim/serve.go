@@ -24,8 +24,9 @@ func newServeCommand() *cobra.Command {
 		noReport     bool
 	)
 	cmd := &cobra.Command{
-		Use:   "serve",
-		Short: "Run the node daemon: status model, configuration lifecycle and node API",
+		Use:         "serve",
+		Annotations: map[string]string{longLived: "true"},
+		Short:       "Run the node daemon: status model, configuration lifecycle and node API",
 		Long: `Run nodeshim as the node's privileged daemon, in the foreground.
 
 serve takes the single-instance lock, collects the capability report (the
