@@ -556,8 +556,8 @@ func labelsSelector(ds *appsv1.DaemonSet) (labels.Selector, error) {
 // mean VmRSS over the idle window and the peak VmHWM, in MiB, and the CPU
 // in millicores (the larger of idle and pressure); all rounded up.
 var footprint = map[string]struct{ steadyMiB, peakMiB, milliCPU int64 }{
-	"shim":     {steadyMiB: 63, peakMiB: 69, milliCPU: 7},
-	"reporter": {steadyMiB: 63, peakMiB: 64, milliCPU: 6},
+	"shim":     {steadyMiB: 30, peakMiB: 34, milliCPU: 3},
+	"reporter": {steadyMiB: 20, peakMiB: 20, milliCPU: 2},
 }
 
 // TestResources checks that requests and limits follow the measured
