@@ -24,10 +24,10 @@ const longLived = "nodeshim.io/long-lived"
 // longLivedGOGC is the GOGC of a daemon, as nodeshim-reporter's: an idle
 // serve keeps ~1.5 MiB of live heap once settled and allocates little, so
 // it collects before its heap doubles, and below the runtime's 4 MiB
-// minimum heap that GOGC 100 sets. With 1,000
-// pod cgroups: idle RSS 29.6-29.8 MiB against 30.0-30.1 at GOGC 100, peak
-// 32.8-32.9 against 34.5-36.3, idle CPU 0.200-0.225% of a core against
-// 0.200% (BENCHMARKS.md, Footprint).
+// minimum heap that GOGC 100 sets. With 1,000 pod cgroups: idle RSS
+// 29.6-29.8 MiB against 30.0-30.1 at GOGC 100, peak 32.8-32.9 against
+// 34.5-36.3, idle CPU 0.200-0.225% of a core against 0.200%
+// (BENCHMARKS.md, Footprint).
 const longLivedGOGC = 25
 
 // tuneGarbageCollector sets the garbage collector for the command args
