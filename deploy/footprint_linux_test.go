@@ -300,36 +300,6 @@ func removeCgroup(b *testing.B, dir string) {
 	b.Errorf("remove %s: %v", dir, err)
 }
 
-// installAsImage copies the executable src into dir under its own name
-// with plain write(2) calls, as a container runtime unpacks an image layer,
-// and returns the copy's path.
-func installAsImage(b *testing.B, src, dir string) string {
-	b.Helper()
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	in, err := os.Open(src)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer in.Close()
-	dst := filepath.Join(dir, filepath.Base(src))
-	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
-	if err != nil {
-		b.Fatal(err)
-	}
-	// Through a plain io.Writer: *os.File's ReadFrom would copy in the
-	// kernel (copy_file_range) instead.
-	if _, err := io.CopyBuffer(struct{ io.Writer }{out}, in, make([]byte, 1<<20)); err != nil {
-		out.Close()
-		b.Fatalf("copy %s to %s: %v", src, dst, err)
-	}
-	if err := out.Close(); err != nil {
-		b.Fatalf("copy %s to %s: %v", src, dst, err)
-	}
-	return dst
-}
-
 // startIn starts argv with its cgroup2 cgroup set to cg at clone time
 // (CLONE_INTO_CGROUP) and, through unshare(1), in a new cgroup and mount
 // namespace where cg is the root of a fresh cgroup2 mount at the usual
@@ -500,19 +470,15 @@ func main() {
 		b.Fatalf("build baseline: %v\n%s", err, out)
 	}
 
-	// Every process runs a copy written as an image's layer is unpacked
-	// (write(2)), not the linker's output file: a binary whose page cache
-	// the linker wrote through its mapping of the output is mapped whole by
-	// every process that runs it (30 MiB of file pages for `nodeshim
-	// version` at 31.3 MB, against 19 for the same binary written or read
-	// back from disk).
+	// Every process runs a copy written as an image's layer is unpacked,
+	// not the linker's output file (see testutil.InstallAsImage).
 	image := filepath.Join(work, "image")
-	bin = installAsImage(b, bin, image)
-	reporterBin = installAsImage(b, reporterBin, image)
-	baseBin = installAsImage(b, baseBin, image)
+	bin = testutil.InstallAsImage(b, bin, image)
+	reporterBin = testutil.InstallAsImage(b, reporterBin, image)
+	baseBin = testutil.InstallAsImage(b, baseBin, image)
 	baseNodeshim := *footprintBaseline
 	if baseNodeshim != "" {
-		baseNodeshim = installAsImage(b, baseNodeshim, filepath.Join(work, "image-base"))
+		baseNodeshim = testutil.InstallAsImage(b, baseNodeshim, filepath.Join(work, "image-base"))
 	}
 
 	// The node: a kubepods tree of n pods under a cgroup of our own.

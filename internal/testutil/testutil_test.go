@@ -1,9 +1,11 @@
 package testutil
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -91,4 +93,51 @@ func TestSkipIfGuestLacks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestInstallAsImage: the copy is executable, has the same bytes, and a
+// second copy into the same directory fails rather than overwriting.
+func TestInstallAsImage(t *testing.T) {
+	src := filepath.Join(t.TempDir(), "prog")
+	want := bytes.Repeat([]byte("nodeshim"), 300_000) // larger than one buffer
+	if err := os.WriteFile(src, want, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(t.TempDir(), "image")
+	got := InstallAsImage(t, src, dir)
+	if got != filepath.Join(dir, "prog") {
+		t.Errorf("copy at %s, want %s", got, filepath.Join(dir, "prog"))
+	}
+	b, err := os.ReadFile(got)
+	if err != nil || !bytes.Equal(b, want) {
+		t.Errorf("copy has %d bytes (err %v), want the %d of the source", len(b), err, len(want))
+	}
+	if st, err := os.Stat(got); err != nil || st.Mode().Perm() != 0o755 {
+		t.Errorf("copy mode %v (err %v), want 0755", st.Mode(), err)
+	}
+	fake := &recordingTB{TB: t}
+	func() {
+		defer func() { _ = recover() }()
+		InstallAsImage(fake, src, dir)
+	}()
+	if !fake.fatal {
+		t.Error("a second copy over the first did not fail")
+	}
+}
+
+// recordingTB is a testing.TB whose Fatal and Fatalf record the failure and
+// panic (to stop the caller) instead of failing the test.
+type recordingTB struct {
+	testing.TB
+	fatal bool
+}
+
+func (r *recordingTB) Fatal(args ...any) {
+	r.fatal = true
+	panic(fmt.Sprint(args...))
+}
+
+func (r *recordingTB) Fatalf(format string, args ...any) {
+	r.fatal = true
+	panic(fmt.Sprintf(format, args...))
 }
