@@ -95,8 +95,9 @@ func kerndatRun(dir string, now time.Time) (checkFirst bool, start starter, stop
 	if err := unix.Statfs(dir, &st); err != nil {
 		return false, nil, func() {}, fmt.Sprintf("criu keeps no kernel facts: %v", err)
 	}
-	keeps, note := prepareKerndat(dir, st.Type == unix.TMPFS_MAGIC, boot, now)
-	if st.Type == unix.TMPFS_MAGIC {
+	onTmpfs := st.Type == unix.TMPFS_MAGIC
+	keeps, note := prepareKerndat(dir, onTmpfs, boot, now)
+	if onTmpfs {
 		return keeps, nil, func() {}, note
 	}
 	pr, err := newPrivateRun(dir)
