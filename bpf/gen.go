@@ -6,3 +6,4 @@ package bpf
 
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target amd64 -cflags "-O2 -g -Wall -Werror -I${BPF_INCLUDE}" recorder c/recorder.bpf.c
 //go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target amd64 -type oom_event -cflags "-O2 -g -Wall -Werror -I${BPF_INCLUDE}" oom c/oom.bpf.c
+//go:generate go run github.com/cilium/ebpf/cmd/bpf2go -target amd64 -type cgroup_stat -cflags "-O2 -g -Wall -Werror -I${BPF_INCLUDE}" cgroupstats c/cgroupstats.bpf.c
