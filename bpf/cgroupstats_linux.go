@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"runtime"
 	"sync"
@@ -36,8 +37,11 @@ const maxCgroupStatsCapacity = 1 << 18
 // CgroupStatsOptions configures OpenCgroupStats.
 type CgroupStatsOptions struct {
 	// HZ is the kernel's CONFIG_HZ, which sets PSI's averaging period
-	// (cgroup.PSIPeriod). Required.
-	HZ int
+	// (cgroup.PSIPeriod). When zero, OpenCgroupStats measures it: it
+	// counts the kernel's jiffies over 250 ms of two passes over
+	// Calibrate, a cgroup2 directory.
+	HZ        int
+	Calibrate string
 	// LocalEvents is set when cgroup2 is mounted with memory_localevents:
 	// memory.events then shows the cgroup's own events.
 	LocalEvents bool
@@ -54,9 +58,10 @@ type CgroupStatsOptions struct {
 // It implements cgroup.PassSource. It is safe for concurrent use; passes
 // run one at a time.
 type CgroupStats struct {
-	opts     CgroupStatsOptions
-	period   time.Duration
-	pageSize uint64
+	opts       CgroupStatsOptions
+	period     time.Duration
+	pageSize   uint64
+	hzMeasured bool
 
 	mu       sync.Mutex
 	objs     *cgroupstatsObjects
@@ -69,18 +74,78 @@ type CgroupStats struct {
 // kernel's reason, where cgroup iterators (6.1), BTF or memory-mapped
 // arrays are missing, or without CAP_BPF and CAP_PERFMON.
 func OpenCgroupStats(opts CgroupStatsOptions) (*CgroupStats, error) {
-	period, err := cgroup.PSIPeriod(opts.HZ)
-	if err != nil {
-		return nil, fmt.Errorf("cgroup stats pass: %w", err)
+	if opts.HZ == 0 && opts.Calibrate == "" {
+		return nil, errors.New("cgroup stats pass: neither CONFIG_HZ nor a cgroup to measure it over")
+	}
+	if opts.HZ != 0 {
+		if _, err := cgroup.PSIPeriod(opts.HZ); err != nil {
+			return nil, fmt.Errorf("cgroup stats pass: %w", err)
+		}
 	}
 	if opts.Capacity <= 0 {
 		opts.Capacity = DefaultCgroupStatsCapacity
 	}
-	c := &CgroupStats{opts: opts, period: period, pageSize: uint64(os.Getpagesize())}
+	c := &CgroupStats{opts: opts, pageSize: uint64(os.Getpagesize())}
 	if err := c.load(min(opts.Capacity, maxCgroupStatsCapacity)); err != nil {
 		return nil, err
 	}
+	if c.opts.HZ == 0 {
+		hz, err := c.measureHZ(opts.Calibrate, calibrationTime)
+		if err != nil {
+			c.Close()
+			return nil, err
+		}
+		c.opts.HZ, c.hzMeasured = hz, true
+	}
+	c.period, _ = cgroup.PSIPeriod(c.opts.HZ)
 	return c, nil
+}
+
+// calibrationTime is how long measureHZ counts jiffies: 25 at the lowest
+// HZ, and 250 and 300 differ by 12 jiffies.
+const calibrationTime = 250 * time.Millisecond
+
+// measureHZ counts the kernel's jiffies between two passes over dir's
+// cgroup, d apart, and returns the CONFIG_HZ that explains them.
+func (c *CgroupStats) measureHZ(dir string, d time.Duration) (int, error) {
+	sample := func() (j, ns uint64, err error) {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if _, err := c.run(dir, 0); err != nil {
+			return 0, 0, err
+		}
+		if err := c.objs.RootJiffies.Get(&j); err != nil {
+			return 0, 0, err
+		}
+		err = c.objs.RootNs.Get(&ns)
+		return j, ns, err
+	}
+	j0, t0, err := sample()
+	if err != nil {
+		return 0, fmt.Errorf("cgroup stats pass: measure CONFIG_HZ: %w", err)
+	}
+	time.Sleep(d)
+	j1, t1, err := sample()
+	if err != nil {
+		return 0, fmt.Errorf("cgroup stats pass: measure CONFIG_HZ: %w", err)
+	}
+	return hzOf(j1-j0, time.Duration(t1-t0))
+}
+
+// hzOf returns the CONFIG_HZ at which jiffies ticks take elapsed: the
+// kernel's frequency nearest the rate, within two ticks of it.
+func hzOf(jiffies uint64, elapsed time.Duration) (int, error) {
+	if elapsed <= 0 {
+		return 0, fmt.Errorf("cgroup stats pass: measure CONFIG_HZ: no time elapsed")
+	}
+	rate := float64(jiffies) / elapsed.Seconds()
+	slack := 2 / elapsed.Seconds()
+	for _, hz := range []int{100, 250, 300, 1000} {
+		if math.Abs(rate-float64(hz)) <= slack {
+			return hz, nil
+		}
+	}
+	return 0, fmt.Errorf("cgroup stats pass: %d jiffies in %s (%.0f Hz) match no CONFIG_HZ (100, 250, 300, 1000)", jiffies, elapsed, rate)
 }
 
 // load (re)loads the program with a map of capacity records.
@@ -126,8 +191,17 @@ func (c *CgroupStats) Close() error {
 
 // Describe says how a pass reads.
 func (c *CgroupStats) Describe() string {
-	return fmt.Sprintf("a BPF cgroup iterator reads each pod's PSI and memory counters in one kernel pass (PSI period %s)", c.period)
+	from := "from the kernel config"
+	if c.hzMeasured {
+		from = "measured"
+	}
+	return fmt.Sprintf("a BPF cgroup iterator reads each pod's PSI and memory counters in one kernel pass (CONFIG_HZ %d %s, PSI period %s)",
+		c.opts.HZ, from, c.period)
 }
+
+// HZ returns the CONFIG_HZ the pass works with, and whether it was
+// measured rather than given.
+func (c *CgroupStats) HZ() (hz int, measured bool) { return c.opts.HZ, c.hzMeasured }
 
 // Pass implements cgroup.PassSource.
 func (c *CgroupStats) Pass(dir string, depth int, fn func(*cgroup.PassStats)) error {

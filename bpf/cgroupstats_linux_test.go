@@ -160,9 +160,62 @@ func TestCgroupStatsPassErrors(t *testing.T) {
 	if _, err := OpenCgroupStats(CgroupStatsOptions{HZ: 123}); err == nil || !strings.Contains(err.Error(), "CONFIG_HZ=123") {
 		t.Errorf("HZ 123: %v", err)
 	}
+	if _, err := OpenCgroupStats(CgroupStatsOptions{}); err == nil || !strings.Contains(err.Error(), "neither CONFIG_HZ") {
+		t.Errorf("no HZ and nothing to measure it over: %v", err)
+	}
+	if _, err := OpenCgroupStats(CgroupStatsOptions{Calibrate: gone}); !errors.Is(err, cgroup.ErrVanished) {
+		t.Errorf("measuring HZ over a missing cgroup: %v", err)
+	}
 	c.Close()
 	if err := c.Pass(cg2, 0, func(*cgroup.PassStats) {}); err == nil || !strings.Contains(err.Error(), "closed") {
 		t.Errorf("pass after Close: %v", err)
+	}
+}
+
+// TestCgroupStatsMeasuresHZ: without CONFIG_HZ, the pass counts the
+// kernel's jiffies and finds the same frequency as the kernel config.
+func TestCgroupStatsMeasuresHZ(t *testing.T) {
+	want := kernelHZ(t)
+	cg2, err := cgroup.MountUnder("/sys")
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.RequireRoot(t)
+	c, err := OpenCgroupStats(CgroupStatsOptions{Calibrate: cg2})
+	testutil.SkipIfNotSupported(t, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if hz, measured := c.HZ(); hz != want || !measured {
+		t.Errorf("measured CONFIG_HZ %d (measured %v), the kernel config says %d", hz, measured, want)
+	}
+	if d := c.Describe(); !strings.Contains(d, fmt.Sprintf("CONFIG_HZ %d measured", want)) {
+		t.Errorf("Describe() = %q", d)
+	}
+}
+
+func TestHZOf(t *testing.T) {
+	for _, tc := range []struct {
+		jiffies uint64
+		elapsed time.Duration
+		want    int
+		err     string
+	}{
+		{25, 250 * time.Millisecond, 100, ""},
+		{63, 250 * time.Millisecond, 250, ""},
+		{62, 251 * time.Millisecond, 250, ""},
+		{75, 250 * time.Millisecond, 300, ""},
+		{76, 252 * time.Millisecond, 300, ""},
+		{250, 250 * time.Millisecond, 1000, ""},
+		{69, 250 * time.Millisecond, 0, "match no CONFIG_HZ"},
+		{0, 250 * time.Millisecond, 0, "match no CONFIG_HZ"},
+		{10, 0, 0, "no time elapsed"},
+	} {
+		got, err := hzOf(tc.jiffies, tc.elapsed)
+		if got != tc.want || (err == nil) != (tc.err == "") || err != nil && !strings.Contains(err.Error(), tc.err) {
+			t.Errorf("hzOf(%d, %s) = %d, %v; want %d, %q", tc.jiffies, tc.elapsed, got, err, tc.want, tc.err)
+		}
 	}
 }
 

@@ -38,7 +38,9 @@ const (
 	cgroupstatsVarCapacity         = "capacity"
 	cgroupstatsVarLocalEvents      = "local_events"
 	cgroupstatsVarMaxDepth         = "max_depth"
+	cgroupstatsVarRootJiffies      = "root_jiffies"
 	cgroupstatsVarRootLevel        = "root_level"
+	cgroupstatsVarRootNs           = "root_ns"
 	cgroupstatsVarSeen             = "seen"
 	cgroupstatsVarUnusedCgroupStat = "unused_cgroup_stat"
 )
@@ -102,7 +104,9 @@ type cgroupstatsVariableSpecs struct {
 	Capacity         *ebpf.VariableSpec `ebpf:"capacity"`
 	LocalEvents      *ebpf.VariableSpec `ebpf:"local_events"`
 	MaxDepth         *ebpf.VariableSpec `ebpf:"max_depth"`
+	RootJiffies      *ebpf.VariableSpec `ebpf:"root_jiffies"`
 	RootLevel        *ebpf.VariableSpec `ebpf:"root_level"`
+	RootNs           *ebpf.VariableSpec `ebpf:"root_ns"`
 	Seen             *ebpf.VariableSpec `ebpf:"seen"`
 	UnusedCgroupStat *ebpf.VariableSpec `ebpf:"unused_cgroup_stat"`
 }
@@ -143,7 +147,9 @@ type cgroupstatsVariables struct {
 	Capacity         *ebpf.Variable `ebpf:"capacity"`
 	LocalEvents      *ebpf.Variable `ebpf:"local_events"`
 	MaxDepth         *ebpf.Variable `ebpf:"max_depth"`
+	RootJiffies      *ebpf.Variable `ebpf:"root_jiffies"`
 	RootLevel        *ebpf.Variable `ebpf:"root_level"`
+	RootNs           *ebpf.Variable `ebpf:"root_ns"`
 	Seen             *ebpf.Variable `ebpf:"seen"`
 	UnusedCgroupStat *ebpf.Variable `ebpf:"unused_cgroup_stat"`
 }

@@ -107,7 +107,20 @@ var goldenReaders = []struct {
 	{"keep", func() *Reader { return NewKeepReader(KeepOptions{}) }},
 	// Room for one cgroup: the others are read by opening their files.
 	{"keep-bounded", func() *Reader { return NewKeepReader(KeepOptions{MaxFiles: nKept + 1}) }},
+	// A kernel pass that fails: ReadPodUsage reads the files instead.
+	{"keep-pass-fails", func() *Reader { return NewKeepReader(KeepOptions{Pass: failingPass{}}) }},
 }
+
+// failingPass is a PassSource whose every pass fails.
+type failingPass struct{}
+
+var errPassRefused = errors.New("pass refused")
+
+func (failingPass) Pass(dir string, depth int, fn func(*PassStats)) error {
+	return fmt.Errorf("pass of %s: %w", dir, errPassRefused)
+}
+
+func (failingPass) Describe() string { return "a pass that fails" }
 
 // recordedTree discovers the pods of the recorded tree testdata/name and
 // returns its absolute root, the tree, and the directories of the root,

@@ -15,6 +15,10 @@ type KeepOptions struct {
 	// Reader does. Zero means DefaultMaxKeptFiles or three quarters of
 	// RLIMIT_NOFILE's soft limit, whichever is lower.
 	MaxFiles int
+	// Pass, when set, reads the pods' PSI and memory counters in one
+	// kernel pass per ReadPodUsage; the files are read for what it does
+	// not cover (memory.stat), and for every figure when it fails.
+	Pass PassSource
 }
 
 // KeepStats says what a Reader keeps open.
@@ -83,6 +87,7 @@ func NewKeepReader(opts KeepOptions) *Reader {
 		limit = min(limit, DefaultMaxKeptFiles)
 	}
 	r := NewReader()
+	r.pass = opts.Pass
 	r.keep = &keeper{groups: map[string]*keptGroup{}, maxFiles: limit, ctrlBuf: make([]byte, 0, 256)}
 	return r
 }
@@ -319,4 +324,14 @@ func preadAll(fd int, buf *[]byte) ([]byte, error) {
 	}
 	*buf = b[:0]
 	return b[:n], nil
+}
+
+// dirInode returns the inode number of the directory at path: a cgroup's
+// id on cgroup2.
+func dirInode(path string) (uint64, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return 0, err
+	}
+	return st.Ino, nil
 }

@@ -38,6 +38,10 @@ type Layout struct {
 	// whole hierarchy, a cgroup's path when only that sub-tree is bound
 	// there (a container's own cgroup without a cgroup namespace).
 	V2Root string
+	// V2LocalEvents is set when cgroup2 is mounted with
+	// memory_localevents: each memory.events then counts the cgroup's own
+	// events, not its subtree's.
+	V2LocalEvents bool
 	// V1 lists the controllers bound to v1 hierarchies, each once, in the
 	// order of the mount table, with the mount point of their hierarchy.
 	V1 []V1Controller
@@ -99,6 +103,7 @@ func LayoutOf(entries []mountinfo.Entry) Layout {
 			}
 			if rank > best {
 				l.V2, l.V2Root, best = e.Point, e.Root, rank
+				l.V2LocalEvents = slices.Contains(e.SuperOptions, "memory_localevents")
 			}
 		case "cgroup":
 			for _, o := range e.SuperOptions {

@@ -42,6 +42,8 @@ func TestParseLayout(t *testing.T) {
 		{"hybrid", file("hybrid.txt"), Layout{V2: "/sys/fs/cgroup/unified", V2Root: "/", V1: hybridV1}, Hybrid},
 		{"legacy", file("legacy.txt"), Layout{V1: slices.Concat(v1("/sys/fs/cgroup/cpu,cpuacct", "cpu", "cpuacct"), v1("/sys/fs/cgroup/memory", "memory"))}, Legacy},
 		{"no cgroups", "26 1 254:0 / / rw - ext4 /dev/vda rw\n", Layout{}, NoCgroups},
+		{"memory_localevents", "30 22 0:26 / /sys/fs/cgroup rw shared:9 - cgroup2 cgroup2 rw,nsdelegate,memory_localevents,memory_recursiveprot\n",
+			Layout{V2: "/sys/fs/cgroup", V2Root: "/", V2LocalEvents: true}, Unified},
 		{"a named hierarchy binds no controller", cg2 + systemd, Layout{V2: "/sys/fs/cgroup", V2Root: "/"}, Unified},
 		{"mount options are not controllers", cg2 + "33 30 0:29 / /x rw - cgroup cgroup rw,all,noprefix,clone_children,release_agent=/bin/x,none\n",
 			Layout{V2: "/sys/fs/cgroup", V2Root: "/"}, Unified},

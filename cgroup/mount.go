@@ -31,6 +31,9 @@ type Mount struct {
 	Mode Mode
 	// V1Controllers lists the controllers bound to v1 hierarchies (Hybrid only).
 	V1Controllers []string
+	// LocalEvents is set when cgroup2 is mounted with memory_localevents
+	// (memory.events counts each cgroup's own events).
+	LocalEvents bool
 }
 
 // ErrNoCgroup2 is returned when no cgroup2 filesystem is mounted (class
@@ -67,7 +70,7 @@ func ParseMountinfo(data []byte) (Mount, error) {
 	if l.V2 == "" || l.V2Root != "/" {
 		return Mount{}, ErrNoCgroup2
 	}
-	m := Mount{Path: l.V2, Mode: l.Mode()}
+	m := Mount{Path: l.V2, Mode: l.Mode(), LocalEvents: l.V2LocalEvents}
 	if m.Mode == Hybrid {
 		m.V1Controllers = l.V1Names()
 	}

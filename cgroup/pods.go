@@ -62,6 +62,9 @@ type PodTree struct {
 	// Vanished counts pods and containers removed during the scan; they are
 	// left out of Pods.
 	Vanished int
+	// PassErr, set by ReadPodUsage, says why its Reader's PassSource did
+	// not read the pods and their files were read instead.
+	PassErr error
 }
 
 // ErrNoKubepods is returned when the cgroup2 tree has no kubepods cgroup

@@ -71,6 +71,7 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 		r.EndPass() // no pods read: a Reader that keeps files closes them all
 		return PodTree{}, nil, err
 	}
+	passed := r.runPodPass(roots, &tree)
 	out := make([]PodUsage, 0, len(tree.Pods))
 	var st Stats
 	for _, p := range tree.Pods {
@@ -80,14 +81,36 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 			return PodTree{}, nil, fmt.Errorf("pod cgroup %s: %w", p.Path, err)
 		}
 		u := PodUsage{UID: p.UID, QOS: p.QOS, Cgroup: "/" + rel, Containers: len(p.Containers)}
-		if roots.MemoryV1 != "" {
+		v2 := filepath.Join(roots.V2, rel)
+		// The pod's figures from the kernel pass, when it ran and the
+		// pod existed then.
+		var ps *PassStats
+		if passed != nil {
+			if ino, err := dirInode(v2); err == nil {
+				if s, ok := passed[ino]; ok {
+					ps = &s
+				}
+			}
+		}
+		switch {
+		case roots.MemoryV1 != "":
 			m, err := r.ReadMemoryV1(p.Path)
 			if err != nil {
 				tree.Vanished++
 				continue
 			}
 			u.Memory = PodMemory{Err: m.Err, Source: SourceV1, Usage: m.Usage, WorkingSet: m.WorkingSet(), Limit: m.Limit, OOMKills: m.OOMKill}
-		} else {
+		case ps != nil && ps.Memory.Err == nil:
+			// memory.current, memory.max and oom_kill from the pass;
+			// memory.stat, for the working set, from its file.
+			st.Memory = ps.Memory
+			if err := r.Read(p.Path, statMemoryStat, &st); err != nil {
+				tree.Vanished++
+				continue
+			}
+			u.Memory = PodMemory{Err: st.Memory.Err, Source: SourceV2, Usage: st.Memory.Current, WorkingSet: st.Memory.WorkingSet(),
+				Limit: st.Memory.Max, OOMKills: ps.OOMKill}
+		default:
 			if err := r.Read(p.Path, podStats&^StatPressure, &st); err != nil {
 				tree.Vanished++
 				continue
@@ -98,8 +121,9 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 		if u.Memory.Err != nil {
 			u.Memory = PodMemory{Err: u.Memory.Err, Source: u.Memory.Source}
 		}
-		v2 := filepath.Join(roots.V2, rel)
-		if err := r.Read(v2, StatPressure, &st); err != nil {
+		if ps != nil {
+			u.Pressure = ps.Pressure
+		} else if err := r.Read(v2, StatPressure, &st); err != nil {
 			if errors.Is(err, ErrVanished) && roots.MemoryV1 != "" {
 				err = fmt.Errorf("%s: the pod has no cgroup v2 directory on this hybrid node: %w", v2, ErrMissing)
 			}
@@ -116,6 +140,33 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 	r.EndPass()
 	SortByPressure(out)
 	return tree, out, nil
+}
+
+// podPassDepth is how far below kubepods pods are: kubepods/pod<uid> for
+// Guaranteed pods, kubepods/<qos>/pod<uid> for the others.
+const podPassDepth = 2
+
+// runPodPass reads the pods' PSI and memory counters with r's PassSource,
+// when it has one, and returns them by cgroup id; nil, with tree.PassErr
+// set when the pass failed, makes ReadPodUsage read every file.
+func (r *Reader) runPodPass(roots PodRoots, tree *PodTree) map[uint64]PassStats {
+	if r.pass == nil {
+		return nil
+	}
+	rel, err := filepath.Rel(roots.MemoryHierarchy(), tree.Kubepods)
+	if err != nil {
+		tree.PassErr = fmt.Errorf("kubepods cgroup %s: %w", tree.Kubepods, err)
+		return nil
+	}
+	if r.passed == nil {
+		r.passed = make(map[uint64]PassStats, len(tree.Pods)+8)
+	}
+	clear(r.passed)
+	if err := r.pass.Pass(filepath.Join(roots.V2, rel), podPassDepth, func(s *PassStats) { r.passed[s.ID] = *s }); err != nil {
+		tree.PassErr = err
+		return nil
+	}
+	return r.passed
 }
 
 // podStats are the stat groups ReadPodUsage reads of a pod on a cgroup v2

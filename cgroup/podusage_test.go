@@ -1,6 +1,7 @@
 package cgroup
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -57,6 +58,9 @@ func TestReadPodUsage(t *testing.T) {
 					tree, pods, err := ReadPodUsage(PodRoots{V2: root, Parent: "/"}, r)
 					if err != nil {
 						t.Fatal(err)
+					}
+					if want := r.pass != nil; errors.Is(tree.PassErr, errPassRefused) != want || !want && tree.PassErr != nil {
+						t.Errorf("%s: PassErr %v", rd.name, tree.PassErr)
 					}
 					golden.CheckJSON(t, "podusage-"+name+".golden.json", renderPodUsage(root, tree, pods))
 				}

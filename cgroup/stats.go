@@ -33,6 +33,11 @@ const (
 
 	// StatAll collects every group.
 	StatAll = StatMemory | StatMemoryEvents | StatPids | StatCPU | StatIO | StatPressure
+
+	// statMemoryStat reads memory.stat alone into Stats.Memory, leaving
+	// its Current and Max as they are (the pods pass, whose PassSource
+	// reads those).
+	statMemoryStat Mask = 1 << 31
 )
 
 // Limit is a cgroup limit file's value: a number of bytes or tasks, or "max".
@@ -150,6 +155,10 @@ type Reader struct {
 	stale bool
 	// curDir is the directory of r.cur while Read has it open, else -1.
 	curDir int
+	// pass, when set, reads the pods' PSI and memory counters in one
+	// kernel pass (ReadPodUsage); passed holds its last pass by cgroup id.
+	pass   PassSource
+	passed map[uint64]PassStats
 }
 
 // NewReader returns a Reader that opens and closes each file it reads.
@@ -178,6 +187,10 @@ func (r *Reader) Read(dir string, mask Mask, out *Stats) error {
 func (r *Reader) read(fd int, dir string, mask Mask, out *Stats) {
 	if mask&StatMemory != 0 {
 		out.Memory = r.readMemory(fd, dir)
+	} else if mask&statMemoryStat != 0 && out.Memory.Err == nil {
+		if err := r.readMemoryStat(fd, dir, &out.Memory); err != nil {
+			out.Memory = MemoryStats{Err: err}
+		}
 	}
 	if mask&StatMemoryEvents != 0 {
 		out.MemoryEvents = MemoryEvents{}
@@ -227,8 +240,16 @@ func (r *Reader) readMemory(fd int, dir string) MemoryStats {
 	if m.Max, err = r.readLimit(fd, dir, fMemoryMax); err != nil {
 		return MemoryStats{Err: err}
 	}
+	if err := r.readMemoryStat(fd, dir, &m); err != nil {
+		return MemoryStats{Err: err}
+	}
+	return m
+}
+
+// readMemoryStat fills m's memory.stat figures.
+func (r *Reader) readMemoryStat(fd int, dir string, m *MemoryStats) error {
 	seen := 0
-	err = r.readKV(fd, dir, fMemoryStat, func(k []byte, v uint64) {
+	err := r.readKV(fd, dir, fMemoryStat, func(k []byte, v uint64) {
 		switch string(k) {
 		case "anon":
 			m.Anon = v
@@ -244,10 +265,7 @@ func (r *Reader) readMemory(fd int, dir string) MemoryStats {
 	if err == nil && seen == 0 {
 		err = fmt.Errorf("%s/%s: no inactive_file: %w", dir, fMemoryStat.s, ErrMalformed)
 	}
-	if err != nil {
-		return MemoryStats{Err: err}
-	}
-	return m
+	return err
 }
 
 func (r *Reader) readIO(fd int, dir string) IOStats {

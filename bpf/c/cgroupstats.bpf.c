@@ -68,6 +68,11 @@ __u32 seen;
 __s32 root_level = -1;
 // Set by user space before each pass: the levels below the root to report.
 __u32 max_depth = 2;
+// The kernel's jiffies and clock when the pass reached its root: two passes
+// give CONFIG_HZ, which sets PSI's averaging period, where the kernel's
+// config cannot be read.
+__u64 root_jiffies;
+__u64 root_ns;
 
 SEC("iter/cgroup")
 int cgroup_stats_pass(struct bpf_iter__cgroup *ctx)
@@ -76,8 +81,11 @@ int cgroup_stats_pass(struct bpf_iter__cgroup *ctx)
 	if (!cg)
 		return 0;
 	int level = BPF_CORE_READ(cg, level);
-	if (root_level < 0)
+	if (root_level < 0) {
 		root_level = level;
+		root_jiffies = bpf_jiffies64();
+		root_ns = bpf_ktime_get_ns();
+	}
 	if (level - root_level > (int)max_depth)
 		return 0;
 	__u32 i = seen;

@@ -412,7 +412,7 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 		KubeletRoot, Thresholds, From, RuntimeEndpoint string
 	}
 	ps := &pressure.Source{ProcRoot: d.opts.ProcRoot, KubeletRoot: kubeletRoot, Thresholds: ns.Thresholds,
-		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log, RuntimeEndpoint: ns.ContainerRuntimeEndpoint}
+		ThresholdsFrom: ns.ThresholdsFrom, Logger: d.log, RuntimeEndpoint: ns.ContainerRuntimeEndpoint, HostRoot: d.opts.HostRoot}
 	seccompRoot := profiles.SeccompRoot(kubeletRoot)
 	return []part{
 		{source.Follow("plugins", plugins, func() []condition.Condition { return []condition.Condition{plugins.Condition("PluginsReady")} }),

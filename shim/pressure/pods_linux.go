@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -69,6 +70,7 @@ type podReader struct {
 	roots    cgroup.PodRoots
 	names    PodNames
 	interval time.Duration
+	log      *slog.Logger
 
 	// readMu serializes reads and guards reader, lastRead and closed.
 	readMu   sync.Mutex
@@ -116,6 +118,9 @@ func (p *podReader) readNow(ctx context.Context, now time.Time) *status.PodPress
 	tree, pods, err := cgroup.ReadPodUsage(p.roots, p.reader)
 	if err != nil {
 		return &status.PodPressures{ObservedAt: now, Unknown: err.Error(), Items: []status.PodPressure{}}
+	}
+	if tree.PassErr != nil && p.log != nil {
+		p.log.Warn("the kernel pass over the pods' cgroups failed; their files were read", "err", tree.PassErr)
 	}
 	var names map[string]cri.PodName
 	if p.names != nil {

@@ -16,7 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -60,6 +62,13 @@ type Source struct {
 	// RuntimeEndpoint, when set, is the CRI socket through which pods are
 	// named (namespace, name) by their UID.
 	RuntimeEndpoint string
+	// HostRoot is where the host's / is seen ("/" when empty): the kernel
+	// config under its /boot and /lib/modules gives CONFIG_HZ, which the
+	// kernel pass over the pods' cgroups needs.
+	HostRoot string
+	// FilesOnly makes the pods' cgroups be read from their files even
+	// where the kernel pass (bpf.CgroupStats) loads.
+	FilesOnly bool
 }
 
 // Name returns "pressure".
@@ -115,6 +124,43 @@ func Down(err error) []condition.Condition {
 	return out
 }
 
+// openPass loads the kernel pass over the pods' cgroups. PSI's averaging
+// period follows CONFIG_HZ: from the kernel config where it can be read
+// (a DaemonSet sees the host's /boot only if it mounts it), else the pass
+// measures it.
+func (s *Source) openPass(m cgroup.Mount) (*bpf.CgroupStats, error) {
+	opts := bpf.CgroupStatsOptions{LocalEvents: m.LocalEvents}
+	if hz, err := s.configHZ(); err == nil {
+		opts.HZ = hz
+	} else {
+		opts.Calibrate = m.Path
+	}
+	return bpf.OpenCgroupStats(opts)
+}
+
+// configHZ reads CONFIG_HZ from the running kernel's config.
+func (s *Source) configHZ() (int, error) {
+	id, err := kernel.ReadIdentity(s.ProcRoot)
+	if err != nil {
+		return 0, err
+	}
+	root := s.HostRoot
+	if root == "" {
+		root = "/"
+	}
+	h := &kernel.Host{ProcRoot: s.ProcRoot, BootRoot: filepath.Join(root, "boot"), ModulesRoot: filepath.Join(root, "lib", "modules")}
+	cfg, err := kernel.LoadConfig(h, id.Raw)
+	if err != nil {
+		return 0, err
+	}
+	v, _ := cfg.Value("CONFIG_HZ")
+	hz, err := strconv.Atoi(v)
+	if err != nil {
+		return 0, fmt.Errorf("CONFIG_HZ %q in the kernel config: %w", v, err)
+	}
+	return hz, nil
+}
+
 func (s *Source) once(ctx context.Context, model *status.Model) error {
 	m, err := cgroup.FindMount(s.ProcRoot)
 	if err != nil {
@@ -130,7 +176,21 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	if err != nil {
 		return err
 	}
-	pods := &podReader{roots: roots, interval: s.PodInterval, reader: cgroup.NewKeepReader(cgroup.KeepOptions{})}
+	// The pods' PSI and memory counters come from one kernel pass where
+	// the cgroup iterator loads (Linux 6.1+), from their files otherwise.
+	var passSrc cgroup.PassSource
+	how := "their cgroup2 files kept open and re-read with pread"
+	if s.FilesOnly {
+		how += " (the kernel pass is turned off)"
+	} else if pass, err := s.openPass(m); err != nil {
+		how += " (no kernel pass: " + err.Error() + ")"
+	} else {
+		defer pass.Close()
+		passSrc = pass
+		how = pass.Describe() + ", memory.stat from its file kept open and re-read with pread"
+	}
+	pods := &podReader{roots: roots, interval: s.PodInterval, log: s.Logger,
+		reader: cgroup.NewKeepReader(cgroup.KeepOptions{Pass: passSrc})}
 	if pods.interval <= 0 {
 		pods.interval = DefaultPodInterval
 	}
@@ -172,7 +232,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	// evaluation: no one may be reading it.
 	model.SetPodsRefresh(func(rctx context.Context) { model.SetPods(pods.read(rctx, time.Now())) })
 	defer model.SetPodsRefresh(nil)
-	var how []string
+	var watching []string
 	for _, w := range mon.Watchers() {
 		d := fmt.Sprintf("%s by %s", w.Path, w.Mode)
 		if w.Trigger != "" {
@@ -181,13 +241,13 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		if w.FallbackReason != "" {
 			d += " (" + w.FallbackReason + ")"
 		}
-		how = append(how, d)
+		watching = append(watching, d)
 	}
-	// Which way the pods' cgroups are read: kept-open files re-read
-	// with pread(2), up to a bound on descriptors, beyond which each file
-	// is opened per read.
-	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read when the per-pod view is asked for, at most every %s, their cgroup2 files kept open and re-read with pread (up to %d descriptors)",
-		m.Path, strings.Join(how, "; "), pods.interval, maxFiles)
+	// Which way the pods' cgroups are read: the kernel pass, or kept-open
+	// files re-read with pread(2), up to a bound on descriptors, beyond
+	// which each file is opened per read.
+	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read when the per-pod view is asked for, at most every %s: %s (up to %d descriptors)",
+		m.Path, strings.Join(watching, "; "), pods.interval, how, maxFiles)
 	if s.ThresholdsFrom != "" {
 		msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)
 	}
