@@ -12,6 +12,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
 	"golang.org/x/sys/unix"
 
@@ -62,6 +63,7 @@ type CgroupStats struct {
 	period     time.Duration
 	pageSize   uint64
 	hzMeasured bool
+	cache      *btf.Cache
 
 	mu       sync.Mutex
 	objs     *cgroupstatsObjects
@@ -74,6 +76,12 @@ type CgroupStats struct {
 // kernel's reason, where cgroup iterators (6.1), BTF or memory-mapped
 // arrays are missing, or without CAP_BPF and CAP_PERFMON.
 func OpenCgroupStats(opts CgroupStatsOptions) (*CgroupStats, error) {
+	return openCgroupStats(opts, nil)
+}
+
+// openCgroupStats is OpenCgroupStats with a shared kernel BTF cache (nil
+// decodes the kernel's BTF for this load alone).
+func openCgroupStats(opts CgroupStatsOptions, cache *btf.Cache) (*CgroupStats, error) {
 	if opts.HZ == 0 && opts.Calibrate == "" {
 		return nil, errors.New("cgroup stats pass: neither CONFIG_HZ nor a cgroup to measure it over")
 	}
@@ -85,7 +93,7 @@ func OpenCgroupStats(opts CgroupStatsOptions) (*CgroupStats, error) {
 	if opts.Capacity <= 0 {
 		opts.Capacity = DefaultCgroupStatsCapacity
 	}
-	c := &CgroupStats{opts: opts, pageSize: uint64(os.Getpagesize())}
+	c := &CgroupStats{opts: opts, pageSize: uint64(os.Getpagesize()), cache: cache}
 	if err := c.load(min(opts.Capacity, maxCgroupStatsCapacity)); err != nil {
 		return nil, err
 	}
@@ -162,7 +170,7 @@ func (c *CgroupStats) load(capacity int) error {
 		return fmt.Errorf("cgroup stats pass: set local_events: %w", err)
 	}
 	var objs cgroupstatsObjects
-	if err := spec.LoadAndAssign(&objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&objs, &ebpf.CollectionOptions{Cache: c.cache}); err != nil {
 		return newLoadError("cgroup stats pass", err)
 	}
 	mem, err := objs.CgroupStats.Memory()

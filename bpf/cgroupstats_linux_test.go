@@ -20,9 +20,9 @@ import (
 	"github.com/nodeshim/nodeshim/kernel"
 )
 
-// openCgroupStats loads the pass with the running kernel's CONFIG_HZ, or
+// testCgroupStats loads the pass with the running kernel's CONFIG_HZ, or
 // skips where cgroup iterators are missing.
-func openCgroupStats(t testing.TB, capacity int) *CgroupStats {
+func testCgroupStats(t testing.TB, capacity int) *CgroupStats {
 	t.Helper()
 	testutil.RequireRoot(t)
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
@@ -104,7 +104,7 @@ func runPass(t testing.TB, c *CgroupStats, dir string, depth int) []cgroup.PassS
 // pre-order down to the depth asked for, each with its directory's inode
 // as id and its level, and grows its map when the subtree outgrows it.
 func TestCgroupStatsPassWalk(t *testing.T) {
-	c := openCgroupStats(t, 2)
+	c := testCgroupStats(t, 2)
 	cg2, dir := testCgroupTree(t)
 	base := strings.Count(strings.TrimPrefix(dir, cg2), "/")
 	for _, tc := range []struct {
@@ -142,7 +142,7 @@ func TestCgroupStatsPassWalk(t *testing.T) {
 }
 
 func TestCgroupStatsPassErrors(t *testing.T) {
-	c := openCgroupStats(t, 0)
+	c := testCgroupStats(t, 0)
 	cg2, err := cgroup.MountUnder("/sys")
 	if err != nil {
 		t.Fatal(err)
@@ -268,7 +268,7 @@ func readPressure(t *testing.T, dir string) [len(cgroup.Resources)]cgroup.Pressu
 // apply the decay the file read applies. The pass runs first, since a file
 // read updates the group's averages.
 func TestCgroupStatsPassPSIMatchesFiles(t *testing.T) {
-	c := openCgroupStats(t, 0)
+	c := testCgroupStats(t, 0)
 	_, dir := testCgroupTree(t)
 	stalled := filepath.Join(dir, "a")
 	stop := busyIn(t, stalled, 2*numCPU(t)+1)
@@ -366,7 +366,7 @@ func numCPU(t *testing.T) int {
 // oom_kill as the files print them; where it is not (this host's cgroup2
 // has memory on a v1 hierarchy), the figures say so.
 func TestCgroupStatsPassMemory(t *testing.T) {
-	c := openCgroupStats(t, 0)
+	c := testCgroupStats(t, 0)
 	cg2, dir := testCgroupTree(t)
 	ctl, err := os.ReadFile(filepath.Join(cg2, "cgroup.subtree_control"))
 	if err != nil {

@@ -106,6 +106,12 @@ func TestProgramsVerifyInGuest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// The cgroup stats pass: cgroup iterators exist since 6.1.
+	c, err := OpenCgroupStats(CgroupStatsOptions{HZ: 250})
+	if err != nil {
+		t.Fatalf("cgroup stats pass: %v", err)
+	}
+	c.Close()
 	h := kernel.DefaultHost()
 	for _, hook := range DefaultOOMHooks() {
 		for _, tr := range []OOMTransport{OOMTransportRingbuf, OOMTransportPerf} {

@@ -22,6 +22,7 @@ import (
 const (
 	neededByRecorder = "nodeshim: seccomp record (syscall recorder)"
 	neededByOOM      = "nodeshim: OOM watcher (MemoryPressure reasons, OOM kill metric)"
+	neededByPodPass  = "nodeshim: the per-pod pressure view's PSI and memory counters in one kernel pass (else each pod's files are read)"
 )
 
 // Requirements returns what the syscall recorder and the OOM watcher need
@@ -87,6 +88,14 @@ func Requirements() []capability.Requirement {
 			ID: "ebpf.syscall-recorder", Group: "ebpf",
 			NeededBy: []string{neededByRecorder},
 			Probe:    recorderProbe(cache),
+			Slow:     true,
+			PerBoot:  true,
+			Timeout:  loadTimeout,
+		},
+		{
+			ID: "ebpf.cgroup-stats-pass", Group: "ebpf", MinKernel: capability.V(6, 1, 0),
+			NeededBy: []string{neededByPodPass},
+			Probe:    cgroupStatsProbe(cache),
 			Slow:     true,
 			PerBoot:  true,
 			Timeout:  loadTimeout,
@@ -267,6 +276,19 @@ func recorderProbe(cache *btf.Cache) func(context.Context, capability.Host) capa
 			return capability.Findingf(capability.Unknown, "syscall recorder loaded but did not detach: %v", err)
 		}
 		return capability.Findingf(capability.Supported, "syscall recorder loaded, attached to raw_syscalls/sys_enter and detached")
+	}
+}
+
+// cgroupStatsProbe loads the cgroup stats pass (a cgroup iterator, 6.1+).
+func cgroupStatsProbe(cache *btf.Cache) func(context.Context, capability.Host) capability.Finding {
+	return func(context.Context, capability.Host) capability.Finding {
+		// CONFIG_HZ does not matter to the load.
+		c, err := openCgroupStats(CgroupStatsOptions{HZ: 250, Capacity: 1}, cache)
+		if err != nil {
+			return loadFinding("cgroup stats pass (BPF cgroup iterator)", err)
+		}
+		c.Close()
+		return capability.Findingf(capability.Supported, "cgroup stats pass loaded: a BPF cgroup iterator reads the pods' PSI and memory counters in one kernel pass")
 	}
 }
 

@@ -54,8 +54,8 @@ func TestRequirementsOnThisHost(t *testing.T) {
 	requireBPF(t)
 	version := unameVersion(t)
 	reqs := Requirements()
-	if len(reqs) != 9 {
-		t.Errorf("%d requirements, want 9", len(reqs))
+	if len(reqs) != 10 {
+		t.Errorf("%d requirements, want 10", len(reqs))
 	}
 	h := kernel.DefaultHost()
 	findings := map[string]capability.Finding{}
