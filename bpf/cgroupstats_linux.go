@@ -359,6 +359,14 @@ func attachCgroupIter(prog *ebpf.Program, dir string) (*link.Iter, error) {
 // (LONG_MAX / PAGE_SIZE), the memory.max that the file prints as "max".
 func pageCounterMax(pageSize uint64) uint64 { return (1<<63 - 1) / pageSize }
 
+// Why a record lacks figures; shared, so that a pass over thousands of
+// cgroups without the memory controller does not allocate an error each.
+var (
+	errNoPSIGroup  = fmt.Errorf("the cgroup has no PSI group (the root's is /proc/pressure's): %w", cgroup.ErrMissing)
+	errPSIDisabled = fmt.Errorf("PSI is disabled in the cgroup (cgroup.pressure is 0): %w", cgroup.ErrMissing)
+	errNoMemcg     = fmt.Errorf("the memory controller is not enabled in the cgroup: %w", cgroup.ErrMissing)
+)
+
 // decodeCgroupStat fills out from one record, with the PSI figures as
 // psi_show would print them when the record was taken (cgroup.PSIGroupState.At,
 // on the BPF clock, CLOCK_MONOTONIC, for the kernel's sched_clock: both
@@ -369,9 +377,9 @@ func decodeCgroupStat(r *cgroupstatsCgroupStat, pageSize uint64, period time.Dur
 	var perr error
 	switch {
 	case r.Flags&statHasPSI == 0:
-		perr = fmt.Errorf("cgroup %d has no PSI group (the root's is /proc/pressure's): %w", r.Id, cgroup.ErrMissing)
+		perr = errNoPSIGroup
 	case r.Flags&statPSIDisabled != 0:
-		perr = fmt.Errorf("cgroup %d: PSI is disabled in it (cgroup.pressure is 0): %w", r.Id, cgroup.ErrMissing)
+		perr = errPSIDisabled
 	default:
 		g := cgroup.PSIGroupState{Total: r.PsiTotal, AvgTotal: r.PsiAvgTotal,
 			AvgLastUpdate: r.PsiAvgLastUpdate, AvgNextUpdate: r.PsiAvgNextUpdate}
@@ -388,7 +396,7 @@ func decodeCgroupStat(r *cgroupstatsCgroupStat, pageSize uint64, period time.Dur
 		}
 	}
 	if r.Flags&statHasMemcg == 0 {
-		out.Memory.Err = fmt.Errorf("cgroup %d: the memory controller is not enabled in it: %w", r.Id, cgroup.ErrMissing)
+		out.Memory.Err = errNoMemcg
 		return
 	}
 	out.Memory.Current = r.MemUsagePages * pageSize

@@ -100,7 +100,11 @@ func ReadPodUsage(roots PodRoots, r *Reader) (PodTree, []PodUsage, error) {
 				continue
 			}
 			u.Memory = PodMemory{Err: m.Err, Source: SourceV1, Usage: m.Usage, WorkingSet: m.WorkingSet(), Limit: m.Limit, OOMKills: m.OOMKill}
-		case ps != nil && ps.Memory.Err == nil:
+		case ps != nil && ps.Memory.Err != nil:
+			// The pass found no memory controller in the pod's
+			// cgroup: its memory files do not exist either.
+			u.Memory = PodMemory{Err: fmt.Errorf("%s: %w", p.Path, ps.Memory.Err), Source: SourceV2}
+		case ps != nil:
 			// memory.current, memory.max and oom_kill from the pass;
 			// memory.stat, for the working set, from its file.
 			st.Memory = ps.Memory
