@@ -27,9 +27,9 @@ const (
 )
 
 // DefaultCgroupStatsCapacity is the number of cgroups a pass holds before
-// CgroupStats grows its map: pods and their QoS cgroups on a node of
-// kubelet's 110 pods many times over.
-const DefaultCgroupStatsCapacity = 4096
+// CgroupStats grows its map: kubelet's 110 pods and their QoS cgroups
+// several times over, in 152 KiB of kernel memory.
+const DefaultCgroupStatsCapacity = 512
 
 // maxCgroupStatsCapacity bounds the map's growth: 1<<20 records are
 // 336 MiB of locked kernel memory.
