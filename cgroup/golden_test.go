@@ -108,7 +108,11 @@ var goldenReaders = []struct {
 	// Room for one cgroup: the others are read by opening their files.
 	{"keep-bounded", func() *Reader { return NewKeepReader(KeepOptions{MaxFiles: nKept + 1}) }},
 	// A kernel pass that fails: ReadPodUsage reads the files instead.
-	{"keep-pass-fails", func() *Reader { return NewKeepReader(KeepOptions{Pass: failingPass{}}) }},
+	{"keep-pass-fails", func() *Reader {
+		r := NewKeepReader(KeepOptions{})
+		r.SetPass(failingPass{})
+		return r
+	}},
 }
 
 // failingPass is a PassSource whose every pass fails.

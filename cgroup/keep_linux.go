@@ -15,10 +15,6 @@ type KeepOptions struct {
 	// Reader does. Zero means DefaultMaxKeptFiles or three quarters of
 	// RLIMIT_NOFILE's soft limit, whichever is lower.
 	MaxFiles int
-	// Pass, when set, reads the pods' PSI and memory counters in one
-	// kernel pass per ReadPodUsage; the files are read for what it does
-	// not cover (memory.stat), and for every figure when it fails.
-	Pass PassSource
 }
 
 // KeepStats says what a Reader keeps open.
@@ -87,7 +83,6 @@ func NewKeepReader(opts KeepOptions) *Reader {
 		limit = min(limit, DefaultMaxKeptFiles)
 	}
 	r := NewReader()
-	r.pass = opts.Pass
 	r.keep = &keeper{groups: map[string]*keptGroup{}, maxFiles: limit, ctrlBuf: make([]byte, 0, 256)}
 	return r
 }

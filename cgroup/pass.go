@@ -17,6 +17,11 @@ type PassSource interface {
 	Describe() string
 }
 
+// SetPass makes ReadPodUsage read the pods' PSI and memory counters with
+// p, one kernel pass per call, and the files only for what p does not
+// read (memory.stat) or when a pass fails; nil reads every file.
+func (r *Reader) SetPass(p PassSource) { r.pass = p }
+
 // PassStats is one cgroup's figures from a PassSource.
 type PassStats struct {
 	// ID is the cgroup id: the inode number of its directory.

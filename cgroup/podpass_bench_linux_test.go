@@ -125,10 +125,11 @@ func BenchmarkReadPodUsageKernelPass(b *testing.B) {
 	roots := cgroup.PodRoots{V2: m.Path, Parent: cgroup.PodTreeForTest(b, m, n, "")}
 	for _, rd := range []struct {
 		name string
-		opts cgroup.KeepOptions
-	}{{"keep", cgroup.KeepOptions{}}, {"keep-pass", cgroup.KeepOptions{Pass: c}}} {
+		pass cgroup.PassSource
+	}{{"keep", nil}, {"keep-pass", c}} {
 		b.Run(rd.name, func(b *testing.B) {
-			r := cgroup.NewKeepReader(rd.opts)
+			r := cgroup.NewKeepReader(cgroup.KeepOptions{})
+			r.SetPass(rd.pass)
 			defer r.Close()
 			b.ReportAllocs()
 			cpu := cgroup.CPUTimeForTest()

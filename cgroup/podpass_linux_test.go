@@ -94,7 +94,8 @@ func TestReadPodUsageKernelPass(t *testing.T) {
 
 	roots := cgroup.PodRoots{V2: cg2, Parent: strings.TrimPrefix(parent, cg2)}
 	pass := &countingPass{CgroupStats: stats}
-	withPass := cgroup.NewKeepReader(cgroup.KeepOptions{Pass: pass})
+	withPass := cgroup.NewKeepReader(cgroup.KeepOptions{})
+	withPass.SetPass(pass)
 	defer withPass.Close()
 	files := cgroup.NewKeepReader(cgroup.KeepOptions{})
 	defer files.Close()

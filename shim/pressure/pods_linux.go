@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -71,12 +72,19 @@ type podReader struct {
 	names    PodNames
 	interval time.Duration
 	log      *slog.Logger
+	// openPass, when set, loads the kernel pass at the first read.
+	openPass func() (*bpf.CgroupStats, error)
 
-	// readMu serializes reads and guards reader, lastRead and closed.
-	readMu   sync.Mutex
-	reader   *cgroup.Reader
-	lastRead time.Time
-	closed   bool
+	// readMu serializes reads and guards reader, lastRead, closed, pass,
+	// passTried, how and onHow.
+	readMu    sync.Mutex
+	reader    *cgroup.Reader
+	lastRead  time.Time
+	closed    bool
+	pass      *bpf.CgroupStats
+	passTried bool
+	how       string
+	onHow     func(how string)
 
 	mu   sync.Mutex
 	last *status.PodPressures
@@ -89,13 +97,60 @@ func (p *podReader) cached() *status.PodPressures {
 	return p.last
 }
 
-// close releases the files the reader keeps open; later reads return the
-// last view.
+// close releases the files the reader keeps open and the kernel pass;
+// later reads return the last view.
 func (p *podReader) close() {
 	p.readMu.Lock()
 	defer p.readMu.Unlock()
 	p.closed = true
 	p.reader.Close()
+	if p.pass != nil {
+		p.pass.Close()
+	}
+}
+
+// Ways of reading the pods' cgroups, for PressureMonitorReady.
+const (
+	howFiles    = "their cgroup2 files kept open and re-read with pread"
+	howUntried  = "by a BPF cgroup iterator in one kernel pass where it loads (at the first read), else " + howFiles
+	howFilesOff = howFiles + " (the kernel pass is turned off)"
+)
+
+// setHow calls onHow with the way the pods are read now, and again when
+// the first read settles it.
+func (p *podReader) setHow(onHow func(how string)) {
+	p.readMu.Lock()
+	defer p.readMu.Unlock()
+	p.onHow = onHow
+	if p.how == "" {
+		p.how = howFilesOff
+		if p.openPass != nil {
+			p.how = howUntried
+		}
+	}
+	onHow(p.how)
+}
+
+// loadPass loads the kernel pass once, at the first read; p.readMu is held.
+func (p *podReader) loadPass() {
+	if p.passTried || p.openPass == nil {
+		return
+	}
+	p.passTried = true
+	pass, err := p.openPass()
+	if err != nil {
+		p.how = howFiles + " (no kernel pass: " + err.Error() + ")"
+		if p.log != nil {
+			p.log.Warn("the kernel pass over the pods' cgroups did not load; their files are read", "err", err)
+		}
+	} else {
+		p.pass = pass
+		p.reader.SetPass(pass)
+		p.how = pass.Describe() + ", memory.stat from its file kept open and re-read with pread"
+	}
+	if p.onHow != nil {
+		p.onHow(p.how)
+	}
 }
 
 // read returns the pods' view, read again when interval has passed.
@@ -106,6 +161,7 @@ func (p *podReader) read(ctx context.Context, now time.Time) *status.PodPressure
 		return last
 	}
 	p.lastRead = now
+	p.loadPass()
 	v := p.readNow(ctx, now)
 	p.mu.Lock()
 	p.last = v

@@ -67,6 +67,15 @@ func TestPodPressure(t *testing.T) {
 		}
 		return named == len(pods)
 	})
+	// The first read loaded the kernel pass, and the monitor's condition
+	// says so.
+	settled := sourcetest.WaitFor(t, m, func(d status.Document) bool {
+		c, _ := d.Condition(status.TypePressureMonitor)
+		return !strings.Contains(c.Message, "(at the first read)")
+	})
+	if c, _ := settled.Condition(status.TypePressureMonitor); !strings.Contains(c.Message, "a BPF cgroup iterator reads each pod's PSI and memory counters in one kernel pass (CONFIG_HZ ") {
+		t.Errorf("%s after the first read of the pods: %s", status.TypePressureMonitor, c.Message)
+	}
 	view := d.Pressure.Pods
 	if view.Driver != string(cgroup.Cgroupfs) || !strings.HasSuffix(view.Kubepods, c.CgroupRoot+"/kubepods") {
 		t.Errorf("kubepods %s (%s)", view.Kubepods, view.Driver)

@@ -176,21 +176,14 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	if err != nil {
 		return err
 	}
+	pods := &podReader{roots: roots, interval: s.PodInterval, log: s.Logger, reader: cgroup.NewKeepReader(cgroup.KeepOptions{})}
 	// The pods' PSI and memory counters come from one kernel pass where
 	// the cgroup iterator loads (Linux 6.1+), from their files otherwise.
-	var passSrc cgroup.PassSource
-	how := "their cgroup2 files kept open and re-read with pread"
-	if s.FilesOnly {
-		how += " (the kernel pass is turned off)"
-	} else if pass, err := s.openPass(m); err != nil {
-		how += " (no kernel pass: " + err.Error() + ")"
-	} else {
-		defer pass.Close()
-		passSrc = pass
-		how = pass.Describe() + ", memory.stat from its file kept open and re-read with pread"
+	// It is loaded at the first read of the pods: a node whose per-pod
+	// view no one reads does not hold it.
+	if !s.FilesOnly {
+		pods.openPass = func() (*bpf.CgroupStats, error) { return s.openPass(m) }
 	}
-	pods := &podReader{roots: roots, interval: s.PodInterval, log: s.Logger,
-		reader: cgroup.NewKeepReader(cgroup.KeepOptions{Pass: passSrc})}
 	if pods.interval <= 0 {
 		pods.interval = DefaultPodInterval
 	}
@@ -245,13 +238,17 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	}
 	// Which way the pods' cgroups are read: the kernel pass, or kept-open
 	// files re-read with pread(2), up to a bound on descriptors, beyond
-	// which each file is opened per read.
-	msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read when the per-pod view is asked for, at most every %s: %s (up to %d descriptors)",
-		m.Path, strings.Join(watching, "; "), pods.interval, how, maxFiles)
-	if s.ThresholdsFrom != "" {
-		msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)
+	// which each file is opened per read. The first read of the pods
+	// settles the first, and says so again.
+	ready := func(how string) {
+		msg := fmt.Sprintf("cgroup2 at %s; %s; pod cgroups read when the per-pod view is asked for, at most every %s: %s (up to %d descriptors)",
+			m.Path, strings.Join(watching, "; "), pods.interval, how, maxFiles)
+		if s.ThresholdsFrom != "" {
+			msg += fmt.Sprintf("; eviction thresholds %s from %s", thresholdString(s.Thresholds), s.ThresholdsFrom)
+		}
+		model.Set(condition.Condition{Type: status.TypePressureMonitor, Status: condition.True, Reason: ReasonWatching, Message: msg})
 	}
-	model.Set(condition.Condition{Type: status.TypePressureMonitor, Status: condition.True, Reason: ReasonWatching, Message: msg})
+	pods.setHow(ready)
 	err = mon.Run(ctx, func(e cgroup.Event) {
 		switch e.Kind {
 		case cgroup.EventCondition:

@@ -33,6 +33,10 @@ func TestPressureSource(t *testing.T) {
 	if c.Status != condition.True || c.Reason != ReasonWatching || !strings.Contains(c.Message, "memory.pressure") {
 		t.Errorf("%s = %+v", status.TypePressureMonitor, c)
 	}
+	// No one has read the pods: the kernel pass is not loaded yet.
+	if !strings.Contains(c.Message, "by a BPF cgroup iterator in one kernel pass where it loads (at the first read), else their cgroup2 files") {
+		t.Errorf("%s before a read of the pods: %s", status.TypePressureMonitor, c.Message)
+	}
 	for _, typ := range []string{"MemoryPressure", "DiskPressure", "PIDPressure"} {
 		c, ok := d.Condition(typ)
 		if !ok || c.Polarity != condition.PolarityKubelet || c.Status == condition.Unknown {
