@@ -4,8 +4,9 @@ package cgroup
 // and benchmarks use the BPF cgroup iterator: package bpf imports cgroup,
 // so only an external test package can import both.
 var (
-	RealTreeForTest = realTree
-	PodTreeForTest  = podTree
-	CPUTimeForTest  = cpuTime
-	ReportForTest   = reportPerCgroup
+	RealTreeForTest            = realTree
+	PodTreeForTest             = podTree
+	CPUTimeForTest             = cpuTime
+	ReportForTest              = reportPerCgroup
+	BenchContainerdStatForTest = benchContainerdStat
 )

@@ -2,33 +2,15 @@ package cgroup_test
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
-
-	"github.com/containerd/cgroups/v3/cgroup2"
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/kernel"
 )
 
 // benchCgroupStats loads the kernel pass with the running kernel's HZ.
 func benchCgroupStats(b *testing.B) *bpf.CgroupStats {
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		b.Fatal(err)
-	}
-	cfg, err := kernel.LoadConfig(kernel.DefaultHost(), unix.ByteSliceToString(uts.Release[:]))
-	if err != nil {
-		b.Fatal(err)
-	}
-	v, _ := cfg.Value("CONFIG_HZ")
-	hz, err := strconv.Atoi(v)
-	if err != nil {
-		b.Fatal(err)
-	}
-	c, err := bpf.OpenCgroupStats(bpf.CgroupStatsOptions{HZ: hz})
+	c, err := bpf.OpenCgroupStats(bpf.CgroupStatsOptions{HZ: kernelHZ(b)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -93,21 +75,7 @@ func BenchmarkScanKernelPass(b *testing.B) {
 				cgroup.ReportForTest(b, n, cpu)
 				b.ReportMetric(float64(r.Keeping().Groups), "kept-cgroups")
 			})
-			b.Run("containerd-Stat", func(b *testing.B) {
-				cpu := cgroup.CPUTimeForTest()
-				for b.Loop() {
-					for _, g := range groups {
-						cg, err := cgroup2.Load(g, cgroup2.WithMountpoint(root))
-						if err != nil {
-							b.Fatal(err)
-						}
-						if _, err := cg.Stat(); err != nil {
-							b.Fatal(err)
-						}
-					}
-				}
-				cgroup.ReportForTest(b, n, cpu)
-			})
+			b.Run("containerd-Stat", func(b *testing.B) { cgroup.BenchContainerdStatForTest(b, root, groups) })
 		})
 	}
 }

@@ -15,6 +15,25 @@ import (
 	"github.com/nodeshim/nodeshim/kernel"
 )
 
+// kernelHZ is the running kernel's CONFIG_HZ, from its config.
+func kernelHZ(tb testing.TB) int {
+	tb.Helper()
+	var uts unix.Utsname
+	if err := unix.Uname(&uts); err != nil {
+		tb.Fatal(err)
+	}
+	cfg, err := kernel.LoadConfig(kernel.DefaultHost(), unix.ByteSliceToString(uts.Release[:]))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	v, _ := cfg.Value("CONFIG_HZ")
+	hz, err := strconv.Atoi(v)
+	if err != nil {
+		tb.Fatalf("CONFIG_HZ %q: %v", v, err)
+	}
+	return hz
+}
+
 // countingPass counts the passes of the real kernel pass it wraps.
 type countingPass struct {
 	*bpf.CgroupStats
@@ -38,20 +57,7 @@ func TestReadPodUsageKernelPass(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := kernel.LoadConfig(kernel.DefaultHost(), unix.ByteSliceToString(uts.Release[:]))
-	if err != nil {
-		t.Fatal(err)
-	}
-	v, _ := cfg.Value("CONFIG_HZ")
-	hz, err := strconv.Atoi(v)
-	if err != nil {
-		t.Fatal(err)
-	}
-	stats, err := bpf.OpenCgroupStats(bpf.CgroupStatsOptions{HZ: hz})
+	stats, err := bpf.OpenCgroupStats(bpf.CgroupStatsOptions{HZ: kernelHZ(t)})
 	testutil.SkipIfNotSupported(t, err)
 	if err != nil {
 		t.Fatal(err)
