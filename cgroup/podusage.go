@@ -167,7 +167,12 @@ func (r *Reader) runPodPass(roots PodRoots, tree *PodTree) map[uint64]PassStats 
 	}
 	clear(r.passed)
 	if err := r.pass.Pass(filepath.Join(roots.V2, rel), podPassDepth, func(s *PassStats) { r.passed[s.ID] = *s }); err != nil {
-		tree.PassErr = err
+		// No kubepods in the cgroup v2 hierarchy (a hybrid node whose
+		// runtime leaves it alone) is no failure: no pod has PSI there,
+		// which the files say of each.
+		if !errors.Is(err, ErrVanished) {
+			tree.PassErr = err
+		}
 		return nil
 	}
 	return r.passed

@@ -114,3 +114,30 @@ func TestReadPodUsage(t *testing.T) {
 		}
 	})
 }
+
+// vanishedPass is a PassSource that finds no subtree to walk, as on a
+// hybrid node whose runtime keeps pods out of the cgroup v2 hierarchy.
+type vanishedPass struct{}
+
+func (vanishedPass) Pass(dir string, depth int, fn func(*PassStats)) error {
+	return fmt.Errorf("pass of %s: %w", dir, ErrVanished)
+}
+
+func (vanishedPass) Describe() string { return "a pass over a missing subtree" }
+
+// TestReadPodUsagePassWithoutKubepods: a pass that finds no kubepods in the
+// cgroup v2 hierarchy is no failure; the files say the same of each pod.
+func TestReadPodUsagePassWithoutKubepods(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("testdata", "unified"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewKeepReader(KeepOptions{})
+	defer r.Close()
+	r.SetPass(vanishedPass{})
+	tree, pods, err := ReadPodUsage(PodRoots{V2: root, Parent: "/"}, r)
+	if err != nil || tree.PassErr != nil {
+		t.Fatalf("ReadPodUsage: %v, PassErr %v", err, tree.PassErr)
+	}
+	golden.CheckJSON(t, "podusage-unified.golden.json", renderPodUsage(root, tree, pods))
+}

@@ -76,7 +76,7 @@ type podReader struct {
 	openPass func() (*bpf.CgroupStats, error)
 
 	// readMu serializes reads and guards reader, lastRead, closed, pass,
-	// passTried, how and onHow.
+	// passTried, how, onHow and lastPassErr.
 	readMu    sync.Mutex
 	reader    *cgroup.Reader
 	lastRead  time.Time
@@ -85,6 +85,9 @@ type podReader struct {
 	passTried bool
 	how       string
 	onHow     func(how string)
+	// lastPassErr is the last pass failure logged, "" after a pass that
+	// worked.
+	lastPassErr string
 
 	mu   sync.Mutex
 	last *status.PodPressures
@@ -175,8 +178,12 @@ func (p *podReader) readNow(ctx context.Context, now time.Time) *status.PodPress
 	if err != nil {
 		return &status.PodPressures{ObservedAt: now, Unknown: err.Error(), Items: []status.PodPressure{}}
 	}
-	if tree.PassErr != nil && p.log != nil {
-		p.log.Warn("the kernel pass over the pods' cgroups failed; their files were read", "err", tree.PassErr)
+	// A pass that fails the same way at every read is logged once.
+	if msg := errString(tree.PassErr); msg != p.lastPassErr {
+		p.lastPassErr = msg
+		if msg != "" && p.log != nil {
+			p.log.Warn("the kernel pass over the pods' cgroups failed; their files were read", "err", tree.PassErr)
+		}
 	}
 	var names map[string]cri.PodName
 	if p.names != nil {
@@ -204,4 +211,12 @@ func podRoots(procRoot, cg2, parent string) (cgroup.PodRoots, error) {
 		return cgroup.PodRoots{}, fmt.Errorf("find the memory hierarchy: %w", err)
 	}
 	return r, nil
+}
+
+// errString is err's message, "" for nil.
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
 }
