@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,19 +37,13 @@ func testCgroupStats(t testing.TB, capacity int) *CgroupStats {
 
 func kernelHZ(t testing.TB) int {
 	t.Helper()
-	h := kernel.DefaultHost()
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := kernel.LoadConfig(h, unix.ByteSliceToString(uts.Release[:]))
+	cfg, err := kernel.RunningConfig(kernel.DefaultHost())
 	if err != nil {
 		t.Fatalf("kernel config: %v", err)
 	}
-	v, _ := cfg.Value("CONFIG_HZ")
-	hz, err := strconv.Atoi(v)
+	hz, err := cfg.HZ()
 	if err != nil {
-		t.Fatalf("CONFIG_HZ %q: %v", v, err)
+		t.Fatal(err)
 	}
 	return hz
 }

@@ -3,11 +3,8 @@ package cgroup_test
 import (
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
@@ -18,18 +15,13 @@ import (
 // kernelHZ is the running kernel's CONFIG_HZ, from its config.
 func kernelHZ(tb testing.TB) int {
 	tb.Helper()
-	var uts unix.Utsname
-	if err := unix.Uname(&uts); err != nil {
-		tb.Fatal(err)
-	}
-	cfg, err := kernel.LoadConfig(kernel.DefaultHost(), unix.ByteSliceToString(uts.Release[:]))
+	cfg, err := kernel.RunningConfig(kernel.DefaultHost())
 	if err != nil {
 		tb.Fatal(err)
 	}
-	v, _ := cfg.Value("CONFIG_HZ")
-	hz, err := strconv.Atoi(v)
+	hz, err := cfg.HZ()
 	if err != nil {
-		tb.Fatalf("CONFIG_HZ %q: %v", v, err)
+		tb.Fatal(err)
 	}
 	return hz
 }

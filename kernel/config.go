@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 )
 
@@ -94,6 +95,30 @@ func LoadConfig(h *Host, release string) (*Config, error) {
 		return c, err
 	}
 	return nil, fmt.Errorf("%w at %s", ErrNoConfig, strings.Join(paths, ", "))
+}
+
+// RunningConfig reads the configuration of the kernel h runs: its
+// release from h's procfs, then LoadConfig.
+func RunningConfig(h *Host) (*Config, error) {
+	id, err := ReadIdentity(h.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	return LoadConfig(h, id.Raw)
+}
+
+// HZ returns CONFIG_HZ, the kernel's tick rate; an error names the config
+// file when it is missing or not a number.
+func (c *Config) HZ() (int, error) {
+	v, ok := c.Value("HZ")
+	if !ok {
+		return 0, fmt.Errorf("%s: no CONFIG_HZ", c.Source)
+	}
+	hz, err := strconv.Atoi(v)
+	if err != nil || hz <= 0 {
+		return 0, fmt.Errorf("%s: CONFIG_HZ=%s is not a tick rate", c.Source, v)
+	}
+	return hz, nil
 }
 
 // ReadConfigFile reads a kernel config file, gzip-compressed or plain.

@@ -231,3 +231,59 @@ func BenchmarkReadConfig(b *testing.B) {
 		})
 	}
 }
+
+func TestConfigHZ(t *testing.T) {
+	for _, tc := range []struct {
+		config string
+		want   int
+		err    string
+	}{
+		{"CONFIG_HZ_250=y\nCONFIG_HZ=250\n", 250, ""},
+		{"CONFIG_HZ=1000\n", 1000, ""},
+		{"CONFIG_PSI=y\n", 0, "no CONFIG_HZ"},
+		{"CONFIG_HZ=\"fast\"\n", 0, "CONFIG_HZ=\"fast\" is not a tick rate"},
+		{"CONFIG_HZ=0\n", 0, "CONFIG_HZ=0 is not a tick rate"},
+	} {
+		path := filepath.Join(t.TempDir(), "config")
+		writeFile(t, path, tc.config)
+		c, err := ReadConfigFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		hz, err := c.HZ()
+		if hz != tc.want || (err == nil) != (tc.err == "") || err != nil && (!strings.Contains(err.Error(), tc.err) || !strings.Contains(err.Error(), path)) {
+			t.Errorf("%q: HZ() = %d, %v; want %d, %q naming %s", tc.config, hz, err, tc.want, tc.err, path)
+		}
+	}
+}
+
+// TestRunningConfig finds the config of the release that procfs names, not
+// another installed kernel's, under a host mounted elsewhere.
+func TestRunningConfig(t *testing.T) {
+	root := t.TempDir()
+	h := HostUnder(root, "")
+	if h.ProcRoot != filepath.Join(root, "proc") || h.BootRoot != filepath.Join(root, "boot") ||
+		h.SysRoot != filepath.Join(root, "sys") || h.ModulesRoot != filepath.Join(root, "lib/modules") {
+		t.Fatalf("HostUnder(%s) = %+v", root, h)
+	}
+	if p := HostUnder(root, "/host/proc").ProcRoot; p != "/host/proc" {
+		t.Errorf("HostUnder with a procfs elsewhere: ProcRoot %s", p)
+	}
+	if _, err := RunningConfig(h); err == nil || !strings.Contains(err.Error(), "osrelease") {
+		t.Errorf("without procfs: %v, want an error naming osrelease", err)
+	}
+	writeFile(t, filepath.Join(h.ProcRoot, "sys/kernel/osrelease"), "6.1.0-50-amd64\n")
+	writeFile(t, filepath.Join(h.ProcRoot, "sys/kernel/ostype"), "Linux\n")
+	writeFile(t, filepath.Join(h.BootRoot, "config-6.1.0-49-amd64"), "CONFIG_HZ=1000\n")
+	if _, err := RunningConfig(h); !errors.Is(err, ErrNoConfig) {
+		t.Errorf("only another release's config: %v, want ErrNoConfig", err)
+	}
+	writeFile(t, filepath.Join(h.BootRoot, "config-6.1.0-50-amd64"), "CONFIG_HZ=250\n")
+	c, err := RunningConfig(h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if hz, err := c.HZ(); hz != 250 || err != nil {
+		t.Errorf("HZ() = %d, %v; want 250 from the running release's config", hz, err)
+	}
+}

@@ -56,6 +56,22 @@ func DefaultHost() *Host {
 	return &Host{ProcRoot: "/proc", SysRoot: "/sys", BootRoot: "/boot", ModulesRoot: "/lib/modules"}
 }
 
+// HostUnder returns the Host whose root filesystem is mounted at hostRoot
+// ("/" on the host itself), with procfs at procRoot when it is not empty
+// (a container sees the host's /proc elsewhere), else under hostRoot.
+func HostUnder(hostRoot, procRoot string) *Host {
+	def := DefaultHost()
+	if procRoot == "" {
+		procRoot = filepath.Join(hostRoot, def.ProcRoot)
+	}
+	return &Host{
+		ProcRoot:    procRoot,
+		SysRoot:     filepath.Join(hostRoot, def.SysRoot),
+		BootRoot:    filepath.Join(hostRoot, def.BootRoot),
+		ModulesRoot: filepath.Join(hostRoot, def.ModulesRoot),
+	}
+}
+
 // Load reads the facts that many probes share (identity, config, mounts),
 // once; later calls do nothing. Failures are kept in the *Err fields, so
 // that each probe can report Unknown with the reason.

@@ -87,16 +87,7 @@ removed and the lock released.`,
 // probe them again.
 func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*capability.Report, error) {
 	return func(ctx context.Context) (*capability.Report, error) {
-		def := kernel.DefaultHost()
-		if procRoot == "" {
-			procRoot = filepath.Join(hostRoot, def.ProcRoot)
-		}
-		o := reportOptions{cacheDir: filepath.Join(rootDir, "report-cache"), host: kernel.Host{
-			ProcRoot:    procRoot,
-			SysRoot:     filepath.Join(hostRoot, def.SysRoot),
-			BootRoot:    filepath.Join(hostRoot, def.BootRoot),
-			ModulesRoot: filepath.Join(hostRoot, def.ModulesRoot),
-		}}
+		o := reportOptions{cacheDir: filepath.Join(rootDir, "report-cache"), host: *kernel.HostUnder(hostRoot, procRoot)}
 		h := o.host
 		cache := o.bootCache()
 		r, err := capability.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, cache.Wrap(catalogue.With(o.criuOptions())))

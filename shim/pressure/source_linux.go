@@ -140,25 +140,15 @@ func (s *Source) openPass(m cgroup.Mount) (*bpf.CgroupStats, error) {
 
 // configHZ reads CONFIG_HZ from the running kernel's config.
 func (s *Source) configHZ() (int, error) {
-	id, err := kernel.ReadIdentity(s.ProcRoot)
-	if err != nil {
-		return 0, err
-	}
 	root := s.HostRoot
 	if root == "" {
 		root = "/"
 	}
-	h := &kernel.Host{ProcRoot: s.ProcRoot, BootRoot: filepath.Join(root, "boot"), ModulesRoot: filepath.Join(root, "lib", "modules")}
-	cfg, err := kernel.LoadConfig(h, id.Raw)
+	cfg, err := kernel.RunningConfig(kernel.HostUnder(root, s.ProcRoot))
 	if err != nil {
 		return 0, err
 	}
-	v, _ := cfg.Value("CONFIG_HZ")
-	hz, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("CONFIG_HZ %q in the kernel config: %w", v, err)
-	}
-	return hz, nil
+	return cfg.HZ()
 }
 
 func (s *Source) once(ctx context.Context, model *status.Model) error {
