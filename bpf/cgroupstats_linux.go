@@ -31,8 +31,8 @@ const (
 // several times over, in 152 KiB of kernel memory.
 const DefaultCgroupStatsCapacity = 512
 
-// maxCgroupStatsCapacity bounds the map's growth: 1<<20 records are
-// 336 MiB of locked kernel memory.
+// maxCgroupStatsCapacity bounds the map's growth: 1<<18 records of 304
+// bytes are 76 MiB of kernel memory.
 const maxCgroupStatsCapacity = 1 << 18
 
 // CgroupStatsOptions configures OpenCgroupStats.

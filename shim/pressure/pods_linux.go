@@ -72,19 +72,19 @@ type podReader struct {
 	names    PodNames
 	interval time.Duration
 	log      *slog.Logger
-	// openPass, when set, loads the kernel pass at the first read.
-	openPass func() (*bpf.CgroupStats, error)
 
-	// readMu serializes reads and guards reader, lastRead, closed, pass,
-	// passTried, how, onHow and lastPassErr.
-	readMu    sync.Mutex
-	reader    *cgroup.Reader
-	lastRead  time.Time
-	closed    bool
-	pass      *bpf.CgroupStats
-	passTried bool
-	how       string
-	onHow     func(how string)
+	// readMu serializes reads and guards reader, lastRead, closed,
+	// openPass, pass, how, onHow and lastPassErr.
+	readMu   sync.Mutex
+	reader   *cgroup.Reader
+	lastRead time.Time
+	closed   bool
+	// openPass, when set, loads the kernel pass at the first read, and is
+	// cleared once it has been tried.
+	openPass func() (*bpf.CgroupStats, error)
+	pass     *bpf.CgroupStats
+	how      string
+	onHow    func(how string)
 	// lastPassErr is the last pass failure logged, "" after a pass that
 	// worked.
 	lastPassErr string
@@ -114,9 +114,8 @@ func (p *podReader) close() {
 
 // Ways of reading the pods' cgroups, for PressureMonitorReady.
 const (
-	howFiles    = "their cgroup2 files kept open and re-read with pread"
-	howUntried  = "by a BPF cgroup iterator in one kernel pass where it loads (at the first read), else " + howFiles
-	howFilesOff = howFiles + " (the kernel pass is turned off)"
+	howFiles   = "their cgroup2 files kept open and re-read with pread"
+	howUntried = "by a BPF cgroup iterator in one kernel pass where it loads (at the first read), else " + howFiles
 )
 
 // setHow calls onHow with the way the pods are read now, and again when
@@ -126,7 +125,7 @@ func (p *podReader) setHow(onHow func(how string)) {
 	defer p.readMu.Unlock()
 	p.onHow = onHow
 	if p.how == "" {
-		p.how = howFilesOff
+		p.how = howFiles
 		if p.openPass != nil {
 			p.how = howUntried
 		}
@@ -136,11 +135,11 @@ func (p *podReader) setHow(onHow func(how string)) {
 
 // loadPass loads the kernel pass once, at the first read; p.readMu is held.
 func (p *podReader) loadPass() {
-	if p.passTried || p.openPass == nil {
+	if p.openPass == nil {
 		return
 	}
-	p.passTried = true
 	pass, err := p.openPass()
+	p.openPass = nil
 	if err != nil {
 		p.how = howFiles + " (no kernel pass: " + err.Error() + ")"
 		if p.log != nil {

@@ -66,9 +66,6 @@ type Source struct {
 	// config under its /boot and /lib/modules gives CONFIG_HZ, which the
 	// kernel pass over the pods' cgroups needs.
 	HostRoot string
-	// FilesOnly makes the pods' cgroups be read from their files even
-	// where the kernel pass (bpf.CgroupStats) loads.
-	FilesOnly bool
 }
 
 // Name returns "pressure".
@@ -140,11 +137,7 @@ func (s *Source) openPass(m cgroup.Mount) (*bpf.CgroupStats, error) {
 
 // configHZ reads CONFIG_HZ from the running kernel's config.
 func (s *Source) configHZ() (int, error) {
-	root := s.HostRoot
-	if root == "" {
-		root = "/"
-	}
-	cfg, err := kernel.RunningConfig(kernel.HostUnder(root, s.ProcRoot))
+	cfg, err := kernel.RunningConfig(kernel.HostUnder(s.HostRoot, s.ProcRoot))
 	if err != nil {
 		return 0, err
 	}
@@ -171,9 +164,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	// the cgroup iterator loads (Linux 6.1+), from their files otherwise.
 	// It is loaded at the first read of the pods: a node whose per-pod
 	// view no one reads does not hold it.
-	if !s.FilesOnly {
-		pods.openPass = func() (*bpf.CgroupStats, error) { return s.openPass(m) }
-	}
+	pods.openPass = func() (*bpf.CgroupStats, error) { return s.openPass(m) }
 	if pods.interval <= 0 {
 		pods.interval = DefaultPodInterval
 	}
