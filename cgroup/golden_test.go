@@ -124,8 +124,6 @@ func (failingPass) Pass(dir string, depth int, fn func(*PassStats)) error {
 	return fmt.Errorf("pass of %s: %w", dir, errPassRefused)
 }
 
-func (failingPass) Describe() string { return "a pass that fails" }
-
 // recordedTree discovers the pods of the recorded tree testdata/name and
 // returns its absolute root, the tree, and the directories of the root,
 // the QoS levels and the pods, with their containers when containers is

@@ -13,8 +13,6 @@ type PassSource interface {
 	// below it, in pre-order; the *PassStats is reused between calls. It
 	// returns an error naming dir when the pass cannot run.
 	Pass(dir string, depth int, fn func(*PassStats)) error
-	// Describe says how the pass reads, for the status and the report.
-	Describe() string
 }
 
 // SetPass makes ReadPodUsage read the pods' PSI and memory counters with

@@ -123,8 +123,6 @@ func (vanishedPass) Pass(dir string, depth int, fn func(*PassStats)) error {
 	return fmt.Errorf("pass of %s: %w", dir, ErrVanished)
 }
 
-func (vanishedPass) Describe() string { return "a pass over a missing subtree" }
-
 // TestReadPodUsagePassWithoutKubepods: a pass that finds no kubepods in the
 // cgroup v2 hierarchy is no failure; the files say the same of each pod.
 func TestReadPodUsagePassWithoutKubepods(t *testing.T) {

@@ -20,8 +20,6 @@ func (p *refusingPass) Pass(dir string, depth int, fn func(*cgroup.PassStats)) e
 	return fmt.Errorf("pass of %s: refused", dir)
 }
 
-func (*refusingPass) Describe() string { return "a pass that is refused" }
-
 // TestPodReaderLogsAFailingPassOnce: the pods are read from their files
 // when the kernel pass fails, and a pass that fails the same way at every
 // read is logged once, not every 10 s.
