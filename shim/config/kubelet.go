@@ -1,6 +1,7 @@
 package config
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"os"
@@ -33,6 +34,11 @@ func ReadKubeletConfig(file, dir string) (*kubeletv1beta1.KubeletConfiguration, 
 	if err != nil {
 		return nil, fmt.Errorf("read kubelet config: %w", err)
 	}
+	// kubelet refuses an empty configuration file ("Object 'Kind' is
+	// missing"); read as its defaults, it would hide a truncated write.
+	if empty, err := isEmptyDocument(data); err == nil && empty {
+		return nil, fmt.Errorf("kubelet config %s: %w", file, ErrEmptyKubeletConfig)
+	}
 	files := []File{{Name: file, Data: data}}
 	if dir != "" {
 		dropins, err := ReadDropins(dir)
@@ -50,6 +56,10 @@ func ReadKubeletConfig(file, dir string) (*kubeletv1beta1.KubeletConfiguration, 
 	}
 	return &kc, nil
 }
+
+// ErrEmptyKubeletConfig is returned, wrapped with the file's name, for a
+// kubelet configuration file that is empty or holds only comments.
+var ErrEmptyKubeletConfig = errors.New("empty file (only whitespace or comments): kubelet refuses it too")
 
 // KubeletEvictionHard is the evictionHard the kubelet of kc enforces: its
 // own map when set (merged over the defaults only with

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	clocktesting "k8s.io/utils/clock/testing"
 )
 
@@ -398,6 +398,11 @@ func TestPayloadLoad(t *testing.T) {
 		{"bad eviction threshold", []File{{BaseFile, []byte(tm + "pressure: {evictionHard: {memory.free: 1Gi}}\n")}}, nil, `pressure.evictionHard: `},
 		{"relative kubelet config", []File{{BaseFile, []byte(tm + "kubelet: {configFile: config.yaml}\n")}}, nil, `kubelet.configFile "config.yaml" is not an absolute path`},
 		{"no base", []File{{"10-a.conf", []byte(tm)}}, nil, "no base configuration file"},
+		{"empty base", []File{{BaseFile, nil}}, nil, "config.yaml: empty configuration file"},
+		{"whitespace base", []File{{BaseFile, []byte(" \n\t\n")}}, nil, "config.yaml: empty configuration file"},
+		{"comment-only base", []File{{BaseFile, []byte("# truncated\n---\n")}, {"10-a.conf", []byte(tm + "rootDir: /x\n")}}, nil, "config.yaml: empty configuration file"},
+		{"empty drop-in is ignored", []File{{BaseFile, []byte(tm + "rootDir: /srv/shim\n")}, {"10-a.conf", []byte("# nothing yet\n")}},
+			func(c ShimConfiguration) bool { return c.RootDir == "/srv/shim" }, ""},
 		{"missing kind in drop-in", []File{{BaseFile, []byte(tm)}, {"10-a.conf", []byte("rootDir: /x\n")}}, nil, `10-a.conf: wrong apiVersion or kind`},
 		{"foreign kind", []File{{BaseFile, []byte("apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\n")}}, nil, "wrong apiVersion or kind"},
 		{"unknown field in drop-in", []File{{BaseFile, []byte(tm)}, {"10-a.conf", []byte(tm + "api: {tcpAdress: x}\n")}}, nil, `10-a.conf: error unmarshaling JSON: while decoding JSON: json: unknown field "tcpAdress"`},
@@ -519,5 +524,68 @@ func TestCheckRefuses(t *testing.T) {
 	st := f.expect("B refused", B, A, A, "differs from serve's --root-dir")
 	if c := st.Condition(); c.Status != condition.False || c.Reason != ReasonConfigRolledBack {
 		t.Errorf("condition after a refused payload = %+v", c)
+	}
+}
+
+// TestEmptyBaseRefused: an empty config.yaml (what a truncated write
+// leaves) is refused like a missing one: it is assigned, rolled back, and
+// never active nor last-known-good, however long it stays; the
+// last-known-good stays in force, across a restart too. Without a
+// last-known-good, the local defaults are in force and the status says why.
+func TestEmptyBaseRefused(t *testing.T) {
+	for _, empty := range []struct{ name, data string }{
+		{"empty", ""},
+		{"whitespace", "  \n\t\n"},
+		{"comments", "# config.yaml\n# being rewritten\n"},
+		{"document marker", "---\n"},
+	} {
+		t.Run(empty.name, func(t *testing.T) {
+			const none = "<none>"
+			f := newFixture(t)
+			e := map[string]string{BaseFile: empty.data}
+			E := short(uidOf(t, e))
+			writeSource(t, f.source, e)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			st := f.expect("empty first", E, none, none, "config.yaml: "+ErrEmptyBase.Error())
+			if c := st.Condition(); c.Status != condition.False || c.Reason != ReasonConfigRolledBack {
+				t.Errorf("condition with an empty first payload = %+v", c)
+			}
+
+			a := map[string]string{BaseFile: goodConfig(1)}
+			A := short(uidOf(t, a))
+			writeSource(t, f.source, a)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.clock.Step(DefaultSoakPeriod)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.expect("A soaked", A, A, A, "")
+
+			writeSource(t, f.source, e)
+			if err := f.c.Sync(); err != nil {
+				t.Fatalf("an empty config is not a Sync error: %v", err)
+			}
+			st = f.expect("empty refused", E, A, A, "config.yaml: "+ErrEmptyBase.Error())
+			if c := st.Condition(); c.Status != condition.False || c.Severity != condition.SeverityError || c.Reason != ReasonConfigRolledBack {
+				t.Errorf("condition = %+v", c)
+			}
+			if got := f.c.Active(); !slices.Equal(got.Plugins.Expected, []string{"driver-1"}) {
+				t.Errorf("Active = %+v, want A's", got)
+			}
+			f.clock.Step(2 * DefaultSoakPeriod)
+			if err := f.c.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			f.expect("empty never becomes last-known-good", E, A, A, "empty configuration file")
+			f.open()
+			f.expect("restart", E, A, A, "empty configuration file")
+			if got := f.c.Active(); !slices.Equal(got.Plugins.Expected, []string{"driver-1"}) {
+				t.Errorf("Active after restart = %+v, want A's", got)
+			}
+		})
 	}
 }

@@ -305,3 +305,31 @@ func TestReadDropinsOrder(t *testing.T) {
 		t.Errorf("ReadDropins of a missing dir = %v, %v", files, err)
 	}
 }
+
+// TestReadKubeletConfigEmpty: an empty kubelet configuration file is an
+// error naming it (kubelet refuses it too), not kubelet's defaults.
+func TestReadKubeletConfigEmpty(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ name, data, want string }{
+		{"empty", "", "empty file"},
+		{"comments", "# kubelet config\n", "empty file"},
+		{"valid", "apiVersion: kubelet.config.k8s.io/v1beta1\nkind: KubeletConfiguration\nevictionHard: {memory.available: 1Gi}\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			file := filepath.Join(dir, tc.name+".yaml")
+			if err := os.WriteFile(file, []byte(tc.data), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			kc, err := ReadKubeletConfig(file, "")
+			if tc.want == "" {
+				if err != nil || kc.EvictionHard["memory.available"] != "1Gi" {
+					t.Fatalf("ReadKubeletConfig = %+v, %v", kc, err)
+				}
+				return
+			}
+			if !errors.Is(err, ErrEmptyKubeletConfig) || !strings.Contains(err.Error(), file) {
+				t.Fatalf("ReadKubeletConfig = %v, want %v naming %s", err, ErrEmptyKubeletConfig, file)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"encoding/hex"
@@ -166,6 +167,12 @@ func (p Payload) LoadOnto(defaults ShimConfiguration) (ShimConfiguration, error)
 	if base == nil {
 		return ShimConfiguration{}, fmt.Errorf("%w %s", ErrNoBase, BaseFile)
 	}
+	// An empty base is what a truncated write leaves: taking it for the
+	// defaults would turn every setting off in silence. Drop-ins may be
+	// empty (below): each only adds to the base.
+	if empty, err := isEmptyDocument(base.Data); err == nil && empty {
+		return ShimConfiguration{}, fmt.Errorf("%s: %w", base.Name, ErrEmptyBase)
+	}
 	files := append([]File{*base}, dropins...)
 	for _, f := range files {
 		if err := checkTypeMeta(f); err != nil {
@@ -202,8 +209,10 @@ func checkTypeMeta(f File) error {
 		return fmt.Errorf("%s: %w", f.Name, err)
 	}
 	if tm == (metav1.TypeMeta{}) {
+		// An empty drop-in changes nothing (LoadOnto refuses an empty base
+		// before this).
 		if empty, err := isEmptyDocument(f.Data); err == nil && empty {
-			return nil // an empty drop-in is harmless
+			return nil
 		}
 	}
 	if tm.APIVersion != APIVersion || tm.Kind != Kind {
@@ -212,7 +221,12 @@ func checkTypeMeta(f File) error {
 	return nil
 }
 
+// isEmptyDocument reports whether data holds no YAML value: nothing,
+// whitespace, comments or a bare document marker.
 func isEmptyDocument(data []byte) (bool, error) {
+	if len(bytes.TrimSpace(data)) == 0 {
+		return true, nil // tabs, which YAML refuses as indentation, too
+	}
 	j, err := yaml.YAMLToJSON(data)
 	if err != nil {
 		return false, err

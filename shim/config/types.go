@@ -288,3 +288,9 @@ func (c *ShimConfiguration) Validate() error {
 
 // ErrNoBase is returned when a configuration payload has no base document.
 var ErrNoBase = errors.New("no base configuration file")
+
+// ErrEmptyBase is returned, wrapped with the file's name, when the base
+// document of a payload is empty or holds only whitespace or comments (a
+// truncated write): it is refused like a missing one, never read as the
+// defaults.
+var ErrEmptyBase = errors.New("empty configuration file (only whitespace or comments): refused; it must at least say apiVersion nodeshim.io/v1alpha1 and kind ShimConfiguration")
