@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -12,6 +14,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
 // node is a podman storage root: the rt podman's, or a second one on the
@@ -45,16 +48,37 @@ func (n node) count(name string) (int, bool) {
 	return c, err == nil
 }
 
-// waitCount waits until name has counted past min; go test's -timeout
-// bounds the wait.
+// waitCount waits until name has counted past min, and returns the count.
 func (n node) waitCount(t testing.TB, name string, min int) int {
 	t.Helper()
-	for {
-		if c, ok := n.count(name); ok && c > min {
-			return c
+	var c int
+	testutil.Eventually(t, fmt.Sprintf("container %s counts past %d", name, min), func() error {
+		var ok bool
+		if c, ok = n.count(name); !ok {
+			return errors.New("its /count cannot be read")
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if c <= min {
+			return fmt.Errorf("it counts %d", c)
+		}
+		return nil
+	})
+	return c
+}
+
+// waitAnswers waits until name's /count can be read, and returns it: on a
+// loaded machine a container restored by podman may not answer podman exec
+// the instant podman container restore returns.
+func (n node) waitAnswers(t testing.TB, name string) int {
+	t.Helper()
+	var c int
+	testutil.Eventually(t, fmt.Sprintf("container %s answers", name), func() error {
+		var ok bool
+		if c, ok = n.count(name); !ok {
+			return errors.New("its /count cannot be read")
+		}
+		return nil
+	})
+	return c
 }
 
 // secondNode makes a second podman storage root beside p's, with the base
@@ -108,10 +132,8 @@ func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file 
 	start = time.Now()
 	restoreOut := b.run(t, "--runtime", a.p.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
 	tRestore := time.Since(start)
-	restored, ok := b.count(name)
-	if !ok {
-		t.Fatalf("the restored container %s does not answer on node B (restore said %q)", name, restoreOut)
-	}
+	t.Logf("podman container restore on node B: %s", restoreOut)
+	restored := b.waitAnswers(t, name)
 	if restored < before {
 		t.Fatalf("node B's container counts %d, below the %d seen before the checkpoint: it was not restored", restored, before)
 	}
