@@ -45,7 +45,7 @@ func runWorkload(mode string, args []string) int {
 		}
 	}
 	switch mode {
-	case "sysinfo", "tree", "hog":
+	case "sysinfo", "tree", "hog", "filter-exec":
 		if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
 			fmt.Fprintln(os.Stderr, "workload: read go signal:", err)
 			return 1
@@ -65,6 +65,8 @@ func runWorkload(mode string, args []string) int {
 		sysinfo(n(0))
 	case "hog":
 		hog(n(0))
+	case "filter-exec":
+		return filterExec(args)
 	case childWatchWithoutTracefs, childReportWithoutTracefs, childMountUnprivileged:
 		return runTracefsChildMode(mode)
 	default:

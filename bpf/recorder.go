@@ -8,6 +8,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
 )
 
 // maxSyscalls mirrors MAX_SYSCALLS in c/recorder.bpf.c; the last slot counts
@@ -61,6 +62,13 @@ type Target struct {
 	// CgroupLevel is the depth of the target cgroup below the cgroup v2
 	// root (the root is 0); only for TargetCgroup.
 	CgroupLevel int
+	// FromFilterLoad counts a matched process only from the moment it
+	// asks the kernel to install a seccomp filter (seccomp(2)
+	// SECCOMP_SET_MODE_FILTER or prctl(2) PR_SET_SECCOMP with a program)
+	// until it executes a new program, that execve included: what an OCI
+	// runtime's container init does under the container's filter. Every
+	// thread of the process counts from then on.
+	FromFilterLoad bool
 }
 
 // CgroupTarget records the cgroup v2 subtree whose root has the given id
@@ -134,13 +142,34 @@ func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 		return nil, fmt.Errorf("set recorder cgroup_level: %w", err)
 	}
 
+	if target.FromFilterLoad {
+		for name, v := range map[string]any{
+			recorderVarFromFilterLoad: uint32(1),
+			recorderVarNrSeccomp:      uint64(unix.SYS_SECCOMP),
+			recorderVarNrPrctl:        uint64(unix.SYS_PRCTL),
+		} {
+			if err := spec.Variables[name].Set(v); err != nil {
+				return nil, fmt.Errorf("set recorder %s: %w", name, err)
+			}
+		}
+	}
 	r := &Recorder{target: target}
 	opts := &ebpf.CollectionOptions{Cache: cache}
-	if target.Kind == TargetProcessTree {
+	// Load only what this target runs (a process tree loads every
+	// program): the others would be dead weight on more hot tracepoints.
+	switch {
+	case target.Kind == TargetProcessTree:
 		err = spec.LoadAndAssign(&r.objs, opts)
-	} else {
-		// Load only what this mode runs: the fork and exit programs
-		// would be dead weight on two more hot tracepoints.
+	case target.FromFilterLoad:
+		var objs struct {
+			recorderMaps
+			RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
+			RecordExec     *ebpf.Program `ebpf:"record_exec"`
+		}
+		err = spec.LoadAndAssign(&objs, opts)
+		r.objs.recorderMaps = objs.recorderMaps
+		r.objs.RecordSysEnter, r.objs.RecordExec = objs.RecordSysEnter, objs.RecordExec
+	default:
 		var objs struct {
 			recorderMaps
 			RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
@@ -166,10 +195,11 @@ func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 	}{
 		{"sched_process_fork", r.objs.RecordFork},
 		{"sched_process_exit", r.objs.RecordExit},
+		{"sched_process_exec", r.objs.RecordExec},
 		{"sys_enter", r.objs.RecordSysEnter},
 	}
 	for _, a := range attach {
-		if a.prog == nil {
+		if a.prog == nil || (a.prog == r.objs.RecordExec && !target.FromFilterLoad) {
 			continue
 		}
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: a.prog})

@@ -16,13 +16,18 @@ import (
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	recorderMapArmed           = "armed"
 	recorderMapCounts          = "counts"
 	recorderMapTargetSlots     = "target_slots"
 	recorderMapTargets         = "targets"
+	recorderProgRecordExec     = "record_exec"
 	recorderProgRecordExit     = "record_exit"
 	recorderProgRecordFork     = "record_fork"
 	recorderProgRecordSysEnter = "record_sys_enter"
 	recorderVarCgroupLevel     = "cgroup_level"
+	recorderVarFromFilterLoad  = "from_filter_load"
+	recorderVarNrPrctl         = "nr_prctl"
+	recorderVarNrSeccomp       = "nr_seccomp"
 	recorderVarTargetMode      = "target_mode"
 )
 
@@ -68,6 +73,7 @@ type recorderSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type recorderProgramSpecs struct {
+	RecordExec     *ebpf.ProgramSpec `ebpf:"record_exec"`
 	RecordExit     *ebpf.ProgramSpec `ebpf:"record_exit"`
 	RecordFork     *ebpf.ProgramSpec `ebpf:"record_fork"`
 	RecordSysEnter *ebpf.ProgramSpec `ebpf:"record_sys_enter"`
@@ -77,6 +83,7 @@ type recorderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type recorderMapSpecs struct {
+	Armed       *ebpf.MapSpec `ebpf:"armed"`
 	Counts      *ebpf.MapSpec `ebpf:"counts"`
 	TargetSlots *ebpf.MapSpec `ebpf:"target_slots"`
 	Targets     *ebpf.MapSpec `ebpf:"targets"`
@@ -86,8 +93,11 @@ type recorderMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type recorderVariableSpecs struct {
-	CgroupLevel *ebpf.VariableSpec `ebpf:"cgroup_level"`
-	TargetMode  *ebpf.VariableSpec `ebpf:"target_mode"`
+	CgroupLevel    *ebpf.VariableSpec `ebpf:"cgroup_level"`
+	FromFilterLoad *ebpf.VariableSpec `ebpf:"from_filter_load"`
+	NrPrctl        *ebpf.VariableSpec `ebpf:"nr_prctl"`
+	NrSeccomp      *ebpf.VariableSpec `ebpf:"nr_seccomp"`
+	TargetMode     *ebpf.VariableSpec `ebpf:"target_mode"`
 }
 
 // recorderObjects contains all objects after they have been loaded into the kernel.
@@ -110,6 +120,7 @@ func (o *recorderObjects) Close() error {
 //
 // It can be passed to loadRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type recorderMaps struct {
+	Armed       *ebpf.Map `ebpf:"armed"`
 	Counts      *ebpf.Map `ebpf:"counts"`
 	TargetSlots *ebpf.Map `ebpf:"target_slots"`
 	Targets     *ebpf.Map `ebpf:"targets"`
@@ -117,6 +128,7 @@ type recorderMaps struct {
 
 func (m *recorderMaps) Close() error {
 	return _RecorderClose(
+		m.Armed,
 		m.Counts,
 		m.TargetSlots,
 		m.Targets,
@@ -127,14 +139,18 @@ func (m *recorderMaps) Close() error {
 //
 // It can be passed to loadRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type recorderVariables struct {
-	CgroupLevel *ebpf.Variable `ebpf:"cgroup_level"`
-	TargetMode  *ebpf.Variable `ebpf:"target_mode"`
+	CgroupLevel    *ebpf.Variable `ebpf:"cgroup_level"`
+	FromFilterLoad *ebpf.Variable `ebpf:"from_filter_load"`
+	NrPrctl        *ebpf.Variable `ebpf:"nr_prctl"`
+	NrSeccomp      *ebpf.Variable `ebpf:"nr_seccomp"`
+	TargetMode     *ebpf.Variable `ebpf:"target_mode"`
 }
 
 // recorderPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type recorderPrograms struct {
+	RecordExec     *ebpf.Program `ebpf:"record_exec"`
 	RecordExit     *ebpf.Program `ebpf:"record_exit"`
 	RecordFork     *ebpf.Program `ebpf:"record_fork"`
 	RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
@@ -142,6 +158,7 @@ type recorderPrograms struct {
 
 func (p *recorderPrograms) Close() error {
 	return _RecorderClose(
+		p.RecordExec,
 		p.RecordExit,
 		p.RecordFork,
 		p.RecordSysEnter,

@@ -6,6 +6,11 @@
 // this tracepoint (arch/x86/entry: syscall_trace_enter calls
 // __secure_computing before trace_sys_enter), so a syscall that a filter
 // denies is never counted: record unconfined.
+//
+// With from_filter_load set, a target process is counted only from the
+// moment it installs a seccomp filter until it executes a new program:
+// what an OCI runtime's container init does under the container's own
+// filter before the execve of the container's process.
 
 #include "vmlinux.h"
 #include <bpf/bpf_helpers.h>
@@ -30,6 +35,17 @@ const volatile __u32 target_mode = MODE_NONE;
 // (the root is level 0): the program compares the current task's ancestor
 // at that level, so that the whole subtree is recorded.
 const volatile __s32 cgroup_level = 0;
+// Count a target process only between its seccomp filter load and its next
+// exec (see `armed`). The syscall numbers of seccomp(2) and prctl(2) come
+// from the loader, so that the program names no architecture's table.
+const volatile __u32 from_filter_load = 0;
+const volatile __u64 nr_seccomp = 0;
+const volatile __u64 nr_prctl = 0;
+
+// include/uapi/linux/seccomp.h and prctl.h.
+#define SECCOMP_SET_MODE_FILTER 1
+#define PR_SET_SECCOMP 22
+#define SECCOMP_MODE_FILTER 2
 
 // Keys of the targets: cgroup v2 ids, mount namespace inode numbers or
 // process (thread group) ids.
@@ -93,6 +109,16 @@ static __always_inline void slot_forget(__u64 key)
 		*(volatile __u64 *)slot = SLOT_MIXED;
 }
 
+// In from_filter_load mode, the processes (thread group ids) that have
+// asked the kernel to install a seccomp filter and have not executed a new
+// program since.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 4096);
+	__type(key, __u64);
+	__type(value, __u8);
+} armed SEC(".maps");
+
 // Per-CPU counters indexed by syscall number.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -143,6 +169,32 @@ int record_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		return 0;
 
 	__u64 id = ctx->args[1];
+	if (from_filter_load) {
+		__u64 tgid = bpf_get_current_pid_tgid() >> 32;
+
+		if (bpf_map_lookup_elem(&armed, &tgid))
+			goto count;
+		// seccomp(SECCOMP_SET_MODE_FILTER, flags, prog) or
+		// prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, prog) with a
+		// program: libseccomp probes the syscall with a NULL program
+		// (EFAULT), which installs nothing. runc loads with prctl
+		// when it passes no filter flags (libcontainer/seccomp/
+		// patchbpf). The call itself runs before its filter and is
+		// not counted; what follows is, in every thread of the
+		// process: a superset when the filter covers one thread (a
+		// Go runtime's other threads, without TSYNC).
+		struct pt_regs *regs = (struct pt_regs *)ctx->args[0];
+		__u64 a0 = BPF_CORE_READ(regs, di);
+		__u64 a1 = BPF_CORE_READ(regs, si);
+		__u64 a2 = BPF_CORE_READ(regs, dx);
+		__u8 one = 1;
+
+		if ((id == nr_seccomp && a0 == SECCOMP_SET_MODE_FILTER && a2 != 0) ||
+		    (id == nr_prctl && a0 == PR_SET_SECCOMP && a1 == SECCOMP_MODE_FILTER && a2 != 0))
+			bpf_map_update_elem(&armed, &tgid, &one, BPF_ANY);
+		return 0;
+	}
+count:;
 	__u32 slot = id < OTHER_SLOT ? (__u32)id : OTHER_SLOT;
 	__u64 *count = bpf_map_lookup_elem(&counts, &slot);
 	if (count)
@@ -188,6 +240,24 @@ int record_exit(struct bpf_raw_tracepoint_args *ctx)
 	tgid = BPF_CORE_READ(task, tgid);
 	bpf_map_delete_elem(&targets, &tgid);
 	slot_forget(tgid);
+	// A process that loaded a filter and exits without an exec: its pid
+	// may come back as another process.
+	if (from_filter_load)
+		bpf_map_delete_elem(&armed, &tgid);
+	return 0;
+}
+
+// raw_tracepoint/sched_process_exec: current has executed a new program
+// (fs/exec.c: exec_binprm, after the point of no return). In
+// from_filter_load mode its window closes: the execve that got here was
+// counted on entry, the new program's syscalls are not.
+SEC("raw_tracepoint/sched_process_exec")
+int record_exec(struct bpf_raw_tracepoint_args *ctx)
+{
+	__u64 tgid = bpf_get_current_pid_tgid() >> 32;
+
+	if (from_filter_load)
+		bpf_map_delete_elem(&armed, &tgid);
 	return 0;
 }
 
