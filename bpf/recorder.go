@@ -298,6 +298,19 @@ func (r *Recorder) Counts() ([]SyscallCount, error) {
 	return out, nil
 }
 
+// HandlersAtFilterLoad says, for a FromFilterLoad target, whether a
+// process loaded its filter with a signal handler installed. Such a
+// process may take a signal anywhere in its window and return from the
+// handler through rt_sigreturn, even when no signal came while it was
+// recorded, so a profile for what runs in that window must allow it.
+func (r *Recorder) HandlersAtFilterLoad() (bool, error) {
+	var v uint32
+	if err := r.objs.HandlersAtLoad.Lookup(uint32(0), &v); err != nil {
+		return false, fmt.Errorf("read recorder handlers_at_load: %w", err)
+	}
+	return v != 0, nil
+}
+
 // Close detaches the programs and releases the programs and maps. It is
 // safe to call more than once.
 func (r *Recorder) Close() error {

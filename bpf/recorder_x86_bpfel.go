@@ -18,6 +18,7 @@ import (
 const (
 	recorderMapArmed           = "armed"
 	recorderMapCounts          = "counts"
+	recorderMapHandlersAtLoad  = "handlers_at_load"
 	recorderMapTargetSlots     = "target_slots"
 	recorderMapTargets         = "targets"
 	recorderProgRecordExec     = "record_exec"
@@ -83,10 +84,11 @@ type recorderProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type recorderMapSpecs struct {
-	Armed       *ebpf.MapSpec `ebpf:"armed"`
-	Counts      *ebpf.MapSpec `ebpf:"counts"`
-	TargetSlots *ebpf.MapSpec `ebpf:"target_slots"`
-	Targets     *ebpf.MapSpec `ebpf:"targets"`
+	Armed          *ebpf.MapSpec `ebpf:"armed"`
+	Counts         *ebpf.MapSpec `ebpf:"counts"`
+	HandlersAtLoad *ebpf.MapSpec `ebpf:"handlers_at_load"`
+	TargetSlots    *ebpf.MapSpec `ebpf:"target_slots"`
+	Targets        *ebpf.MapSpec `ebpf:"targets"`
 }
 
 // recorderVariableSpecs contains global variables before they are loaded into the kernel.
@@ -120,16 +122,18 @@ func (o *recorderObjects) Close() error {
 //
 // It can be passed to loadRecorderObjects or ebpf.CollectionSpec.LoadAndAssign.
 type recorderMaps struct {
-	Armed       *ebpf.Map `ebpf:"armed"`
-	Counts      *ebpf.Map `ebpf:"counts"`
-	TargetSlots *ebpf.Map `ebpf:"target_slots"`
-	Targets     *ebpf.Map `ebpf:"targets"`
+	Armed          *ebpf.Map `ebpf:"armed"`
+	Counts         *ebpf.Map `ebpf:"counts"`
+	HandlersAtLoad *ebpf.Map `ebpf:"handlers_at_load"`
+	TargetSlots    *ebpf.Map `ebpf:"target_slots"`
+	Targets        *ebpf.Map `ebpf:"targets"`
 }
 
 func (m *recorderMaps) Close() error {
 	return _RecorderClose(
 		m.Armed,
 		m.Counts,
+		m.HandlersAtLoad,
 		m.TargetSlots,
 		m.Targets,
 	)

@@ -119,6 +119,41 @@ struct {
 	__type(value, __u8);
 } armed SEC(".maps");
 
+// In from_filter_load mode, slot 0 is set when a process loaded its filter
+// with a signal handler installed: a signal may then come at any point of
+// the window (Go's runtime preempts its threads with SIGURG), and its
+// handler returns through rt_sigreturn, whether or not one came while
+// recording.
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, __u32);
+} handlers_at_load SEC(".maps");
+
+// has_handlers says whether the current task has a signal handler
+// installed: an action whose sa_handler is neither SIG_DFL (0) nor
+// SIG_IGN (1) (include/uapi/asm-generic/signal-defs.h), over the _NSIG (64)
+// actions of its sighand_struct.
+static __always_inline int has_handlers(void)
+{
+	struct task_struct *task = (struct task_struct *)bpf_get_current_task();
+	void *acts = (void *)BPF_CORE_READ(task, sighand) +
+		     bpf_core_field_offset(struct sighand_struct, action);
+	__u32 size = bpf_core_type_size(struct k_sigaction);
+	__u32 off = bpf_core_field_offset(struct k_sigaction, sa.sa_handler);
+
+	for (int i = 0; i < 64; i++) {
+		__u64 h = 0;
+
+		if (bpf_probe_read_kernel(&h, sizeof(h), acts + i * size + off))
+			return 0;
+		if (h > 1)
+			return 1;
+	}
+	return 0;
+}
+
 // Per-CPU counters indexed by syscall number.
 struct {
 	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
@@ -190,8 +225,14 @@ int record_sys_enter(struct bpf_raw_tracepoint_args *ctx)
 		__u8 one = 1;
 
 		if ((id == nr_seccomp && a0 == SECCOMP_SET_MODE_FILTER && a2 != 0) ||
-		    (id == nr_prctl && a0 == PR_SET_SECCOMP && a1 == SECCOMP_MODE_FILTER && a2 != 0))
+		    (id == nr_prctl && a0 == PR_SET_SECCOMP && a1 == SECCOMP_MODE_FILTER && a2 != 0)) {
 			bpf_map_update_elem(&armed, &tgid, &one, BPF_ANY);
+			if (has_handlers()) {
+				__u32 zero = 0, set = 1;
+
+				bpf_map_update_elem(&handlers_at_load, &zero, &set, BPF_ANY);
+			}
+		}
 		return 0;
 	}
 count:;
