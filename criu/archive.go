@@ -1,95 +1,65 @@
 package criu
 
 import (
-	"archive/tar"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"path"
-	"strings"
 	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
-// The fixed parts of a checkpoint archive, as kubelet, CRI-O and
-// checkpointctl name them.
+// The archive format lives in package archive; these names keep the
+// callers of package criu compiling.
 const (
-	// CheckpointsDir is the directory under kubelet's root dir that holds
-	// the archives.
-	CheckpointsDir = "checkpoints"
-	// DefaultRootDir is kubelet's default --root-dir.
-	DefaultRootDir = "/var/lib/kubelet"
-	// ImagesDir is the archive's directory of CRIU images.
-	ImagesDir = "checkpoint"
-	// ConfigDump is the container's metadata (checkpointctl's ContainerConfig).
-	ConfigDump = "config.dump"
-	// SpecDump is the container's OCI spec with its CRI annotations.
-	SpecDump = "spec.dump"
-	// StatusDump is the container's CRI ContainerStatus as JSON
-	// (checkpointctl's StatusDumpFile): containerd 2.x's CRI writes it on
-	// checkpoint and reads it back to restore a container through
-	// CreateContainer (name, labels, annotations, image).
-	StatusDump = "status.dump"
-	// DumpLog is CRIU's log of the dump.
-	DumpLog = "dump.log"
-	// StatsDump is CRIU's dump statistics (stats.proto).
-	StatsDump = "stats-dump"
-	// RestoreLog is CRIU's log of a restore, in the restore work directory.
-	RestoreLog = "restore.log"
+	// CheckpointsDir: see archive.CheckpointsDir.
+	CheckpointsDir = archive.CheckpointsDir
+	// DefaultRootDir: see archive.DefaultRootDir.
+	DefaultRootDir = archive.DefaultRootDir
+	// ImagesDir: see archive.ImagesDir.
+	ImagesDir = archive.ImagesDir
+	// ConfigDump: see archive.ConfigDump.
+	ConfigDump = archive.ConfigDump
+	// SpecDump: see archive.SpecDump.
+	SpecDump = archive.SpecDump
+	// StatusDump: see archive.StatusDump.
+	StatusDump = archive.StatusDump
+	// DumpLog: see archive.DumpLog.
+	DumpLog = archive.DumpLog
+	// StatsDump: see archive.StatsDump.
+	StatsDump = archive.StatsDump
+	// RestoreLog: see archive.RestoreLog.
+	RestoreLog = archive.RestoreLog
+	// RootfsDiffTar: see archive.RootfsDiffTar.
+	RootfsDiffTar = archive.RootfsDiffTar
+	// DeletedFiles: see archive.DeletedFiles.
+	DeletedFiles = archive.DeletedFiles
 )
 
-// The CRI annotations checkpointctl reads from spec.dump.
+// The CRI annotations checkpointctl reads from spec.dump (see package
+// archive).
 const (
-	AnnotationContainerName    = "io.kubernetes.cri.container-name"
-	AnnotationSandboxName      = "io.kubernetes.cri.sandbox-name"
-	AnnotationSandboxNamespace = "io.kubernetes.cri.sandbox-namespace"
+	AnnotationContainerName    = archive.AnnotationContainerName
+	AnnotationSandboxName      = archive.AnnotationSandboxName
+	AnnotationSandboxNamespace = archive.AnnotationSandboxNamespace
 )
 
-// ArchiveName returns kubelet's name for a checkpoint of ref taken at t,
-// "checkpoint-<pod>_<namespace>-<container>-<RFC3339 time>.tar", with the
-// time in UTC. attempt 0 gives kubelet's name; attempt n > 0 appends "-n"
-// after the timestamp, which is how nodeshim keeps two checkpoints of one
-// container in the same second apart without overwriting either (kubelet's
-// own name would collide).
+// ArchiveName is archive.Name: kubelet's name for a checkpoint of ref
+// taken at t, "-attempt" appended for attempt > 0.
 func ArchiveName(ref ContainerRef, t time.Time, attempt int) string {
-	ts := t.UTC().Format(time.RFC3339)
-	if attempt > 0 {
-		return fmt.Sprintf("checkpoint-%s_%s-%s-%s-%d.tar", ref.Pod, ref.Namespace, ref.Container, ts, attempt)
-	}
-	return fmt.Sprintf("checkpoint-%s_%s-%s-%s.tar", ref.Pod, ref.Namespace, ref.Container, ts)
+	return archive.Name(ref, t, attempt)
 }
 
-// ContainerConfig is config.dump: checkpointctl's ContainerConfig fields
-// plus the pod and namespace.
-type ContainerConfig struct {
-	ID             string    `json:"id"`
-	Name           string    `json:"name"`
-	Pod            string    `json:"pod"`
-	Namespace      string    `json:"namespace"`
-	Pid            int       `json:"pid"`
-	OCIRuntime     string    `json:"runtime"`
-	RootfsImage    string    `json:"rootfsImageName,omitempty"`
-	RootfsImageRef string    `json:"rootfsImageRef,omitempty"`
-	CreatedTime    time.Time `json:"createdTime"`
-	CheckpointedAt time.Time `json:"checkpointedTime"`
-	Restored       bool      `json:"restored"`
-}
+// ContainerConfig is config.dump (archive.ContainerConfig).
+type ContainerConfig = archive.ContainerConfig
 
-// Spec is spec.dump: the parts of an OCI runtime spec that describe the
-// target and the CRI annotations that name it.
-type Spec struct {
-	OCIVersion  string            `json:"ociVersion"`
-	Process     *SpecProcess      `json:"process,omitempty"`
-	Hostname    string            `json:"hostname,omitempty"`
-	Annotations map[string]string `json:"annotations"`
-}
+// Spec is spec.dump (archive.Spec).
+type Spec = archive.Spec
 
-// SpecProcess is the process part of an OCI spec.
-type SpecProcess struct {
-	Args []string `json:"args,omitempty"`
-}
+// SpecProcess is the process part of an OCI spec (archive.SpecProcess).
+type SpecProcess = archive.SpecProcess
 
 // metaFile is one metadata member at the archive's root.
 type metaFile struct {
@@ -189,146 +159,22 @@ func statusOf(t Target) *runtimeapi.ContainerStatus {
 		Image:     &runtimeapi.ImageSpec{Image: t.Image},
 		ImageRef:  t.ImageRef,
 		Labels: map[string]string{
-			labelPodName:       t.Ref.Pod,
-			labelPodNamespace:  t.Ref.Namespace,
-			labelContainerName: t.Ref.Container,
+			archive.LabelPodName:       t.Ref.Pod,
+			archive.LabelPodNamespace:  t.Ref.Namespace,
+			archive.LabelContainerName: t.Ref.Container,
 		},
 		Annotations: t.Annotations,
 	}
 }
 
-// kubelet's labels on a container (pkg/kubelet/types/labels.go).
-const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelContainerName = "io.kubernetes.container.name"
-)
+// ErrInvalidArchive is archive.ErrInvalid: returned, wrapped, for an
+// archive that nodeshim refuses to unpack or restore.
+var ErrInvalidArchive = archive.ErrInvalid
 
-// ErrInvalidArchive is returned, wrapped, for an archive that nodeshim
-// refuses to unpack or restore.
-var ErrInvalidArchive = errors.New("invalid checkpoint archive")
+// ArchiveEntry is one validated member of a checkpoint archive
+// (archive.Entry).
+type ArchiveEntry = archive.Entry
 
-// Limits on what ValidateArchive accepts, so that a hostile archive cannot
-// exhaust memory or inodes before restore starts.
-const (
-	maxEntries = 1 << 16
-	maxNameLen = 4096
-)
-
-// ArchiveEntry is one validated member of a checkpoint archive.
-type ArchiveEntry struct {
-	Name     string
-	Type     byte
-	Size     int64
-	Linkname string
-}
-
-// ValidateArchive reads a whole tar stream and checks it is a checkpoint
-// archive nodeshim can restore safely: only directories, regular files and
-// symlinks that stay inside the archive; no absolute names, no "..", no
-// duplicates; a checkpoint/ directory with inventory.img, and config.dump
-// and spec.dump at the root. It returns the entries in archive order.
-func ValidateArchive(r io.Reader) ([]ArchiveEntry, error) {
-	tr := tar.NewReader(r)
-	seen := map[string]byte{}
-	var entries []ArchiveEntry
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("%w: read tar: %w", ErrInvalidArchive, err)
-		}
-		if len(entries) >= maxEntries {
-			return nil, fmt.Errorf("%w: more than %d entries", ErrInvalidArchive, maxEntries)
-		}
-		name, err := cleanEntryName(h.Name)
-		if err != nil {
-			return nil, err
-		}
-		if _, dup := seen[name]; dup {
-			return nil, fmt.Errorf("%w: entry %q appears twice", ErrInvalidArchive, h.Name)
-		}
-		e := ArchiveEntry{Name: name, Type: h.Typeflag, Size: h.Size}
-		switch h.Typeflag {
-		case tar.TypeDir:
-		case tar.TypeReg:
-			if h.Size < 0 {
-				return nil, fmt.Errorf("%w: entry %q has size %d", ErrInvalidArchive, h.Name, h.Size)
-			}
-		case tar.TypeSymlink:
-			if err := checkSymlink(name, h.Linkname); err != nil {
-				return nil, err
-			}
-			e.Linkname = h.Linkname
-		default:
-			return nil, fmt.Errorf("%w: entry %q has type %q; only directories, regular files and symlinks are allowed", ErrInvalidArchive, h.Name, h.Typeflag)
-		}
-		// Every parent must be a directory this archive created or an
-		// implicit one, never a symlink: writing through a symlinked
-		// parent is how archives escape.
-		for dir := path.Dir(name); dir != "."; dir = path.Dir(dir) {
-			if t, ok := seen[dir]; ok && t != tar.TypeDir {
-				return nil, fmt.Errorf("%w: entry %q lies under %q, which is not a directory", ErrInvalidArchive, h.Name, dir)
-			}
-		}
-		seen[name] = h.Typeflag
-		entries = append(entries, e)
-	}
-	if t, ok := seen[ImagesDir]; !ok || t != tar.TypeDir {
-		return nil, fmt.Errorf("%w: no %s/ directory entry", ErrInvalidArchive, ImagesDir)
-	}
-	for _, f := range []string{ConfigDump, SpecDump, ImagesDir + "/inventory.img"} {
-		if t, ok := seen[f]; !ok || t != tar.TypeReg {
-			return nil, fmt.Errorf("%w: no regular file %s", ErrInvalidArchive, f)
-		}
-	}
-	return entries, nil
-}
-
-// cleanEntryName returns the archive-relative name of a tar entry, refusing
-// absolute names and "..". A leading "./" is accepted (tar writes it).
-func cleanEntryName(name string) (string, error) {
-	if len(name) > maxNameLen {
-		return "", fmt.Errorf("%w: entry name of %d bytes", ErrInvalidArchive, len(name))
-	}
-	if name == "" || strings.ContainsRune(name, 0) {
-		return "", fmt.Errorf("%w: empty or NUL-bearing entry name %q", ErrInvalidArchive, name)
-	}
-	if strings.HasPrefix(name, "/") {
-		return "", fmt.Errorf("%w: entry %q has an absolute path", ErrInvalidArchive, name)
-	}
-	for _, part := range strings.Split(name, "/") {
-		if part == ".." {
-			return "", fmt.Errorf("%w: entry %q contains \"..\"", ErrInvalidArchive, name)
-		}
-	}
-	clean := path.Clean(strings.TrimPrefix(name, "./"))
-	if clean == "." || clean == "" {
-		return "", fmt.Errorf("%w: entry %q names the archive root", ErrInvalidArchive, name)
-	}
-	return clean, nil
-}
-
-// checkSymlink refuses a symlink whose target is absolute or leaves the
-// archive once resolved relative to the link's directory.
-func checkSymlink(name, target string) error {
-	if target == "" || strings.HasPrefix(target, "/") {
-		return fmt.Errorf("%w: symlink %q points to %q, outside the archive", ErrInvalidArchive, name, target)
-	}
-	depth := strings.Count(name, "/") // directories above the link
-	for _, part := range strings.Split(target, "/") {
-		switch part {
-		case "", ".":
-		case "..":
-			depth--
-			if depth < 0 {
-				return fmt.Errorf("%w: symlink %q points to %q, outside the archive", ErrInvalidArchive, name, target)
-			}
-		default:
-			depth++
-		}
-	}
-	return nil
-}
+// ValidateArchive is archive.Validate: it reads a whole tar stream and
+// checks it is a checkpoint archive nodeshim can restore safely.
+func ValidateArchive(r io.Reader) ([]ArchiveEntry, error) { return archive.Validate(r) }

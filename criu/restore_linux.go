@@ -1,7 +1,6 @@
 package criu
 
 import (
-	"archive/tar"
 	"context"
 	"errors"
 	"fmt"
@@ -14,6 +13,8 @@ import (
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // RestoreOptions configure a restore.
@@ -163,67 +164,10 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 	return res, nil
 }
 
-// Unpack extracts a validated checkpoint archive into dir through an
-// os.Root, so that no entry (nor a symlink an entry passes through) can
-// write outside dir. It validates each entry again as it goes.
-func Unpack(r io.Reader, dir string) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fmt.Errorf("open %s: %w", dir, err)
-	}
-	defer root.Close()
-	tr := tar.NewReader(r)
-	buf := make([]byte, 4<<20)
-	links := map[string]bool{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("%w: read tar: %w", ErrInvalidArchive, err)
-		}
-		name, err := cleanEntryName(h.Name)
-		if err != nil {
-			return err
-		}
-		for d := filepath.Dir(name); d != "."; d = filepath.Dir(d) {
-			if links[d] {
-				return fmt.Errorf("%w: entry %q lies under the symlink %q", ErrInvalidArchive, h.Name, d)
-			}
-		}
-		if d := filepath.Dir(name); d != "." {
-			if err := root.MkdirAll(d, 0o700); err != nil {
-				return fmt.Errorf("create %s in %s: %w", d, dir, err)
-			}
-		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
-				return fmt.Errorf("create %s in %s: %w", name, dir, err)
-			}
-		case tar.TypeReg:
-			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
-			if err != nil {
-				return fmt.Errorf("create %s in %s: %w", name, dir, err)
-			}
-			_, cerr := io.CopyBuffer(out, struct{ io.Reader }{tr}, buf)
-			if err := errors.Join(cerr, out.Close()); err != nil {
-				return fmt.Errorf("write %s in %s: %w", name, dir, err)
-			}
-		case tar.TypeSymlink:
-			if err := checkSymlink(name, h.Linkname); err != nil {
-				return err
-			}
-			if err := root.Symlink(h.Linkname, name); err != nil {
-				return fmt.Errorf("symlink %s in %s: %w", name, dir, err)
-			}
-			links[name] = true
-		default:
-			return fmt.Errorf("%w: entry %q has type %q", ErrInvalidArchive, h.Name, h.Typeflag)
-		}
-	}
-}
+// Unpack is archive.Unpack within the default archive.Limits: it
+// extracts a checkpoint archive into dir through an os.Root, within the
+// free space of dir's filesystem, and leaves nothing on failure.
+func Unpack(r io.Reader, dir string) error { return archive.Unpack(r, dir, archive.Limits{}) }
 
 // restore runs CRIU's restore request on the images in work/checkpoint.
 func restore(ctx context.Context, o RestoreOptions, work string) (int, error) {

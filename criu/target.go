@@ -7,20 +7,13 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // ContainerRef names a Kubernetes container the way kubelet's Checkpoint API
-// does: /checkpoint/{namespace}/{pod}/{container}.
-type ContainerRef struct {
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Container string `json:"container"`
-}
-
-// String formats r as namespace/pod/container.
-func (r ContainerRef) String() string {
-	return r.Namespace + "/" + r.Pod + "/" + r.Container
-}
+// does: /checkpoint/{namespace}/{pod}/{container} (archive.ContainerRef).
+type ContainerRef = archive.ContainerRef
 
 // Target is what a checkpoint dumps: the process tree under one init pid,
 // the identity written into the archive's metadata, and the CRIU options a
@@ -67,11 +60,9 @@ type Target struct {
 }
 
 // Layer is an overlay writable layer: the upper directory that holds the
-// container's changes and the lower directories (the image) under it.
-type Layer struct {
-	Upper string
-	Lower []string
-}
+// container's changes and the lower directories (the image) under it
+// (archive.Layer).
+type Layer = archive.Layer
 
 // ContainerOptions are the CRIU options that a container runtime passes for
 // a container (runc sets the same ones in its CriuOpts): a plain process

@@ -20,7 +20,7 @@ import (
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // The annotations of a checkpoint image, as each runtime reads them.
@@ -72,7 +72,8 @@ type Archive interface {
 	io.Seeker
 }
 
-// Write validates the checkpoint archive a (criu.ValidateArchive) and
+// Write validates the checkpoint archive a (archive.Validate, and
+// archive.ReadMeta for the values of its metadata) and
 // writes to out an OCI image layout archive of the checkpoint image ref:
 // one uncompressed layer holding the archive's entries (config.dump
 // without the paths of the node it was taken on, see portableConfig, and
@@ -81,10 +82,15 @@ type Archive interface {
 // manifest carrying the runtimes' checkpoint annotations taken from the
 // archive's config.dump, and an index naming ref. Everything in it is
 // derived from the archive, so the same archive gives the same bytes and
-// the same digests.
+// the same digests. Before anything is written, the layer's size is
+// checked against the free space of out's filesystem when out is a file:
+// a refusal wraps archive.ErrTooLarge and names the bound.
 func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if ref == "" {
 		return Image{}, errors.New("checkpoint image: empty image name")
+	}
+	if err := archive.CheckImageRef("checkpoint image", "name", ref); err != nil {
+		return Image{}, err
 	}
 	if _, err := a.Seek(0, io.SeekStart); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
@@ -96,8 +102,20 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if _, err := a.Seek(0, io.SeekStart); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
 	}
-	if _, err := criu.ValidateArchive(a); err != nil {
+	entries, err := archive.Validate(a)
+	if err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	if _, err := a.Seek(0, io.SeekStart); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	if _, err := archive.ReadMeta(a); err != nil {
+		return Image{}, fmt.Errorf("checkpoint image: %w", err)
+	}
+	if free, ok := freeBytes(out); ok {
+		if need := layerBound(entries); need > free {
+			return Image{}, fmt.Errorf("checkpoint image: %w: the layer takes up to %d bytes, more than the %d bytes free where it is written", archive.ErrTooLarge, need, free)
+		}
 	}
 	status, err := meta.status()
 	if err != nil {
@@ -182,6 +200,18 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	return Image{Ref: ref, Manifest: manDesc.Digest, Layer: layer.Digest, Size: layer.Size, Annotations: ann}, nil
 }
 
+// layerBound is the most the layer of entries can take: each entry's
+// data in whole blocks, its header with PAX records (a few blocks), the
+// status.dump Write may add, and the end of the archive.
+func layerBound(entries []archive.Entry) int64 {
+	const block = 512
+	n := int64(archive.MaxMetaSize + 8*block)
+	for _, e := range entries {
+		n += (e.Size+block-1)/block*block + 4*block
+	}
+	return n
+}
+
 func blobPath(d digest.Digest) string {
 	return "blobs/" + d.Algorithm().String() + "/" + d.Encoded()
 }
@@ -245,10 +275,10 @@ func writeLayer(a io.ReadSeeker, w io.Writer, config, status []byte) error {
 			return fmt.Errorf("checkpoint image: read archive: %w", err)
 		}
 		var body io.Reader = tr
-		if h.Name == criu.ConfigDump || h.Name == "./"+criu.ConfigDump {
+		if h.Name == archive.ConfigDump || h.Name == "./"+archive.ConfigDump {
 			h.Size, body = int64(len(config)), bytes.NewReader(config)
 		}
-		if h.Name == criu.StatusDump || h.Name == "./"+criu.StatusDump {
+		if h.Name == archive.StatusDump || h.Name == "./"+archive.StatusDump {
 			status = nil
 		}
 		if err := tw.WriteHeader(h); err != nil {
@@ -259,7 +289,7 @@ func writeLayer(a io.ReadSeeker, w io.Writer, config, status []byte) error {
 		}
 	}
 	if status != nil {
-		h := &tar.Header{Name: criu.StatusDump, Mode: 0o600, Size: int64(len(status)), ModTime: epoch, Typeflag: tar.TypeReg}
+		h := &tar.Header{Name: archive.StatusDump, Mode: 0o600, Size: int64(len(status)), ModTime: epoch, Typeflag: tar.TypeReg}
 		if err := tw.WriteHeader(h); err != nil {
 			return fmt.Errorf("checkpoint image: write layer: %s: %w", h.Name, err)
 		}

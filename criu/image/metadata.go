@@ -11,7 +11,7 @@ import (
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // maxMetadata bounds config.dump as read into memory.
@@ -19,7 +19,7 @@ const maxMetadata = 1 << 20
 
 // metadata is what a checkpoint image says of its container: the fields
 // of config.dump that podman's (libpod ContainerConfig) and nodeshim's
-// (criu.ContainerConfig) records share or name differently.
+// (archive.ContainerConfig) records share or name differently.
 type metadata struct {
 	ID              string    `json:"id"`
 	Name            string    `json:"name"`
@@ -73,33 +73,65 @@ func readMetadata(r io.Reader) (metadata, error) {
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
-			return metadata{}, fmt.Errorf("checkpoint image: no %s: %w", criu.ConfigDump, ErrNotCheckpoint)
+			return metadata{}, fmt.Errorf("checkpoint image: no %s: %w", archive.ConfigDump, ErrNotCheckpoint)
 		}
 		if err != nil {
 			return metadata{}, fmt.Errorf("checkpoint image: read archive: %w", err)
 		}
-		if h.Name != criu.ConfigDump && h.Name != "./"+criu.ConfigDump {
+		if h.Name != archive.ConfigDump && h.Name != "./"+archive.ConfigDump {
 			continue
 		}
 		b, err := io.ReadAll(io.LimitReader(tr, maxMetadata+1))
 		if err != nil {
-			return metadata{}, fmt.Errorf("checkpoint image: read %s: %w", criu.ConfigDump, err)
+			return metadata{}, fmt.Errorf("checkpoint image: read %s: %w", archive.ConfigDump, err)
 		}
 		if len(b) > maxMetadata {
-			return metadata{}, fmt.Errorf("checkpoint image: %s larger than %d bytes: %w", criu.ConfigDump, maxMetadata, ErrNotCheckpoint)
+			return metadata{}, fmt.Errorf("checkpoint image: %s larger than %d bytes: %w", archive.ConfigDump, maxMetadata, ErrNotCheckpoint)
 		}
 		var m metadata
 		if err := json.Unmarshal(b, &m); err != nil {
-			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
+			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", archive.ConfigDump, err, ErrNotCheckpoint)
 		}
 		if m.portableConfig, err = portable(b); err != nil {
-			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", criu.ConfigDump, err, ErrNotCheckpoint)
+			return metadata{}, fmt.Errorf("checkpoint image: %s: %w: %w", archive.ConfigDump, err, ErrNotCheckpoint)
 		}
 		if m.Name == "" {
-			return metadata{}, fmt.Errorf("checkpoint image: %s names no container: %w", criu.ConfigDump, ErrNotCheckpoint)
+			return metadata{}, fmt.Errorf("checkpoint image: %s names no container: %w", archive.ConfigDump, ErrNotCheckpoint)
+		}
+		if err := m.check(); err != nil {
+			return metadata{}, fmt.Errorf("checkpoint image: %w", err)
 		}
 		return m, nil
 	}
+}
+
+// check checks every value of m that becomes an annotation or a field of
+// status.dump against its grammar (package archive's checks), so that
+// nothing an archive says reaches a runtime unchecked.
+func (m metadata) check() error {
+	for _, f := range []struct{ what, v string }{{"id", m.ID}, {"name", m.Name}, {"pod", m.Pod}, {"namespace", m.Namespace}} {
+		if f.v != "" {
+			if err := archive.CheckName(archive.ConfigDump, f.what, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	if m.Runtime != "" {
+		if err := archive.CheckRuntime(archive.ConfigDump, m.Runtime); err != nil {
+			return err
+		}
+	}
+	for _, f := range []struct{ what, v string }{
+		{"rootfsImage", m.RootfsImage}, {"rootfsImageName", m.RootfsImageName}, {"rootfsImageID", m.RootfsImageID},
+		{"rootfsImageRef", m.RootfsImageRef}, {"rawImageName", m.RawImageName},
+	} {
+		if f.v != "" {
+			if err := archive.CheckImageRef(archive.ConfigDump, f.what, f.v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // status is the status.dump of a layer whose archive has none (podman's,
@@ -137,16 +169,16 @@ func (m metadata) status() ([]byte, error) {
 		Labels:    labels,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("checkpoint image: encode %s: %w", criu.StatusDump, err)
+		return nil, fmt.Errorf("checkpoint image: encode %s: %w", archive.StatusDump, err)
 	}
 	return b, nil
 }
 
 // kubelet's labels on a container (pkg/kubelet/types/labels.go).
 const (
-	labelPodName       = "io.kubernetes.pod.name"
-	labelPodNamespace  = "io.kubernetes.pod.namespace"
-	labelContainerName = "io.kubernetes.container.name"
+	labelPodName       = archive.LabelPodName
+	labelPodNamespace  = archive.LabelPodNamespace
+	labelContainerName = archive.LabelContainerName
 )
 
 // annotations are the manifest's: each runtime's checkpoint marker and

@@ -18,6 +18,10 @@ var (
 	// ErrNotSupported: the node lacks what the operation needs (a kernel
 	// feature, a filesystem, a tool).
 	ErrNotSupported = errors.New("not supported")
+	// ErrInvalidArgument: the input itself is refused (a hostile or
+	// malformed archive, a value outside its grammar); the same request
+	// fails again.
+	ErrInvalidArgument = errors.New("invalid argument")
 )
 
 // classed is an error of a class with a message of its own.

@@ -7,7 +7,7 @@ import (
 )
 
 func TestNew(t *testing.T) {
-	classes := []error{ErrNotFound, ErrBusy, ErrUnavailable, ErrNotSupported}
+	classes := []error{ErrNotFound, ErrBusy, ErrUnavailable, ErrNotSupported, ErrInvalidArgument}
 	for _, class := range classes {
 		t.Run(class.Error(), func(t *testing.T) {
 			err := fmt.Errorf("checkpoint x: %w", New(class, "a message of its own"))

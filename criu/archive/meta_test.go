@@ -1,4 +1,4 @@
-package criu
+package archive
 
 import (
 	"archive/tar"
@@ -7,7 +7,7 @@ import (
 	"testing"
 )
 
-func TestReadArchiveMeta(t *testing.T) {
+func TestReadMeta(t *testing.T) {
 	for _, tc := range []struct {
 		name       string
 		config     string
@@ -34,10 +34,10 @@ func TestReadArchiveMeta(t *testing.T) {
 			if !tc.dropConfig {
 				ms = append(ms, member{name: "./config.dump", typ: tar.TypeReg, body: tc.config})
 			}
-			m, err := ReadArchiveMeta(bytes.NewReader(makeTar(t, ms)))
+			m, err := ReadMeta(bytes.NewReader(makeTar(t, ms)))
 			if tc.wantErr {
-				if !errors.Is(err, ErrInvalidArchive) {
-					t.Fatalf("error %v, want one wrapping ErrInvalidArchive", err)
+				if !errors.Is(err, ErrInvalid) {
+					t.Fatalf("error %v, want one wrapping ErrInvalid", err)
 				}
 				return
 			}
@@ -51,12 +51,12 @@ func TestReadArchiveMeta(t *testing.T) {
 	}
 }
 
-func FuzzReadArchiveMeta(f *testing.F) {
+func FuzzReadMeta(f *testing.F) {
 	f.Add(makeTar(f, good()))
 	f.Add(makeTar(f, []member{{name: "config.dump", typ: tar.TypeReg, body: `{"runtime":"host"}`},
 		{name: "spec.dump", typ: tar.TypeReg, body: `{"annotations":{"io.container.manager":"libpod"}}`}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ReadArchiveMeta(bytes.NewReader(b))
+		m, err := ReadMeta(bytes.NewReader(b))
 		if err == nil && (m.ConfigDump == nil || m.SpecDump == nil || m.Engine == "") {
 			t.Fatalf("no error but %+v", m)
 		}

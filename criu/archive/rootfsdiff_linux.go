@@ -1,4 +1,4 @@
-package criu
+package archive
 
 import (
 	"archive/tar"
@@ -15,16 +15,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The writable-layer members of a container archive, as podman and CRI-O
-// name them (checkpointctl's RootFsDiffTar and DeletedFilesFile).
-const (
-	// RootfsDiffTar holds the files the container added or changed, as an
-	// uncompressed tar relative to the container's root.
-	RootfsDiffTar = "rootfs-diff.tar"
-	// DeletedFiles is a JSON list of the absolute paths the container
-	// deleted from its image.
-	DeletedFiles = "deleted.files"
-)
+// Layer is an overlay writable layer: the upper directory that holds the
+// container's changes and the lower directories (the image) under it.
+type Layer struct {
+	Upper string
+	Lower []string
+}
 
 // overlayOpaque is the xattr overlayfs sets on a directory that hides the
 // lower directories' contents (Documentation/filesystems/overlayfs.rst).

@@ -1,4 +1,4 @@
-package criu
+package archive
 
 import (
 	"archive/tar"

@@ -1,4 +1,4 @@
-package criu
+package archive
 
 import (
 	"archive/tar"
@@ -18,39 +18,54 @@ import (
 // archive in dir to a fresh container root rootfs, as podman and CRI-O do
 // on restore: rootfs-diff.tar is extracted over rootfs (directories,
 // regular files, symlinks and device nodes, with their modes and owners),
-// then every path in deleted.files is removed. Each name is resolved
-// through an os.Root at rootfs, so no member nor symlink in the root can
-// make it write outside. A dir without either file changes nothing.
-func ApplyRootfsDiff(dir, rootfs string) error {
+// then every path in deleted.files is removed. Both members are opened
+// through an os.Root at dir, and must be regular files there: a member
+// that is a symlink leading out of dir, or to a device, is refused. Each
+// name in them is resolved through an os.Root at rootfs, so no member nor
+// symlink in the root can make it write outside. Before anything is
+// written, the sizes rootfs-diff.tar claims are added up against l and
+// the free space of rootfs's filesystem. A dir without either file
+// changes nothing.
+func ApplyRootfsDiff(dir, rootfs string, l Limits) error {
+	src, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", dir, err)
+	}
+	defer src.Close()
 	root, err := os.OpenRoot(rootfs)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", rootfs, err)
 	}
 	defer root.Close()
 	tarPath := filepath.Join(dir, RootfsDiffTar)
-	f, err := os.Open(tarPath)
+	f, err := OpenMember(src, RootfsDiffTar, 1<<62)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 	case err != nil:
-		return fmt.Errorf("open %s: %w", tarPath, err)
+		return err
 	default:
-		err := extractDiff(root, f)
+		err := applyDiff(root, f, l)
 		f.Close()
 		if err != nil {
 			return fmt.Errorf("apply %s to %s: %w", tarPath, rootfs, err)
 		}
 	}
 	delPath := filepath.Join(dir, DeletedFiles)
-	b, err := os.ReadFile(delPath)
+	df, err := OpenMember(src, DeletedFiles, MaxMetaSize)
 	if errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
+	if err != nil {
+		return err
+	}
+	b, err := io.ReadAll(io.LimitReader(df, MaxMetaSize))
+	df.Close()
 	if err != nil {
 		return fmt.Errorf("read %s: %w", delPath, err)
 	}
 	var deleted []string
 	if err := json.Unmarshal(b, &deleted); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrInvalidArchive, delPath, err)
+		return fmt.Errorf("%w: %s: %w", ErrInvalid, delPath, err)
 	}
 	for _, p := range deleted {
 		name, err := cleanEntryName(strings.TrimPrefix(p, "/"))
@@ -64,6 +79,34 @@ func ApplyRootfsDiff(dir, rootfs string) error {
 	return nil
 }
 
+// applyDiff adds up the sizes the tar in f claims, then extracts it.
+func applyDiff(root *os.Root, f *os.File, l Limits) error {
+	free, err := rootFree(root)
+	if err != nil {
+		return err
+	}
+	sz := newSizer(l, free, root.Name())
+	tr := tar.NewReader(f)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("%w: read tar: %w", ErrInvalid, err)
+		}
+		if h.Typeflag == tar.TypeReg || isSparse(h) {
+			if err := sz.add(h.Name, h); err != nil {
+				return err
+			}
+		}
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("seek %s: %w", f.Name(), err)
+	}
+	return extractDiff(root, f)
+}
+
 func extractDiff(root *os.Root, r io.Reader) error {
 	tr := tar.NewReader(r)
 	for {
@@ -72,7 +115,7 @@ func extractDiff(root *os.Root, r io.Reader) error {
 			return nil
 		}
 		if err != nil {
-			return fmt.Errorf("%w: read tar: %w", ErrInvalidArchive, err)
+			return fmt.Errorf("%w: read tar: %w", ErrInvalid, err)
 		}
 		name, err := cleanEntryName(h.Name)
 		if err != nil {
@@ -102,10 +145,12 @@ func extractDiff(root *os.Root, r io.Reader) error {
 			if err := root.RemoveAll(name); err != nil {
 				return fmt.Errorf("replace %s: %w", name, err)
 			}
-			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+			out, err := root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, 0o600)
 			if err != nil {
 				return fmt.Errorf("create %s: %w", name, err)
 			}
+			// Sparse members were counted at their full size; tar's
+			// WriteTo writes their holes as holes.
 			_, cerr := io.Copy(out, tr)
 			if err := errors.Join(cerr, out.Close()); err != nil {
 				return fmt.Errorf("write %s: %w", name, err)
@@ -128,7 +173,7 @@ func extractDiff(root *os.Root, r io.Reader) error {
 				return err
 			}
 		default:
-			return fmt.Errorf("%w: entry %q has type %q", ErrInvalidArchive, h.Name, h.Typeflag)
+			return fmt.Errorf("%w: entry %q has type %q", ErrInvalid, h.Name, h.Typeflag)
 		}
 		if err := root.Lchown(name, h.Uid, h.Gid); err != nil {
 			return fmt.Errorf("chown %s: %w", name, err)

@@ -1,4 +1,4 @@
-package criu
+package archive
 
 import (
 	"archive/tar"
@@ -75,7 +75,7 @@ func TestApplyRootfsDiff(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			err := ApplyRootfsDiff(dir, root)
+			err := ApplyRootfsDiff(dir, root, Limits{})
 			if _, serr := os.Lstat(filepath.Join(base, "escape")); serr == nil {
 				t.Fatal("a member was written outside the root")
 			}
@@ -116,7 +116,7 @@ func FuzzApplyRootfsDiff(f *testing.F) {
 		if err := os.WriteFile(filepath.Join(dir, DeletedFiles), deleted, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		_ = ApplyRootfsDiff(dir, root)
+		_ = ApplyRootfsDiff(dir, root, Limits{})
 		ents, err := os.ReadDir(base)
 		if err != nil {
 			t.Fatal(err)
