@@ -19,9 +19,9 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
-	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/status"

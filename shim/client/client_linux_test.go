@@ -12,10 +12,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/checkpointtest"
-	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

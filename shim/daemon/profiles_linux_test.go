@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/profiles"
 	"github.com/nodeshim/nodeshim/shim/status"
 )

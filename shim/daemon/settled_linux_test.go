@@ -4,7 +4,7 @@ import (
 	"context"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

@@ -24,7 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 	"k8s.io/utils/clock"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 )
 
 // ConditionNetworkReady is the condition type this package maintains.

@@ -22,7 +22,7 @@ import (
 	registerapi "k8s.io/kubelet/pkg/apis/pluginregistration/v1"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 )
 
 func TestMain(m *testing.M) {

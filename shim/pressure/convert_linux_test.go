@@ -8,7 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

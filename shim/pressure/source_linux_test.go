@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/condition"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
 )

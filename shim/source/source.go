@@ -16,7 +16,7 @@ import (
 	"runtime/debug"
 	"sync"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

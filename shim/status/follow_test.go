@@ -10,7 +10,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/plugin"
 	"github.com/nodeshim/nodeshim/shim/status"

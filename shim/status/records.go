@@ -6,8 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/condition"
 )
 
 // Condition types of the sources the daemon wires into the model. All have

@@ -8,8 +8,8 @@ import (
 
 	clocktesting "k8s.io/utils/clock/testing"
 
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/condition"
 )
 
 func TestHistoriesAreBounded(t *testing.T) {

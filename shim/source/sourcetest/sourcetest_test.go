@@ -8,7 +8,7 @@ import (
 	"go.uber.org/goleak"
 	clocktesting "k8s.io/utils/clock/testing"
 
-	"github.com/nodeshim/nodeshim/shim/condition"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
