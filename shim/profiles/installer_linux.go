@@ -49,7 +49,7 @@ type ProfileError struct {
 	// document as a whole or for a problem with the name or the file.
 	JSONPath string
 	// Err is the cause: seccomp's errors (several joined), ErrName,
-	// seccomp.ErrCompile or ErrForeign.
+	// seccomp.ErrCompile, ErrForeign, ErrSymlink or ErrNotDir.
 	Err error
 }
 
@@ -82,6 +82,13 @@ func (in *Installer) check(set map[string]string, m manifest) error {
 	for _, p := range m.Profiles {
 		owned[p.Path] = true
 	}
+	r, err := openRoot(in.Root, false)
+	if err != nil {
+		return err
+	}
+	if r != nil {
+		defer r.close()
+	}
 	names := slices.Sorted(maps.Keys(set))
 	var errs []error
 	for i, name := range names {
@@ -97,8 +104,15 @@ func (in *Installer) check(set map[string]string, m manifest) error {
 			errs = append(errs, err)
 			continue
 		}
+		if r == nil {
+			continue // no root yet: nothing in the way
+		}
 		path := in.path(name)
-		if _, err := os.Lstat(path); err == nil && !owned[path] {
+		exists, err := r.check(name)
+		switch {
+		case err != nil:
+			errs = append(errs, &ProfileError{Name: name, Err: err})
+		case exists && !owned[path]:
 			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%s %w; remove it or give the profile another name", path, ErrForeign)})
 		}
 	}
@@ -171,10 +185,17 @@ func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
 	}
 	now := clk.Now().UTC().Truncate(time.Second)
 	var next, write, remove []Installed
+	var r *root
+	if len(set) > 0 {
+		if r, err = openRoot(in.Root, true); err != nil {
+			return m.Profiles, err
+		}
+		defer r.close()
+	}
 	for _, name := range slices.Sorted(maps.Keys(set)) {
 		data := []byte(set[name])
 		e := Installed{Name: name, Path: in.path(name), SHA256: Hash(data), InstalledAt: now}
-		if old, ok := prev[e.Path]; ok && old.SHA256 == e.SHA256 && fileHash(e.Path) == e.SHA256 {
+		if old, ok := prev[e.Path]; ok && old.SHA256 == e.SHA256 && r.hash(name) == e.SHA256 {
 			e.InstalledAt = old.InstalledAt
 		} else {
 			write = append(write, e)
@@ -199,51 +220,42 @@ func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
 	}
 	in.point("intent")
 
-	staged := make([]string, len(write))
-	for i, e := range write {
-		if err := os.MkdirAll(filepath.Dir(e.Path), 0o755); err != nil {
-			in.unstage(staged)
+	// Every file below the root is reached through r without following a
+	// symbolic link (openat2 RESOLVE_BENEATH|RESOLVE_NO_SYMLINKS): a link
+	// put in the way since the check fails the install, naming it.
+	staged := make([]string, 0, len(write))
+	for _, e := range write {
+		if err := r.stage(e.Name, []byte(set[e.Name])); err != nil {
+			in.unstage(r, staged)
 			return m.Profiles, fmt.Errorf("install seccomp profile %s: %w", e.Name, err)
 		}
-		// Profiles are not secret, and the runtime may read them as
-		// another user.
-		staged[i] = stagedPath(e.Path)
-		if err := atomicfile.WriteFile(staged[i], []byte(set[e.Name]), 0o644); err != nil {
-			in.unstage(staged)
-			return m.Profiles, fmt.Errorf("install seccomp profile %s: %w", e.Name, err)
-		}
+		staged = append(staged, e.Name)
 		in.point("staged " + e.Name)
 	}
 	var errs []error
-	for i, e := range write {
-		if err := os.Rename(staged[i], e.Path); err != nil {
+	for _, e := range write {
+		if err := r.commit(e.Name); err != nil {
 			errs = append(errs, fmt.Errorf("install seccomp profile %s: %w", e.Name, err))
 			continue
-		}
-		if err := atomicfile.SyncDir(filepath.Dir(e.Path)); err != nil {
-			errs = append(errs, fmt.Errorf("install seccomp profile %s: %w", e.Name, err))
 		}
 		log.Info("seccomp profile installed", "name", e.Name, "path", e.Path, "sha256", e.SHA256)
 		in.point("renamed " + e.Name)
 	}
 	if len(errs) > 0 {
-		in.unstage(staged)
+		in.unstage(r, staged)
 		// The manifest still owns every path touched; the next Apply
 		// finishes the job.
 		return inPlace(intent.Profiles), errors.Join(errs...)
 	}
 	for _, p := range remove {
-		switch h := fileHash(p.Path); h {
+		switch h := hashInstalled(p); h {
 		case "":
 			// already gone
 		case p.SHA256:
-			if err := os.Remove(p.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			if err := removeInstalled(p); err != nil {
 				errs = append(errs, fmt.Errorf("remove seccomp profile %s: %w", p.Name, err))
 				next = append(next, p) // still ours
 				continue
-			}
-			if err := atomicfile.SyncDir(filepath.Dir(p.Path)); err != nil {
-				errs = append(errs, err)
 			}
 			log.Info("seccomp profile removed", "name", p.Name, "path", p.Path)
 		default:
@@ -266,57 +278,48 @@ func (in *Installer) point(step string) {
 	}
 }
 
-// stagedPath is where a profile is staged before it is renamed to path: a
-// hidden name beside it, which no profile name can have.
-func stagedPath(path string) string {
-	return filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".nodeshim-staged")
-}
-
-func (in *Installer) unstage(staged []string) {
-	for _, s := range staged {
-		if s != "" {
-			os.Remove(s)
-		}
+// unstage removes the staged files of the names staged.
+func (in *Installer) unstage(r *root, staged []string) {
+	for _, name := range staged {
+		r.unstage(name)
 	}
 }
 
 // cleanStaged removes what an interrupted Apply staged: the staged files
-// of the paths the manifest owns, and atomicfile's temporary files of them.
+// of the paths the manifest owns, and the temporary files an older
+// nodeshim staged them with.
 func (in *Installer) cleanStaged(m manifest) {
 	for _, p := range m.Profiles {
-		s := stagedPath(p.Path)
-		os.Remove(s)
-		tmps, _ := filepath.Glob(filepath.Join(filepath.Dir(s), "."+filepath.Base(s)+".tmp-*"))
-		for _, t := range tmps {
-			os.Remove(t)
+		r, err := openRoot(rootOf(p), false)
+		if err != nil || r == nil {
+			continue
 		}
+		r.unstage(p.Name)
+		r.close()
 	}
+}
+
+// removeInstalled removes the file of an installed profile below its own
+// root.
+func removeInstalled(p Installed) error {
+	r, err := openRoot(rootOf(p), false)
+	if err != nil || r == nil {
+		return err
+	}
+	defer r.close()
+	return r.remove(p.Name)
 }
 
 // inPlace returns the entries whose file holds the content they record.
 func inPlace(entries []Installed) []Installed {
 	var out []Installed
 	for _, e := range entries {
-		if fileHash(e.Path) == e.SHA256 {
+		if hashInstalled(e) == e.SHA256 {
 			out = append(out, e)
 		}
 	}
 	slices.SortFunc(out, func(a, b Installed) int { return strings.Compare(a.Path, b.Path) })
 	return out
-}
-
-// fileHash is the hash of the regular file at path, "" when there is none
-// or it cannot be read.
-func fileHash(path string) string {
-	st, err := os.Lstat(path)
-	if err != nil || !st.Mode().IsRegular() {
-		return ""
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return ""
-	}
-	return Hash(data)
 }
 
 func (in *Installer) manifestPath() string { return filepath.Join(in.StateDir, ManifestFile) }

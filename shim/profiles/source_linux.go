@@ -152,7 +152,8 @@ func Node() seccomp.ParseOptions { return seccomp.NodeParseOptions(nil) }
 
 // reason classifies an Apply error: any invalid profile makes it
 // InvalidProfile (another configuration is needed), else a file in the way
-// ProfileConflict, else InstallFailed.
+// (one nodeshim did not install, a symbolic link, a file where a directory
+// should be) ProfileConflict, else InstallFailed.
 func reason(err error) string {
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -164,7 +165,7 @@ func reason(err error) string {
 		if !errors.As(e, &pe) {
 			continue
 		}
-		if !errors.Is(pe, ErrForeign) {
+		if !errors.Is(pe, ErrForeign) && !errors.Is(pe, ErrSymlink) && !errors.Is(pe, ErrNotDir) {
 			return ReasonInvalidProfile
 		}
 		r = ReasonProfileConflict
