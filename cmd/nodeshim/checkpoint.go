@@ -15,6 +15,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/podman"
@@ -214,7 +216,9 @@ page pipes (nodeshim raises fs.pipe-max-size when it is lower);
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
 			defer cancel()
-			res, err := criu.Checkpoint(ctx, target, opts)
+			// The lock, shared with the nodeshim serve of --socket, and
+			// the space check come before anything is frozen.
+			res, err := checkpoint.Run(ctx, target, opts, filepath.Join(filepath.Dir(socket), retention.LockDirName))
 			if err != nil {
 				prog.done("checkpoint failed")
 				return err

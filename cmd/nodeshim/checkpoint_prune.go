@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
@@ -75,10 +77,21 @@ reads), else nodeshim's defaults; the flags override it.`,
 				dir = cfg.Checkpoint.Dir
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			res, err := retention.Apply(dir, retention.FromConfig(r), time.Now(), dryRun, nil, func(rm retention.Removal) {
-				if !dryRun {
-					logger.Info("checkpoint archive removed", "archive", rm.Name, "reason", rm.Reason, "bytes", rm.Size)
-				}
+			res, err := retention.Apply(dir, checkpoint.RetentionPolicy(r), time.Now(), retention.ApplyOptions{
+				DryRun: dryRun,
+				// The work entries of checkpoints that hold a lock of
+				// the nodeshim serve's root dir are in use.
+				Owners: retention.Owners{LockDir: filepath.Join(cfg.RootDir, retention.LockDirName)},
+				Removed: func(rm retention.Removal) {
+					if !dryRun {
+						logger.Info("checkpoint archive removed", "archive", rm.Name, "reason", rm.Reason, "bytes", rm.Size)
+					}
+				},
+				RemovedLeftover: func(w retention.Leftover) {
+					if !dryRun {
+						logger.Info("removed the work files of a killed checkpoint or restore", "entry", w.Name, "bytes", w.Size, "why", w.Why)
+					}
+				},
 			})
 			if len(res.Swept) > 0 {
 				logger.Info("finished removing checkpoint archives of an interrupted prune", "archives", res.Swept)
@@ -99,6 +112,12 @@ reads), else nodeshim's defaults; the flags override it.`,
 				}
 				for _, a := range res.Kept {
 					fmt.Fprintf(tw, "%s\t%s\tkept\n", a.Name, humanBytes(a.Size))
+				}
+				for _, w := range res.Leftovers {
+					fmt.Fprintf(tw, "%s\t%s\t%s (left over: %s)\n", w.Name, humanBytes(w.Size), verb, w.Why)
+				}
+				for _, w := range res.Working {
+					fmt.Fprintf(tw, "%s\t%s\tkept: in use (%s)\n", w.Name, humanBytes(w.Size), w.Why)
 				}
 				tw.Flush()
 				return b.String()

@@ -3,6 +3,7 @@ package checkpoint
 import (
 	"context"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -52,7 +53,9 @@ func containerdService(t *testing.T, c *runtimetest.Containerd, bin criu.Binary,
 			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
 		},
 		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		Model:    model,
+		// Beside dir, which the failure tests want left as it was.
+		LockDir: filepath.Join(t.TempDir(), "locks"),
+		Model:   model,
 	})
 	t.Cleanup(func() { svc.Close() })
 	return svc

@@ -290,7 +290,7 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			name: "filesystem-full", mib: 64,
 			dir: func(t *testing.T) string { return mountSmallTmpfs(t, 8<<20) },
 			check: func(t *testing.T, err error, rec status.CheckpointRecord) {
-				if err == nil || errors.Is(err, criu.ErrTargetLost) || !strings.Contains(err.Error(), "does not fit") {
+				if !errors.Is(err, ErrNoRoom) || errors.Is(err, criu.ErrTargetLost) || !strings.Contains(err.Error(), "does not fit") {
 					t.Errorf("error %v, want the estimate refused with the container left running", err)
 				}
 				if rec.Result != status.CheckpointFailed {

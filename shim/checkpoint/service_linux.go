@@ -16,12 +16,12 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 
-	"golang.org/x/sys/unix"
 	"k8s.io/apimachinery/pkg/util/validation"
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
+	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -43,10 +43,12 @@ var ErrBusy = errdefs.New(errdefs.ErrBusy, "a checkpoint of this container is al
 // errdefs.ErrUnavailable).
 var ErrShuttingDown = errdefs.New(errdefs.ErrUnavailable, "nodeshim is shutting down")
 
-// ErrNoRoom says a checkpoint was refused before freezing anything: its
-// estimated archive does not fit in the checkpoint directory's free space
-// or in the retention byte budget, even after pruning.
-var ErrNoRoom = errors.New("no room for the checkpoint archive")
+// ErrNoRoom says a checkpoint was refused before freezing anything: CRIU's
+// images and the archive do not fit in the free space of their
+// filesystems (SpacePlan), or the archive not in the retention byte
+// budget, even after pruning. Its class is errdefs.ErrUnavailable: the
+// same checkpoint may succeed once space is freed.
+var ErrNoRoom = errdefs.New(errdefs.ErrUnavailable, "no room for the checkpoint")
 
 // Settings are the parts of the active configuration a checkpoint reads.
 type Settings struct {
@@ -62,6 +64,23 @@ type Settings struct {
 	Retention retention.Policy
 }
 
+// RetentionPolicy converts a ShimConfiguration's checkpoint.retention into
+// retention's Policy: maxPerContainer 0 is the default, negative is no
+// limit; maxBytes unset or not positive is no limit.
+func RetentionPolicy(c config.CheckpointRetention) retention.Policy {
+	p := retention.Policy{MaxPerContainer: int(c.MaxPerContainer), MaxAge: c.MaxAge.Duration}
+	switch {
+	case c.MaxPerContainer == 0:
+		p.MaxPerContainer = retention.DefaultMaxPerContainer
+	case c.MaxPerContainer < 0:
+		p.MaxPerContainer = 0
+	}
+	if c.MaxBytes != nil && c.MaxBytes.Sign() > 0 {
+		p.MaxBytes = c.MaxBytes.Value()
+	}
+	return p
+}
+
 // Options configure a Service.
 type Options struct {
 	// Settings returns the active configuration's settings; it is called
@@ -73,6 +92,11 @@ type Options struct {
 	Dial func(endpoint string) (cri.Resolver, func() error, error)
 	// ProcRoot is where the host's procfs is mounted; "/proc" when empty.
 	ProcRoot string
+	// LockDir holds the target locks (retention.LockTarget) that this
+	// service and the CLI's checkpoints share: <root dir>/checkpoint-locks
+	// of nodeshim serve (retention.LockDirName). Empty: .nodeshim-locks
+	// in the checkpoint directory, shared with no CLI.
+	LockDir string
 	// Parallel bounds the checkpoints that run at once (at least 1).
 	Parallel int
 	// Model receives progress, results and history; required.
@@ -176,14 +200,45 @@ func (s *Service) applyRetention(set Settings, self criu.ContainerRef) (retentio
 	}
 	s.pruneMu.Lock()
 	defer s.pruneMu.Unlock()
-	res, err := retention.Apply(set.Dir, set.Retention, s.opts.Now(), false, s.busyExcept(self), func(r retention.Removal) {
-		s.removed++
-		s.opts.Logger.Info("checkpoint archive removed", "archive", r.Name, "reason", r.Reason,
-			"container", r.Container, "bytes", r.Size, "dir", set.Dir)
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.Removed(r.Reason)
-		}
-	})
+	res, err := retention.Apply(set.Dir, set.Retention, s.opts.Now(), s.applyOptions(set, self))
+	s.reportRetention(set, res, err)
+	return res, err
+}
+
+// lockDir is where this service's target locks live.
+func (s *Service) lockDir(set Settings) string {
+	if s.opts.LockDir != "" {
+		return s.opts.LockDir
+	}
+	return filepath.Join(set.Dir, ".nodeshim-locks")
+}
+
+// applyOptions are the options of retention's Apply and Execute: the
+// busy containers' archives are kept, the work entries judged by this
+// process's procfs and the target locks, and each removal is logged and
+// counted.
+func (s *Service) applyOptions(set Settings, self criu.ContainerRef) retention.ApplyOptions {
+	return retention.ApplyOptions{
+		Busy:   s.busyExcept(self),
+		Owners: retention.Owners{LockDir: s.lockDir(set), Now: s.opts.Now},
+		Removed: func(r retention.Removal) {
+			s.removed++
+			s.opts.Logger.Info("checkpoint archive removed", "archive", r.Name, "reason", r.Reason,
+				"container", r.Container, "bytes", r.Size, "dir", set.Dir)
+			if s.opts.Metrics != nil {
+				s.opts.Metrics.Removed(r.Reason)
+			}
+		},
+		RemovedLeftover: func(w retention.Leftover) {
+			s.opts.Logger.Info("removed the work files of a killed checkpoint or restore", "entry", w.Name,
+				"bytes", w.Size, "why", w.Why, "dir", set.Dir)
+		},
+	}
+}
+
+// reportRetention logs what a retention pass found and shows what is left
+// in the status document.
+func (s *Service) reportRetention(set Settings, res retention.Result, err error) {
 	if len(res.Swept) > 0 {
 		s.opts.Logger.Info("finished removing checkpoint archives of an interrupted prune", "dir", set.Dir, "archives", res.Swept)
 	}
@@ -198,72 +253,55 @@ func (s *Service) applyRetention(set Settings, self criu.ContainerRef) (retentio
 		a.Containers = append(a.Containers, status.ArchiveSummary(sum))
 	}
 	s.opts.Model.SetCheckpointArchives(a)
-	return res, err
 }
 
-// makeRoom refuses a checkpoint whose estimated archive (est bytes) does
-// not fit, after pruning, in the retention byte budget or in the free
-// space of the checkpoint directory's file system; when it fits only
-// after pruning, it prunes first.
-func (s *Service) makeRoom(set Settings, ref criu.ContainerRef, est int64) error {
-	list, err := retention.List(set.Dir)
+// makeRoom refuses a checkpoint of ref whose space plan does not fit,
+// after pruning, in the free space of its filesystems, or whose archive
+// (plan.Estimate) does not fit in the retention byte budget. It lists and
+// plans the checkpoint directory once: the work entries that killed
+// checkpoints left are removed, and the archives the plan removes are
+// removed when the checkpoint fits only after that.
+func (s *Service) makeRoom(set Settings, ref criu.ContainerRef, plan SpacePlan) error {
+	s.pruneMu.Lock()
+	defer s.pruneMu.Unlock()
+	if swept, err := retention.Sweep(set.Dir); err != nil {
+		return err
+	} else if len(swept) > 0 {
+		s.opts.Logger.Info("finished removing checkpoint archives of an interrupted prune", "dir", set.Dir, "archives", swept)
+	}
+	o := s.applyOptions(set, ref)
+	l, err := retention.Scan(set.Dir, o.Owners)
 	if err != nil {
 		return err
 	}
-	busy := s.busyExcept(ref)
-	var all int64
-	for _, a := range list {
-		all += a.Size
+	est, working, stale := plan.Estimate, l.LeftoverBytes(true), l.LeftoverBytes(false)
+	all := l.ArchiveBytes()
+	// The removals that make room for the new archive in the budget;
+	// the work entries in use count against it as archives do.
+	removals, kept := retention.Plan(set.Retention, l.Archives, s.opts.Now(), est+working, o.Busy)
+	if set.Retention.MaxBytes > 0 && kept+working+est > set.Retention.MaxBytes {
+		return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the retention budget maxBytes %s: %s of archives and %s of work files in use stay after pruning: %w",
+			ref, sizeString(est), sizeString(set.Retention.MaxBytes), sizeString(kept), sizeString(working), ErrNoRoom)
 	}
-	plan, kept := retention.Plan(set.Retention, list, s.opts.Now(), est, busy)
-	if set.Retention.MaxBytes > 0 && kept+est > set.Retention.MaxBytes {
-		return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the retention budget maxBytes %s: %s of it stays in use after pruning: %w",
-			ref, sizeString(est), sizeString(set.Retention.MaxBytes), sizeString(kept), ErrNoRoom)
+	if err := plan.Check(stale + all - kept); err != nil {
+		return fmt.Errorf("checkpoint %s: %w", ref, err)
 	}
-	free, err := freeBytes(set.Dir)
+	if plan.Check(stale) == nil && (set.Retention.MaxBytes == 0 || all+working+est <= set.Retention.MaxBytes) {
+		// Room without pruning: retention runs when the checkpoint ends.
+		removals = nil
+	}
+	if stale == 0 && len(removals) == 0 {
+		return nil
+	}
+	res, err := retention.Execute(set.Dir, l, removals, o)
+	s.reportRetention(set, res, err)
 	if err != nil {
 		return err
 	}
-	freed := all - kept
-	if est > free+freed {
-		return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the free space of %s: %s free, %s more after pruning: %w",
-			ref, sizeString(est), set.Dir, sizeString(free), sizeString(freed), ErrNoRoom)
-	}
-	if len(plan) > 0 && (est > free || (set.Retention.MaxBytes > 0 && all+est > set.Retention.MaxBytes)) {
-		// Room only after pruning: prune now, keeping the budget for the
-		// new archive.
-		pre := set
-		pre.Retention.MaxBytes = 0
-		if set.Retention.MaxBytes > 0 {
-			pre.Retention.MaxBytes = max(set.Retention.MaxBytes-est, 1)
-		}
-		if _, err := s.applyRetention(pre, ref); err != nil {
-			return err
-		}
-		if free, err = freeBytes(set.Dir); err != nil {
-			return err
-		}
-		if est > free {
-			return fmt.Errorf("checkpoint %s: estimated archive size %s (resident memory and writable layer) does not fit in the free space of %s: %s free after pruning: %w",
-				ref, sizeString(est), set.Dir, sizeString(free), ErrNoRoom)
-		}
+	if err := plan.Check(0); err != nil {
+		return fmt.Errorf("checkpoint %s: after pruning: %w", ref, err)
 	}
 	return nil
-}
-
-// freeBytes is the space left for unprivileged writers on the file system of dir (statfs f_bavail), or of its nearest
-// existing parent when dir does not exist yet.
-func freeBytes(dir string) (int64, error) {
-	for p := dir; ; p = filepath.Dir(p) {
-		var st unix.Statfs_t
-		err := unix.Statfs(p, &st)
-		if err == nil {
-			return int64(st.Bavail) * int64(st.Bsize), nil
-		}
-		if !errors.Is(err, unix.ENOENT) || p == filepath.Dir(p) {
-			return 0, fmt.Errorf("free space of %s: %w", p, err)
-		}
-	}
 }
 
 // sizeString formats n bytes for an error message: exact, and in MiB.
@@ -391,6 +429,18 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	if err != nil {
 		return criu.Result{}, err
 	}
+	// The process's lock, shared with the CLI: another checkpoint of it
+	// (of another name, or by another nodeshim) is turned away as busy,
+	// as one of the same name is above.
+	lock, err := lockTarget(s.lockDir(set), proc.PID, fmt.Sprintf("checkpoint %s (pid %d)", ref, proc.PID))
+	if err != nil {
+		return criu.Result{}, err
+	}
+	defer func() {
+		if err := lock.Unlock(); err != nil {
+			s.opts.Logger.Warn("checkpoint lock", "container", ref, "err", err)
+		}
+	}()
 
 	// From here the request reaches CRIU: it is recorded whatever happens.
 	rec := status.CheckpointRecord{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container,
@@ -409,22 +459,14 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 		return criu.Result{}, err
 	}
 	defer func() { <-s.sem }()
-	// Before anything is frozen: refuse an archive that cannot be written.
-	est, err := criu.EstimateSize(s.opts.ProcRoot, target)
-	if err == nil {
-		err = s.makeRoom(set, ref, est)
-	}
-	if err != nil {
-		s.finish(rec, criu.Result{}, err, done)
-		return criu.Result{}, err
-	}
 	// Whatever the outcome, the directory is brought back within the
 	// retention limits when this checkpoint ends.
 	defer s.applyRetention(set, ref) //nolint:errcheck // logged inside
-	s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": dumping with CRIU", 2, 3))
 	var phaseMu sync.Mutex
 	phase := criu.PhaseDumping
-	res, err := criu.Checkpoint(ctx, target, criu.Options{
+	// Before anything is frozen, runLocked refuses a checkpoint whose
+	// images and archive cannot be written, even after pruning.
+	res, err := runLocked(ctx, target, criu.Options{
 		Binary:     bin,
 		ArchiveDir: set.Dir,
 		ProcRoot:   s.opts.ProcRoot,
@@ -439,6 +481,12 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 			phase = p.Phase
 			s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": writing the archive", 3, 3))
 		},
+	}, func(plan SpacePlan) error {
+		if err := s.makeRoom(set, ref, plan); err != nil {
+			return err
+		}
+		s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress, what+": dumping with CRIU", 2, 3))
+		return nil
 	})
 	if err != nil {
 		err = s.abortedOr(ctx, err)

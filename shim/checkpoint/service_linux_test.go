@@ -23,6 +23,10 @@ func TestMain(m *testing.M) {
 		testworkload.RunCounter(os.Getenv(testworkload.EnvDir), os.Getenv(testworkload.EnvMiB), false)
 		return
 	}
+	// Or the CLI's checkpoint of a pid (Run), as a process to kill.
+	if os.Getenv(envRunPID) != "" {
+		os.Exit(runCLICheckpoint())
+	}
 	os.Exit(rt.Main(m))
 }
 

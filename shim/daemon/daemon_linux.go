@@ -165,11 +165,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d.ckpts = checkpoint.New(checkpoint.Options{
 		Settings: d.checkpointSettings,
 		ProcRoot: opts.ProcRoot,
+		LockDir:  filepath.Join(opts.RootDir, retention.LockDirName),
 		Model:    d.model,
 		Metrics:  metrics.NewCheckpoints(reg),
 		Logger:   log,
 	})
-	// Finish removals a crash interrupted and apply retention at start.
+	// Finish removals a crash interrupted, remove the work files of
+	// checkpoints killed with a nodeshim, and apply retention at start.
 	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
 	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts}
 	if opts.Report != nil {
@@ -538,5 +540,5 @@ func (d *daemon) checkpointSettings() checkpoint.Settings {
 	d.mu.Unlock()
 	return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
 		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint,
-		Retention: retention.FromConfig(a.Checkpoint.Retention)}
+		Retention: checkpoint.RetentionPolicy(a.Checkpoint.Retention)}
 }

@@ -1,8 +1,13 @@
-// Package retention decides which checkpoint archives to remove (Plan, a
-// pure function over a listing of the checkpoint directory) and removes
-// them so that a crash in the middle leaves nothing half-deleted (Prune,
-// Sweep): an archive is renamed into the directory's trash first, then
-// unlinked, and the next start empties the trash.
+// Package retention keeps a checkpoint directory: it decides which
+// checkpoint archives to remove (Plan, a pure function over a listing of
+// the directory) and removes them so that a crash in the middle leaves
+// nothing half-deleted (Remove, Sweep): an archive is renamed into the
+// directory's trash first, then unlinked, and the next start empties the
+// trash. It tells the work entries of live checkpoints from those that
+// killed ones left (Scan, Owners), and holds the per-target locks
+// (LockTarget) by which checkpoints of one process exclude each other and
+// show that they are alive. It depends on nothing of nodeshim above it:
+// callers convert their configuration into a Policy.
 package retention
 
 import (
@@ -10,8 +15,6 @@ import (
 	"regexp"
 	"slices"
 	"time"
-
-	"github.com/nodeshim/nodeshim/shim/config"
 )
 
 // DefaultMaxPerContainer is how many archives of one container are kept
@@ -202,21 +205,4 @@ func Summarize(list []Archive) []Summary {
 	}
 	slices.SortFunc(out, func(a, b Summary) int { return cmp.Compare(a.Container, b.Container) })
 	return out
-}
-
-// FromConfig returns the Policy of a ShimConfiguration's
-// checkpoint.retention: maxPerContainer 0 is the default, negative is no
-// limit; maxBytes unset or not positive is no limit.
-func FromConfig(c config.CheckpointRetention) Policy {
-	p := Policy{MaxPerContainer: int(c.MaxPerContainer), MaxAge: c.MaxAge.Duration}
-	switch {
-	case c.MaxPerContainer == 0:
-		p.MaxPerContainer = DefaultMaxPerContainer
-	case c.MaxPerContainer < 0:
-		p.MaxPerContainer = 0
-	}
-	if c.MaxBytes != nil && c.MaxBytes.Sign() > 0 {
-		p.MaxBytes = c.MaxBytes.Value()
-	}
-	return p
 }

@@ -1,14 +1,14 @@
 package retention
 
 import (
+	"go/parser"
+	"go/token"
+	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
-
-	"k8s.io/apimachinery/pkg/api/resource"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/nodeshim/nodeshim/shim/config"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -132,28 +132,6 @@ func TestSummarize(t *testing.T) {
 	}
 }
 
-func TestFromConfig(t *testing.T) {
-	q := resource.MustParse("2Gi")
-	neg := resource.MustParse("-1")
-	tests := []struct {
-		name string
-		c    config.CheckpointRetention
-		want Policy
-	}{
-		{"defaults", config.CheckpointRetention{}, Policy{MaxPerContainer: DefaultMaxPerContainer}},
-		{"all set", config.CheckpointRetention{MaxPerContainer: 3, MaxBytes: &q, MaxAge: metav1.Duration{Duration: time.Hour}},
-			Policy{MaxPerContainer: 3, MaxBytes: 2 << 30, MaxAge: time.Hour}},
-		{"unbounded", config.CheckpointRetention{MaxPerContainer: -1, MaxBytes: &neg}, Policy{}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if got := FromConfig(tt.c); got != tt.want {
-				t.Errorf("FromConfig = %+v, want %+v", got, tt.want)
-			}
-		})
-	}
-}
-
 // TestPlanOrdersOneSecondByModification: a removal frees a name that the
 // next checkpoint of the same second takes again; the file's time, not
 // the name's suffix, says it is the newest.
@@ -163,5 +141,31 @@ func TestPlanOrdersOneSecondByModification(t *testing.T) {
 	got, _ := Plan(Policy{MaxPerContainer: 1}, []Archive{reused, first}, t0, 0, nil)
 	if len(got) != 1 || got[0].Name != first.Name {
 		t.Errorf("removed %+v, want %s", got, first.Name)
+	}
+}
+
+// TestImportsNothingAbove: retention, below the checkpoint service, the
+// CLI and the daemon, imports none of nodeshim's packages but internal
+// ones: its callers convert their configuration into a Policy.
+func TestImportsNothingAbove(t *testing.T) {
+	files, err := filepath.Glob("*.go")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fset := token.NewFileSet()
+	for _, name := range files {
+		if strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, name, nil, parser.ImportsOnly)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, imp := range f.Imports {
+			p, _ := strconv.Unquote(imp.Path.Value)
+			if strings.HasPrefix(p, "github.com/nodeshim/nodeshim/") && !strings.HasPrefix(p, "github.com/nodeshim/nodeshim/internal/") {
+				t.Errorf("%s imports %s", name, p)
+			}
+		}
 	}
 }

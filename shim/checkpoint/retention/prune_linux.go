@@ -30,6 +30,11 @@ func List(dir string) ([]Archive, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list checkpoint archives: %w", err)
 	}
+	return archives(ents)
+}
+
+// archives returns the checkpoint archives among the entries of a directory.
+func archives(ents []os.DirEntry) ([]Archive, error) {
 	var out []Archive
 	for _, e := range ents {
 		if !e.Type().IsRegular() {
@@ -148,6 +153,54 @@ func syncDir(dir string) error {
 	return nil
 }
 
+// Listing is what Scan finds in a checkpoint directory: the archives,
+// and the work entries of checkpoints and restores, live or left over.
+type Listing struct {
+	// Archives are the checkpoint archives (List).
+	Archives []Archive
+	// Leftovers are the work entries, judged by the Owners given.
+	Leftovers []Leftover
+}
+
+// Scan lists dir once: its archives, and its work entries judged by o. A
+// missing dir is an empty listing.
+func Scan(dir string, o Owners) (Listing, error) {
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return Listing{}, nil
+	}
+	if err != nil {
+		return Listing{}, fmt.Errorf("list checkpoint directory: %w", err)
+	}
+	var l Listing
+	if l.Archives, err = archives(ents); err != nil {
+		return l, err
+	}
+	l.Leftovers, err = listLeftovers(dir, ents, o)
+	return l, err
+}
+
+// LeftoverBytes sums the sizes of the work entries in use (inUse) or left
+// over (!inUse).
+func (l Listing) LeftoverBytes(inUse bool) int64 {
+	var n int64
+	for _, w := range l.Leftovers {
+		if w.InUse == inUse {
+			n += w.Size
+		}
+	}
+	return n
+}
+
+// ArchiveBytes sums the sizes of the archives.
+func (l Listing) ArchiveBytes() int64 {
+	var n int64
+	for _, a := range l.Archives {
+		n += a.Size
+	}
+	return n
+}
+
 // Result is what one application of a policy did.
 type Result struct {
 	// Removed are the archives removed (or, in a dry run, to be removed).
@@ -158,27 +211,78 @@ type Result struct {
 	Swept []string `json:"swept,omitempty"`
 	// Kept lists the archives left.
 	Kept []Archive `json:"kept"`
+	// Leftovers are the work entries of killed checkpoints and restores
+	// removed (or, in a dry run, to be removed).
+	Leftovers []Leftover `json:"leftovers,omitempty"`
+	// Working are the work entries in use, left alone; their bytes count
+	// against MaxBytes.
+	Working []Leftover `json:"working,omitempty"`
 }
 
-// Apply sweeps dir's trash, lists its archives and removes those p removes
-// at now, skipping the busy ones; with dryRun it only reports them. It
-// calls removed after each removal, for the log and the metrics.
-func Apply(dir string, p Policy, now time.Time, dryRun bool, busy func(Archive) bool, removed func(Removal)) (Result, error) {
+// ApplyOptions are the inputs of Apply besides the directory and policy.
+type ApplyOptions struct {
+	// DryRun only reports what would be removed.
+	DryRun bool
+	// Busy, when set, names archives that are kept whatever the policy
+	// says (a container being checkpointed).
+	Busy func(Archive) bool
+	// Owners judges the work entries.
+	Owners Owners
+	// Removed is called after each archive's removal, for the log and
+	// the metrics; RemovedLeftover after each work entry's.
+	Removed         func(Removal)
+	RemovedLeftover func(Leftover)
+}
+
+// Apply sweeps dir's trash, scans it once and removes the work entries
+// left over and the archives p removes at now; the work entries in use
+// count against MaxBytes. With o.DryRun it only reports them.
+func Apply(dir string, p Policy, now time.Time, o ApplyOptions) (Result, error) {
 	var res Result
 	var errs []error
-	if !dryRun {
+	if !o.DryRun {
 		swept, err := Sweep(dir)
 		res.Swept = swept
 		errs = append(errs, err)
 	}
-	list, err := List(dir)
+	l, err := Scan(dir, o.Owners)
 	if err != nil {
-		return res, errors.Join(append(errs, err)...)
+		errs = append(errs, err)
+		if l.Archives == nil {
+			return res, errors.Join(errs...)
+		}
 	}
-	plan, _ := Plan(p, list, now, 0, busy)
+	plan, _ := Plan(p, l.Archives, now, l.LeftoverBytes(true), o.Busy)
+	r, err := Execute(dir, l, plan, o)
+	r.Swept = res.Swept
+	return r, errors.Join(append(errs, err)...)
+}
+
+// Execute carries out a plan made on listing l of dir: it removes the
+// work entries l found left over and the archives of plan, and reports
+// what is left. With o.DryRun it only reports.
+func Execute(dir string, l Listing, plan []Removal, o ApplyOptions) (Result, error) {
+	var res Result
+	var errs []error
+	for _, w := range l.Leftovers {
+		if w.InUse {
+			res.Working = append(res.Working, w)
+			continue
+		}
+		if !o.DryRun {
+			if err := removeLeftover(dir, w.Name); err != nil {
+				errs = append(errs, err)
+				continue
+			}
+		}
+		res.Leftovers = append(res.Leftovers, w)
+		if o.RemovedLeftover != nil {
+			o.RemovedLeftover(w)
+		}
+	}
 	gone := map[string]bool{}
 	for _, r := range plan {
-		if !dryRun {
+		if !o.DryRun {
 			if err := Remove(dir, r.Name); errors.Is(err, ErrHeld) {
 				res.Skipped = append(res.Skipped, r)
 				continue
@@ -191,11 +295,11 @@ func Apply(dir string, p Policy, now time.Time, dryRun bool, busy func(Archive) 
 		}
 		gone[r.Name] = true
 		res.Removed = append(res.Removed, r)
-		if removed != nil {
-			removed(r)
+		if o.Removed != nil {
+			o.Removed(r)
 		}
 	}
-	for _, a := range list {
+	for _, a := range l.Archives {
 		if !gone[a.Name] {
 			res.Kept = append(res.Kept, a)
 		}

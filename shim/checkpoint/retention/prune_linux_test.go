@@ -47,13 +47,13 @@ func TestMain(m *testing.M) {
 func runPrune(dir, stop string) {
 	n, _ := strconv.Atoi(stop)
 	removed := 0
-	_, err := Apply(dir, Policy{MaxPerContainer: 1}, time.Now(), false, nil, func(Removal) {
+	_, err := Apply(dir, Policy{MaxPerContainer: 1}, time.Now(), ApplyOptions{Removed: func(Removal) {
 		removed++
 		if removed == n {
 			_ = os.WriteFile(filepath.Join(filepath.Dir(dir), "pruning"), nil, 0o600)
 			select {}
 		}
-	})
+	}})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -158,7 +158,7 @@ func TestApplyRealArchives(t *testing.T) {
 			dir := t.TempDir()
 			all := populate(t, src, dir, containers, 5)
 			var logged []Removal
-			res, err := Apply(dir, tt.p, tt.now, false, nil, func(r Removal) { logged = append(logged, r) })
+			res, err := Apply(dir, tt.p, tt.now, ApplyOptions{Removed: func(r Removal) { logged = append(logged, r) }})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -204,7 +204,7 @@ func TestHeldArchiveIsKept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := Apply(dir, Policy{MaxPerContainer: 1}, t0, false, nil, nil)
+	res, err := Apply(dir, Policy{MaxPerContainer: 1}, t0, ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func TestHeldArchiveIsKept(t *testing.T) {
 	if err := release(); err != nil {
 		t.Fatal(err)
 	}
-	if res, err = Apply(dir, Policy{MaxPerContainer: 1}, t0, false, nil, nil); err != nil || len(res.Removed) != 1 || res.Removed[0].Name != all[0] {
+	if res, err = Apply(dir, Policy{MaxPerContainer: 1}, t0, ApplyOptions{}); err != nil || len(res.Removed) != 1 || res.Removed[0].Name != all[0] {
 		t.Errorf("after release: removed %+v, %v; want %s", res.Removed, err, all[0])
 	}
 }
@@ -232,11 +232,11 @@ func TestConcurrentApply(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := Apply(dir, Policy{MaxPerContainer: 2}, t0, false, nil, func(r Removal) {
+			if _, err := Apply(dir, Policy{MaxPerContainer: 2}, t0, ApplyOptions{Removed: func(r Removal) {
 				mu.Lock()
 				removed = append(removed, r.Name)
 				mu.Unlock()
-			}); err != nil {
+			}}); err != nil {
 				t.Error(err)
 			}
 		}()
@@ -320,7 +320,7 @@ func TestKillMidPrune(t *testing.T) {
 				t.Errorf("%d archives left after %d removals, want %d", len(left), tc.stop, len(all)-tc.stop)
 			}
 			// The next start.
-			res, err := Apply(dir, Policy{MaxPerContainer: 1}, t0, false, nil, nil)
+			res, err := Apply(dir, Policy{MaxPerContainer: 1}, t0, ApplyOptions{})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -356,11 +356,11 @@ func TestSweepFinishesARemoval(t *testing.T) {
 	if left, _ := List(dir); !slices.Equal(names(left), all[1:]) {
 		t.Errorf("listed %v, want %v", names(left), all[1:])
 	}
-	res, err := Apply(dir, Policy{}, t0, true, nil, nil)
+	res, err := Apply(dir, Policy{}, t0, ApplyOptions{DryRun: true})
 	if err != nil || len(res.Swept) != 0 || len(res.Removed) != 0 {
 		t.Errorf("dry run: %+v, %v; want nothing swept or removed", res, err)
 	}
-	res, err = Apply(dir, Policy{}, t0, false, nil, nil)
+	res, err = Apply(dir, Policy{}, t0, ApplyOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
