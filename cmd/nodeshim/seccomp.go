@@ -62,13 +62,14 @@ func (pf *profileFlags) add(cmd *cobra.Command) {
 	cmd.Flags().BoolVar(&pf.noENOSYS, "no-enosys", false, "leave out the ENOSYS prefix for syscalls newer than the profile")
 }
 
-// load reads, validates and compiles a profile. Warnings go to the log.
-func (pf *profileFlags) load(path string) (*seccomp.Profile, *seccomp.Filter, error) {
+// load reads, validates and compiles a profile; it gives up when ctx is
+// done (SIGTERM, SIGINT). Warnings go to the log.
+func (pf *profileFlags) load(ctx context.Context, path string) (*seccomp.Profile, *seccomp.Filter, error) {
 	opt, err := seccomp.ParseOptimize(pf.optimize)
 	if err != nil {
 		return nil, nil, withExitCode(exitUsage, err)
 	}
-	p, f, err := seccomp.LoadFile(path, seccomp.NodeParseOptions(pf.caps), seccomp.CompileOptions{Optimize: opt, NoENOSYS: pf.noENOSYS})
+	p, f, err := seccomp.LoadFile(ctx, path, seccomp.NodeParseOptions(pf.caps), seccomp.CompileOptions{Optimize: opt, NoENOSYS: pf.noENOSYS})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -100,7 +101,7 @@ of what the default covers; --all or -o json|yaml list every syscall.`,
   nodeshim seccomp check profile.json -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, f, err := pf.load(args[0])
+			p, f, err := pf.load(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -163,23 +164,27 @@ func newSeccompCompileCommand() *cobra.Command {
 	var out, format string
 	var disasm bool
 	cmd := &cobra.Command{
-		Use:   "compile PROFILE",
+		Use:   "compile PROFILE [--out-file FILE]",
 		Short: "Compile a profile to a raw BPF program",
 		Long: `Compile a seccomp profile with libseccomp and print a summary: rules,
 syscalls, instructions, architectures, the ENOSYS prefix and skipped names.
 
-With -o FILE the raw program (struct sock_filter array in host byte order,
-what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which must not
-exist yet. --disasm prints the program instruction by instruction.`,
+With --out-file FILE the raw program (struct sock_filter array in host byte
+order, what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which
+must not exist yet. --disasm prints the program instruction by instruction.
+-o/--output is the summary's format.`,
 		Example: `  # Compile with the binary tree and write the program
-  nodeshim seccomp compile profile.json -o filter.bpf
+  nodeshim seccomp compile profile.json --out-file filter.bpf
+
+  # The summary as JSON
+  nodeshim seccomp compile profile.json -o json
 
   # Show the linear layout's instructions
   nodeshim seccomp compile profile.json --optimize linear --disasm`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			start := time.Now()
-			_, f, err := pf.load(args[0])
+			_, f, err := pf.load(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -214,8 +219,12 @@ exist yet. --disasm prints the program instruction by instruction.`,
 		},
 	}
 	pf.add(cmd)
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write the raw BPF program to this new file")
-	cmd.Flags().StringVar(&format, "format", "table", "summary format: table, json or yaml")
+	cmd.Flags().StringVar(&out, "out-file", "", "write the raw BPF program to this new file")
+	// -o FILE and --format FORMAT are the spellings before -o was the
+	// format on every command.
+	addFormatOrFileFlag(cmd, &format, "out-file")
+	cmd.Flags().StringVar(&format, "format", "table", outputUsage)
+	markDeprecated(cmd.Flags(), "format", "-o/--output")
 	cmd.Flags().BoolVar(&disasm, "disasm", false, "print the program's instructions")
 	return cmd
 }
@@ -249,7 +258,7 @@ Exit code 3 when any probe disagrees with the profile.`,
   nodeshim seccomp verify profile.json -o json --sample 64`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			p, f, err := pf.load(args[0])
+			p, f, err := pf.load(cmd.Context(), args[0])
 			if err != nil {
 				return err
 			}
@@ -348,7 +357,7 @@ handing the listener to a seccomp agent is a container runtime's job.`,
 			if err != nil {
 				return withExitCode(127, fmt.Errorf("command %s: %w", args[0], err))
 			}
-			_, f, err := pf.load(profile)
+			_, f, err := pf.load(cmd.Context(), profile)
 			if err != nil {
 				return err
 			}

@@ -3,6 +3,7 @@ package seccomp
 import (
 	"context"
 	"os"
+	"strconv"
 	"testing"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
@@ -202,4 +203,29 @@ func syscallNameNative(nr int64) (string, error) {
 		return "", err
 	}
 	return libseccomp.ScmpSyscall(nr).GetNameByArch(native)
+}
+
+// BenchmarkRepeatedNames parses and compiles a profile whose one rule
+// repeats getpid n times, and reports the time per name: flat from 1k to
+// 100k names when the work is linear (it grew with n² when every repeat
+// reached libseccomp). CPU time, not wall time: the machine is shared.
+func BenchmarkRepeatedNames(b *testing.B) {
+	for _, n := range []int{1_000, 10_000, 100_000} {
+		b.Run(strconv.Itoa(n), func(b *testing.B) {
+			data := []byte(repeatedNames("getpid", n, "SCMP_ACT_ALLOW"))
+			b.ReportAllocs()
+			start, ops := cpuTime(b), 0
+			for b.Loop() {
+				p, err := Parse(data, ParseOptions{})
+				if err != nil {
+					b.Fatal(err)
+				}
+				if _, err := Compile(p, CompileOptions{}); err != nil {
+					b.Fatal(err)
+				}
+				ops++
+			}
+			b.ReportMetric(float64(cpuTime(b)-start)/float64(ops)/float64(n), "cpu-ns/name")
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package seccomp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -88,6 +89,10 @@ type Filter struct {
 	// Hash is the cache key it was compiled under, when it came from a
 	// Cache.
 	Hash string `json:"hash,omitempty"`
+
+	// lowerBound is minInstructions of its rules (for the test that
+	// checks it is one).
+	lowerBound int
 }
 
 // ErrCompile is wrapped by every error of Compile.
@@ -165,7 +170,23 @@ func treeSupported() bool {
 // would answer ENOSYS itself), and ENOSYS is what makes libc fall back to an
 // older call the profile does judge (clone3 to clone, faccessat2 to
 // faccessat), where the default errno would make it fail.
+//
+// The work is linear in the profile's names: each name is looked up once
+// (a name repeated is looked up and skipped through a map), and each
+// distinct rule reaches libseccomp once, so a profile that repeats a
+// syscall costs what one that names it once does. A profile whose
+// distinct rules need more BPF instructions than the kernel accepts is
+// refused before libseccomp sees it (see minInstructions).
 func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
+	return CompileContext(context.Background(), p, opts)
+}
+
+// CompileContext is Compile, given up with ctx's error when ctx is done
+// before it finishes (it is checked between libseccomp's filters).
+func CompileContext(ctx context.Context, p *Profile, opts CompileOptions) (*Filter, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+	}
 	def := p.DefaultVerdict()
 	defAct, err := scmpAction(def)
 	if err != nil {
@@ -212,7 +233,15 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 
 	var rules []pendingRule
 	maxNr := map[libseccomp.ScmpArch]int{}
-	named := map[string]bool{}
+	// named holds what was found of each name the rules list, at its
+	// first appearance; a repeat only looks it up here.
+	named := map[string]*nameInfo{}
+	type ruleKey struct {
+		call  libseccomp.ScmpSyscall
+		act   libseccomp.ScmpAction
+		conds string
+	}
+	seenRule := map[ruleKey]bool{}
 	for _, s := range p.Syscalls {
 		v := s.Verdict()
 		act, err := scmpAction(v)
@@ -222,37 +251,45 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 		if v.Action == ActNotify {
 			f.Notify = true
 		}
+		var conds string
+		if len(s.Args) > 0 {
+			conds = argKey(s.Args)
+		}
 		for j, name := range s.Names {
-			path := fmt.Sprintf("%s.names[%d]", s.Path, j)
-			call, err := libseccomp.GetSyscallFromName(name)
-			if err != nil {
-				f.Skipped = append(f.Skipped, Warning{Path: path, Message: fmt.Sprintf("%q is unknown to libseccomp %s; skipped", name, LibraryVersion())})
-				continue
-			}
-			onSome := false
-			for _, a := range arches {
-				n, err := libseccomp.GetSyscallFromNameByArch(name, a)
-				if err != nil || n < 0 {
-					continue
-				}
-				onSome = true
-				if a != libseccomp.ArchX32 && int(n) > maxNr[a] {
-					maxNr[a] = int(n)
+			path := func() string { return fmt.Sprintf("%s.names[%d]", s.Path, j) }
+			info, seen := named[name]
+			if !seen {
+				info = lookupName(name, arches, maxNr)
+				named[name] = info
+				if info.skipped >= 0 {
+					info.skipped = len(f.Skipped)
+					msg := fmt.Sprintf("%q is unknown to libseccomp %s; skipped", name, LibraryVersion())
+					if info.call != libseccomp.ScmpSyscall(-1) {
+						msg = fmt.Sprintf("%q is not a syscall on %v; skipped", name, f.Arches)
+					}
+					f.Skipped = append(f.Skipped, Warning{Path: path(), Message: msg})
 				}
 			}
-			if !onSome {
-				f.Skipped = append(f.Skipped, Warning{Path: path, Message: fmt.Sprintf("%q is not a syscall on %v; skipped", name, f.Arches)})
+			if info.skipped >= 0 {
+				if seen {
+					info.repeats++
+				}
 				continue
 			}
-			named[name] = true
+			call := info.call
 			if act == defAct {
 				// libseccomp refuses a rule that repeats the default
 				// action (EACCES); it would change nothing anyway.
 				continue
 			}
-			for _, conds := range ruleSplit(s.Args) {
-				sc := make([]libseccomp.ScmpCondition, 0, len(conds))
-				for k, c := range conds {
+			k := ruleKey{call: call, act: act, conds: conds}
+			if seenRule[k] {
+				continue // the same rule again: Parse warned
+			}
+			seenRule[k] = true
+			for _, cs := range ruleSplit(s.Args) {
+				sc := make([]libseccomp.ScmpCondition, 0, len(cs))
+				for k, c := range cs {
 					cond, err := libseccomp.MakeCondition(c.Index, scmpOps[c.Op], c.Value, c.ValueTwo)
 					if c.Op != OpMaskedEqual {
 						cond, err = libseccomp.MakeCondition(c.Index, scmpOps[c.Op], c.Value)
@@ -262,11 +299,22 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 					}
 					sc = append(sc, cond)
 				}
-				rules = append(rules, pendingRule{call: call, act: act, conds: sc, path: path, name: name})
+				rules = append(rules, pendingRule{call: call, act: act, conds: sc, args: cs, path: path(), name: name})
 			}
 		}
 	}
-	f.Syscalls = len(named)
+	for _, info := range named {
+		switch {
+		case info.skipped < 0:
+			f.Syscalls++
+		case info.repeats > 0:
+			f.Skipped[info.skipped].Message += fmt.Sprintf(" (and %d repeats)", info.repeats)
+		}
+	}
+	f.lowerBound = minInstructions(rules)
+	if need := f.lowerBound; need > maxInstructions {
+		return nil, fmt.Errorf("%w: its distinct rules need at least %d BPF instructions, the kernel accepts at most %d", ErrCompile, need, maxInstructions)
+	}
 	if f.Flags&flagBits[FlagWaitKillableRecv] != 0 && !f.Notify {
 		// The kernel refuses the flag without SECCOMP_FILTER_FLAG_NEW_LISTENER,
 		// which only a filter with NOTIFY rules has.
@@ -296,6 +344,9 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 	for _, own := range archSets {
 		start := 0
 		for ci, chunk := range chunks {
+			if err := ctx.Err(); err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrCompile, err)
+			}
 			act := defAct
 			if split && ci < len(chunks)-1 {
 				act = chunkMarker
@@ -336,7 +387,7 @@ func Compile(p *Profile, opts CompileOptions) (*Filter, error) {
 			// The stitched program repeats the architecture check per
 			// chunk; one filter may still fit.
 			opts.oneFilter = true
-			return Compile(p, opts)
+			return CompileContext(ctx, p, opts)
 		}
 		return nil, fmt.Errorf("%w: %d instructions, the kernel accepts at most %d", ErrCompile, len(prog), maxInstructions)
 	}
@@ -423,10 +474,70 @@ const (
 
 // pendingRule is one rule for libseccomp, with where the profile has it.
 type pendingRule struct {
-	call       libseccomp.ScmpSyscall
-	act        libseccomp.ScmpAction
-	conds      []libseccomp.ScmpCondition
+	call  libseccomp.ScmpSyscall
+	act   libseccomp.ScmpAction
+	conds []libseccomp.ScmpCondition
+	// args are the comparisons conds were made of.
+	args       []Arg
 	path, name string
+}
+
+// nameInfo is what Compile found of a syscall name.
+type nameInfo struct {
+	call libseccomp.ScmpSyscall
+	// skipped is the index of the name's Skipped warning, -1 for a
+	// syscall of the filter; repeats counts the repeats skipped.
+	skipped, repeats int
+}
+
+// lookupName finds a syscall name on the filter's architectures and raises
+// maxNr to its number on each. skipped is -1 when some architecture has
+// it, else 0 (the caller fills in its warning's index), with call -1 when
+// libseccomp does not know the name at all.
+func lookupName(name string, arches []libseccomp.ScmpArch, maxNr map[libseccomp.ScmpArch]int) *nameInfo {
+	call, err := libseccomp.GetSyscallFromName(name)
+	if err != nil {
+		return &nameInfo{call: -1}
+	}
+	info := &nameInfo{call: call}
+	onSome := false
+	for _, a := range arches {
+		n, err := libseccomp.GetSyscallFromNameByArch(name, a)
+		if err != nil || n < 0 {
+			continue
+		}
+		onSome = true
+		if a != libseccomp.ArchX32 && int(n) > maxNr[a] {
+			maxNr[a] = int(n)
+		}
+	}
+	if onSome {
+		info.skipped = -1
+	}
+	return info
+}
+
+// minInstructions is a lower bound of the instructions any program judging
+// rules takes on one architecture: at least one for each distinct syscall
+// (the compare of its number) and one for each distinct comparison of its
+// arguments (libseccomp may share a comparison between rules, never one
+// instruction between two comparisons). Compile refuses rules above the
+// kernel's limit with it, before libseccomp's costs, which grow faster
+// than the rules, are paid.
+func minInstructions(rules []pendingRule) int {
+	type cmp struct {
+		call libseccomp.ScmpSyscall
+		arg  Arg
+	}
+	calls := map[libseccomp.ScmpSyscall]bool{}
+	cmps := map[cmp]bool{}
+	for _, r := range rules {
+		calls[r.call] = true
+		for _, a := range r.args {
+			cmps[cmp{r.call, a}] = true
+		}
+	}
+	return len(calls) + len(cmps)
 }
 
 // multiplexed are the syscalls that x86 (and s390, ppc, mips) also reach

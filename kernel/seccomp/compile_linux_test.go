@@ -110,15 +110,18 @@ func TestProgramEncoding(t *testing.T) {
 }
 
 func TestCompileErrors(t *testing.T) {
-	// More rules than a classic BPF program can hold: 4200 values of one
-	// argument, each its own rule (two comparisons of one argument are ORed).
+	// More rules than a classic BPF program can hold: 2100 values of one
+	// argument of kill and of tkill, each its own rule (two comparisons of
+	// one argument are ORed). Compile refuses them before libseccomp
+	// builds anything.
 	var conds []string
-	for v := 0; v < 4200; v++ {
+	for v := 0; v < 2100; v++ {
 		conds = append(conds, `{"index":0,"value":`+strconv.Itoa(v*7)+`,"op":"SCMP_CMP_EQ"}`)
 	}
-	p := mustParse(t, `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["kill"],"action":"SCMP_ACT_ERRNO","args":[`+strings.Join(conds, ",")+`]}]}`)
+	args := strings.Join(conds, ",")
+	p := mustParse(t, `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["kill"],"action":"SCMP_ACT_ERRNO","args":[`+args+`]},{"names":["tkill"],"action":"SCMP_ACT_ERRNO","args":[`+args+`]}]}`)
 	_, err := Compile(p, CompileOptions{Optimize: OptimizeLinear})
-	if !errors.Is(err, ErrCompile) || !strings.Contains(err.Error(), "the kernel accepts at most 4096") {
+	if !errors.Is(err, ErrCompile) || !strings.Contains(err.Error(), "at least 4202 BPF instructions, the kernel accepts at most 4096") {
 		t.Errorf("got %v", err)
 	}
 }

@@ -60,6 +60,10 @@ type filterSpec struct {
 type decoder struct {
 	errs  []error
 	warns []Warning
+	// names counts the syscall names of the rules decoded so far, against
+	// MaxNames; overNames is set once that limit is passed.
+	names     int
+	overNames bool
 }
 
 func (d *decoder) fail(path string, err error) {
@@ -96,12 +100,23 @@ func (d *decoder) object(path string, raw json.RawMessage, field func(key, path 
 }
 
 func (d *decoder) array(path string, raw json.RawMessage, elem func(i int, path string, v json.RawMessage)) {
+	d.arrayMax(path, raw, 0, "", "", elem)
+}
+
+// arrayMax is array with at most max elements (none when max is 0): a
+// longer array is a limit error naming limitName, and none of its
+// elements is decoded.
+func (d *decoder) arrayMax(path string, raw json.RawMessage, max int, what, limitName string, elem func(i int, path string, v json.RawMessage)) {
 	if isNull(raw) {
 		return
 	}
 	var a []json.RawMessage
 	if err := json.Unmarshal(raw, &a); err != nil {
 		d.fail(path, fmt.Errorf("%w: want an array", ErrType))
+		return
+	}
+	if max > 0 && len(a) > max {
+		d.errs = append(d.errs, limitError(path, what, len(a), max, limitName))
 		return
 	}
 	for i, v := range a {
@@ -157,6 +172,9 @@ func (d *decoder) optUint(path string, raw json.RawMessage) *uint {
 
 // decodeDocument decodes a profile of either shape.
 func decodeDocument(data []byte) (*document, error) {
+	if err := checkShape(data); err != nil {
+		return nil, err
+	}
 	if !json.Valid(data) {
 		var v any
 		err := json.Unmarshal(data, &v)
@@ -203,8 +221,18 @@ func decodeDocument(data []byte) (*document, error) {
 		case "listenerMetadata":
 			doc.ListenerMetadata = d.str(path, v)
 		case "syscalls":
-			d.array(path, v, func(_ int, p string, v json.RawMessage) {
-				doc.Syscalls = append(doc.Syscalls, d.syscall(p, v))
+			d.arrayMax(path, v, MaxRules, "rules", "MaxRules", func(_ int, p string, v json.RawMessage) {
+				if d.overNames {
+					return
+				}
+				s := d.syscall(p, v)
+				d.names += len(s.Names)
+				if d.names > MaxNames {
+					d.overNames = true
+					d.errs = append(d.errs, limitError(p+".names", "syscall names up to here", d.names, MaxNames, "MaxNames"))
+					return
+				}
+				doc.Syscalls = append(doc.Syscalls, s)
 			})
 		default:
 			return false
@@ -237,7 +265,7 @@ func (d *decoder) syscall(path string, raw json.RawMessage) docSyscall {
 		case "errnoRet":
 			s.ErrnoRet = d.optUint(p, v)
 		case "args":
-			d.array(p, v, func(_ int, p string, v json.RawMessage) {
+			d.arrayMax(p, v, MaxArgs, "comparisons", "MaxArgs", func(_ int, p string, v json.RawMessage) {
 				s.Args = append(s.Args, d.arg(p, v))
 			})
 		case "includes":

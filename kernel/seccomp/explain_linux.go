@@ -56,6 +56,7 @@ func Explain(p *Profile, f *Filter) (*Explanation, error) {
 			stubMax = int64(a.MaxNr)
 		}
 	}
+	idx := ruleIndex(p)
 	for nr := 0; nr < 1024; nr++ {
 		name, err := libseccomp.ScmpSyscall(nr).GetNameByArch(native)
 		if err != nil {
@@ -64,10 +65,8 @@ func Explain(p *Profile, f *Filter) (*Explanation, error) {
 		m := Meaning{Syscall: name, Nr: nr}
 		var parts []string
 		conditional := false
-		for _, s := range p.Syscalls {
-			if !containsName(s.Names, name) {
-				continue
-			}
+		for _, i := range idx[name] {
+			s := &p.Syscalls[i]
 			m.Rules = append(m.Rules, s.Path)
 			if len(s.Args) == 0 {
 				parts = append(parts, s.Verdict().String())

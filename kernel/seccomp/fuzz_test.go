@@ -1,6 +1,9 @@
 package seccomp
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -35,6 +38,39 @@ func FuzzParseRelease(f *testing.F) {
 		v, err := ParseRelease(s)
 		if err == nil && (v.Major < 0 || v.Minor < 0 || v.Patch < 0) {
 			t.Fatalf("%q: %v", s, v)
+		}
+	})
+}
+
+// FuzzCheckShape: the one-pass bound on nesting agrees with the JSON
+// decoder's own depth for every valid document, and is never fooled by
+// brackets inside strings.
+func FuzzCheckShape(f *testing.F) {
+	f.Add([]byte(`{"a":[[["]]]]"]]]}`))
+	f.Add([]byte(`["\\\"[[[[[["]`))
+	f.Add([]byte(strings.Repeat("[", MaxDepth+1) + strings.Repeat("]", MaxDepth+1)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > MaxProfileBytes || !json.Valid(data) {
+			return
+		}
+		depth, deepest := 0, 0
+		dec := json.NewDecoder(bytes.NewReader(data))
+		for {
+			tok, err := dec.Token()
+			if err != nil {
+				break
+			}
+			switch tok {
+			case json.Delim('{'), json.Delim('['):
+				depth++
+				deepest = max(deepest, depth)
+			case json.Delim('}'), json.Delim(']'):
+				depth--
+			}
+		}
+		err := checkShape(data)
+		if (deepest > MaxDepth) != errors.Is(err, ErrLimit) {
+			t.Fatalf("depth %d: checkShape = %v", deepest, err)
 		}
 	})
 }

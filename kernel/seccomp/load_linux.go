@@ -1,7 +1,9 @@
 package seccomp
 
 import (
+	"context"
 	"fmt"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -23,17 +25,24 @@ func NodeParseOptions(caps []string) ParseOptions {
 
 // LoadFile reads the profile at path, parses it with po and compiles it with
 // co: what every command that takes a profile file does. What the compiler
-// accepted with a remark is in the Filter's Warnings and Skipped.
-func LoadFile(path string, po ParseOptions, co CompileOptions) (*Profile, *Filter, error) {
-	data, err := os.ReadFile(path)
+// accepted with a remark is in the Filter's Warnings and Skipped. A file
+// larger than MaxProfileBytes is refused without being read whole; the
+// compilation gives up when ctx is done.
+func LoadFile(ctx context.Context, path string, po ParseOptions, co CompileOptions) (*Profile, *Filter, error) {
+	file, err := os.Open(path)
 	if err != nil {
 		return nil, nil, err
+	}
+	defer file.Close()
+	data, err := io.ReadAll(io.LimitReader(file, MaxProfileBytes+1))
+	if err != nil {
+		return nil, nil, fmt.Errorf("read profile %s: %w", path, err)
 	}
 	p, err := Parse(data, po)
 	if err != nil {
 		return nil, nil, fmt.Errorf("profile %s is invalid:\n%w", path, err)
 	}
-	f, err := Compile(p, co)
+	f, err := CompileContext(ctx, p, co)
 	if err != nil {
 		return nil, nil, fmt.Errorf("profile %s: %w", path, err)
 	}

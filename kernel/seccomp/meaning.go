@@ -51,12 +51,37 @@ func ruleSplit(args []Arg) [][]Arg {
 // comparing it with what the kernel does under the compiled filter tests the
 // whole chain.
 func (p *Profile) Evaluate(name string, args [6]uint64) Outcome {
-	var matched []Outcome
+	var naming []int
 	for i := range p.Syscalls {
-		s := &p.Syscalls[i]
-		if !containsName(s.Names, name) {
-			continue
+		if containsName(p.Syscalls[i].Names, name) {
+			naming = append(naming, i)
 		}
+	}
+	return p.evaluate(naming, args)
+}
+
+// ruleIndex maps each syscall name of p to the indexes of the rules that
+// name it, in order, each once: built in one pass over the names, so that
+// who judges many syscalls (Explain, Verify) does not scan every rule's
+// names for each.
+func ruleIndex(p *Profile) map[string][]int {
+	idx := map[string][]int{}
+	for i, s := range p.Syscalls {
+		for _, n := range s.Names {
+			if r := idx[n]; len(r) == 0 || r[len(r)-1] != i {
+				idx[n] = append(r, i)
+			}
+		}
+	}
+	return idx
+}
+
+// evaluate is Evaluate given the rules that name the syscall (indexes in
+// p.Syscalls, in order).
+func (p *Profile) evaluate(naming []int, args [6]uint64) Outcome {
+	var matched []Outcome
+	for _, i := range naming {
+		s := &p.Syscalls[i]
 		for _, conds := range ruleSplit(s.Args) {
 			ok := true
 			for _, c := range conds {

@@ -385,29 +385,51 @@ func argKey(args []Arg) string {
 
 // checkConflicts finds the same syscall with the same conditions listed
 // with two different verdicts: which one libseccomp keeps is not what the
-// author can know, so it is an error. Identical duplicates are a warning.
+// author can know, so it is an error. Identical duplicates are a warning,
+// one for each syscall and conditions however often they repeat. The work
+// is linear in the names: one map lookup each. Conflicts are reported
+// once for each syscall and conditions too.
 func (p *Profile) checkConflicts() []error {
 	type seen struct {
 		path string
 		v    Verdict
+		// warning is the index in p.Warnings of the repeat warning, -1
+		// before the first repeat; repeats counts them.
+		warning, repeats int
+		// conflict is set once a conflict with this one is reported.
+		conflict bool
 	}
-	first := map[string]seen{}
+	first := map[string]*seen{}
 	var errs []error
+	var repeated []*seen
 	for _, s := range p.Syscalls {
 		key := argKey(s.Args)
 		v := s.Verdict()
 		for j, n := range s.Names {
-			path := fmt.Sprintf("%s.names[%d]", s.Path, j)
 			k := n + "|" + key
 			prev, ok := first[k]
 			switch {
 			case !ok:
-				first[k] = seen{path, v}
+				first[k] = &seen{path: fmt.Sprintf("%s.names[%d]", s.Path, j), v: v, warning: -1}
 			case prev.v != v:
-				errs = append(errs, &FieldError{Path: path, Err: fmt.Errorf("%w: %q is %s here and %s at %s", ErrConflict, n, v, prev.v, prev.path)})
+				if prev.conflict {
+					continue // one error a syscall and conditions
+				}
+				prev.conflict = true
+				errs = append(errs, &FieldError{Path: fmt.Sprintf("%s.names[%d]", s.Path, j), Err: fmt.Errorf("%w: %q is %s here and %s at %s", ErrConflict, n, v, prev.v, prev.path)})
 			default:
-				p.Warnings = append(p.Warnings, Warning{Path: path, Message: fmt.Sprintf("%q is listed again with the same rule (first at %s)", n, prev.path)})
+				prev.repeats++
+				if prev.warning < 0 {
+					prev.warning = len(p.Warnings)
+					repeated = append(repeated, prev)
+					p.Warnings = append(p.Warnings, Warning{Path: fmt.Sprintf("%s.names[%d]", s.Path, j), Message: fmt.Sprintf("%q is listed again with the same rule (first at %s)", n, prev.path)})
+				}
 			}
+		}
+	}
+	for _, r := range repeated {
+		if r.repeats > 1 {
+			p.Warnings[r.warning].Message += fmt.Sprintf(", %d repeats in all", r.repeats)
 		}
 	}
 	return errs

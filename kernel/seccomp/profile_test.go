@@ -306,6 +306,8 @@ func FuzzParse(f *testing.F) {
 		}
 	}
 	f.Add([]byte(`{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"name":"x","action":"SCMP_ACT_LOG","includes":{"minKernel":"4.8","caps":["CAP_X"]}}]}`))
+	f.Add([]byte(repeatedNames("getpid", 50, "SCMP_ACT_ALLOW")))
+	f.Add([]byte(`{"defaultAction":"SCMP_ACT_ALLOW","x":` + strings.Repeat("[", MaxDepth) + strings.Repeat("]", MaxDepth) + `}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Parse(data, ParseOptions{Arch: "amd64", Kernel: capability.V(6, 1, 0)})
 		if err != nil {
@@ -328,8 +330,22 @@ func FuzzParse(f *testing.F) {
 				}
 			}
 		}
+		names := 0
+		for _, s := range p.Syscalls {
+			names += len(s.Names)
+			if len(s.Args) > MaxArgs {
+				t.Fatalf("accepted %d comparisons in a rule", len(s.Args))
+			}
+		}
+		if len(data) > MaxProfileBytes || len(p.Syscalls) > MaxRules || names > MaxNames {
+			t.Fatalf("accepted %d bytes, %d rules, %d names", len(data), len(p.Syscalls), names)
+		}
+		idx := ruleIndex(p)
+		args := [6]uint64{1, 2, 3, 4, 5, 6}
 		for _, n := range p.Names() {
-			p.Evaluate(n, [6]uint64{1, 2, 3, 4, 5, 6})
+			if got, want := p.evaluate(idx[n], args), p.Evaluate(n, args); got.Rule != want.Rule || !got.Accepts(want.Verdict) {
+				t.Fatalf("%s: indexed %+v, scanned %+v", n, got, want)
+			}
 		}
 	})
 }

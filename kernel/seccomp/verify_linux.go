@@ -111,7 +111,7 @@ func baseArgs(name string) [6]uint64 {
 
 // argVectors returns the argument vectors to probe name with: the base
 // vector, and for each comparison in the profile a value on each side of it.
-func argVectors(p *Profile, name string) [][6]uint64 {
+func argVectors(p *Profile, naming []int, name string) [][6]uint64 {
 	base := baseArgs(name)
 	out := [][6]uint64{base}
 	seen := map[[6]uint64]bool{base: true}
@@ -126,11 +126,8 @@ func argVectors(p *Profile, name string) [][6]uint64 {
 			out = append(out, a)
 		}
 	}
-	for _, s := range p.Syscalls {
-		if !containsName(s.Names, name) {
-			continue
-		}
-		for _, c := range s.Args {
+	for _, i := range naming {
+		for _, c := range p.Syscalls[i].Args {
 			if c.Index > 5 {
 				continue
 			}
@@ -199,6 +196,7 @@ func Verify(ctx context.Context, p *Profile, f *Filter, opts VerifyOptions) (*Re
 			rep.Results = append(rep.Results, Result{Syscall: "*", Arch: libseccomp.ArchX86.String(), Nr: -1, Why: "named", Status: StatusNotProbed, Detail: reason})
 		}
 	}
+	idx := ruleIndex(p)
 	var recs []probeRecord
 	var cases []probeCase
 	addCase := func(arch libseccomp.ScmpArch, name string, nr int64, args [6]uint64, why string) {
@@ -212,7 +210,7 @@ func Verify(ctx context.Context, p *Profile, f *Filter, opts VerifyOptions) (*Re
 		if max, ok := stubMax[arch.String()]; ok && nr > max {
 			exp = Outcome{Verdict: Verdict{Action: ActErrno, Errno: enosysErrno}, Rule: "enosys prefix"}
 		} else {
-			exp = p.Evaluate(name, args)
+			exp = p.evaluate(idx[name], args)
 		}
 		cases = append(cases, probeCase{name: name, arch: arch.String(), why: why, expect: exp, rec: len(recs)})
 		recs = append(recs, probeRecord{Nr: nr, Args: args, Forklike: forklike[name], I386: isI386})
@@ -244,7 +242,7 @@ func Verify(ctx context.Context, p *Profile, f *Filter, opts VerifyOptions) (*Re
 				skip(arch, name, int64(nr), "named", reason)
 				continue
 			}
-			for _, args := range argVectors(p, name) {
+			for _, args := range argVectors(p, idx[name], name) {
 				addCase(arch, name, int64(nr), args, "named")
 			}
 		}
