@@ -164,20 +164,16 @@ func newSeccompCompileCommand() *cobra.Command {
 	var out, format string
 	var disasm bool
 	cmd := &cobra.Command{
-		Use:   "compile PROFILE [--out-file FILE]",
+		Use:   "compile PROFILE",
 		Short: "Compile a profile to a raw BPF program",
 		Long: `Compile a seccomp profile with libseccomp and print a summary: rules,
 syscalls, instructions, architectures, the ENOSYS prefix and skipped names.
 
-With --out-file FILE the raw program (struct sock_filter array in host byte
-order, what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which
-must not exist yet. --disasm prints the program instruction by instruction.
--o/--output is the summary's format.`,
+With -o FILE the raw program (struct sock_filter array in host byte order,
+what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which must not
+exist yet. --disasm prints the program instruction by instruction.`,
 		Example: `  # Compile with the binary tree and write the program
-  nodeshim seccomp compile profile.json --out-file filter.bpf
-
-  # The summary as JSON
-  nodeshim seccomp compile profile.json -o json
+  nodeshim seccomp compile profile.json -o filter.bpf
 
   # Show the linear layout's instructions
   nodeshim seccomp compile profile.json --optimize linear --disasm`,
@@ -219,12 +215,8 @@ must not exist yet. --disasm prints the program instruction by instruction.
 		},
 	}
 	pf.add(cmd)
-	cmd.Flags().StringVar(&out, "out-file", "", "write the raw BPF program to this new file")
-	// -o FILE and --format FORMAT are the spellings before -o was the
-	// format on every command.
-	addFormatOrFileFlag(cmd, &format, "out-file")
-	cmd.Flags().StringVar(&format, "format", "table", outputUsage)
-	markDeprecated(cmd.Flags(), "format", "-o/--output")
+	cmd.Flags().StringVarP(&out, "output", "o", "", "write the raw BPF program to this new file")
+	cmd.Flags().StringVar(&format, "format", "table", "summary format: table, json or yaml")
 	cmd.Flags().BoolVar(&disasm, "disasm", false, "print the program's instructions")
 	return cmd
 }
