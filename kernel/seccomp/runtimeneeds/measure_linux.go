@@ -1,7 +1,6 @@
 package runtimeneeds
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -162,20 +161,14 @@ func measureRun(ctx context.Context, id Identity, state, bundle, cid string) ([]
 	}
 	defer rec.Close()
 
-	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, id.Path, "--root", state, "run", "--bundle", bundle, cid)
-	cmd.Stdout, cmd.Stderr = &out, &out
-	runErr := cmd.Run()
+	runErr := createStartWait(ctx, id.Path, state, bundle, cid)
 	counts, err := rec.Counts()
 	handlers, herr := rec.HandlersAtFilterLoad()
 	if cerr := rec.Close(); err == nil {
 		err = errors.Join(herr, cerr)
 	}
-	// A container left behind by a failed run goes; after a clean run
-	// there is nothing to delete, and the runtime says so.
 	if runErr != nil {
-		exec.Command(id.Path, "--root", state, "delete", "--force", cid).Run()
-		return nil, false, fmt.Errorf("%s run: %w: %s", id.Path, runErr, strings.TrimSpace(out.String()))
+		return nil, false, runErr
 	}
 	if err != nil {
 		return nil, false, err
@@ -185,6 +178,65 @@ func measureRun(ctx context.Context, id Identity, state, bundle, cid string) ([]
 		return nil, false, ErrNoFilterLoad
 	}
 	return names, handlers, nil
+}
+
+// createStartWait runs the container as podman's conmon and containerd's
+// shim do: "create", then "start", then waits for it to stop and deletes
+// it. The init waits for the start under its filter (runc: on the exec
+// fifo; crun: read and pselect6 on its sync socket), which "run" skips in
+// crun. The runtime's output goes to a file, not a pipe: the container's
+// process inherits it and outlives "create".
+func createStartWait(ctx context.Context, bin, state, bundle, cid string) (err error) {
+	logPath := filepath.Join(bundle, "runtime.log")
+	logFile, err := os.OpenFile(logPath, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("runtime needs: %w", err)
+	}
+	defer logFile.Close()
+	runtime := func(args ...string) error {
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--root", state}, args...)...)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		if err := cmd.Run(); err != nil {
+			out, _ := os.ReadFile(logPath)
+			return fmt.Errorf("%s %s: %w: %s", bin, args[0], err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+	if err := runtime("create", "--bundle", bundle, cid); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil {
+			// What a failed step left behind goes.
+			exec.Command(bin, "--root", state, "delete", "--force", cid).Run()
+		}
+	}()
+	if err := runtime("start", cid); err != nil {
+		return err
+	}
+	// The exit binary exits at once; the runtime reports the container
+	// stopped once its init has gone.
+	for {
+		out, err := exec.CommandContext(ctx, bin, "--root", state, "state", cid).Output()
+		if err != nil {
+			return fmt.Errorf("%s state %s: %w", bin, cid, err)
+		}
+		var st struct {
+			Status string `json:"status"`
+		}
+		if err := json.Unmarshal(out, &st); err != nil {
+			return fmt.Errorf("%s state %s: %w", bin, cid, err)
+		}
+		if st.Status == "stopped" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	return runtime("delete", cid)
 }
 
 // defaultCaps is the capability set that podman and containerd give a

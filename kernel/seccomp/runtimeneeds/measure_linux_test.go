@@ -19,8 +19,10 @@ import (
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
-// runBundle runs the trivial container once with the runtime under the
-// given filter and returns the runtime's output and error.
+// runBundle runs the trivial container once with "RUNTIME run" under the
+// given filter and returns the runtime's output and error, which carries
+// the container's exit status. (The runs through podman's and
+// containerd's create and start are cmd/nodeshim's tests.)
 func runBundle(t *testing.T, id Identity, cgroupParent string, filter *specs.LinuxSeccomp, nnp bool) (string, error) {
 	t.Helper()
 	exe, err := nativeExitBinary()
@@ -129,8 +131,10 @@ func TestMeasureNoFilterLoad(t *testing.T) {
 	testutil.RequireFile(t, "/sys/kernel/btf/vmlinux")
 	dir := t.TempDir()
 	fake := filepath.Join(dir, "fake-runtime")
-	// A shell that ignores the bundle and runs a program, unconfined.
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\nexec /bin/true\n"), 0o755); err != nil {
+	// A shell that ignores the bundle: "create" runs a program,
+	// unconfined, and "state" says it stopped.
+	script := "#!/bin/sh\ncase \"$3\" in\ncreate) /bin/true ;;\nstate) echo '{\"status\":\"stopped\"}' ;;\nesac\n"
+	if err := os.WriteFile(fake, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	id := Identity{Path: fake, Version: "fake 1"}

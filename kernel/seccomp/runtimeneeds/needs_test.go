@@ -185,7 +185,7 @@ func TestCache(t *testing.T) {
 	if err := os.WriteFile(c.path(id), []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := For(context.Background(), c, id, Options{WorkDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), fake+" run: exit status 3") {
+	if _, _, err := For(context.Background(), c, id, Options{WorkDir: t.TempDir()}); err == nil || !strings.Contains(err.Error(), fake+" create: exit status 3") {
 		t.Errorf("For over a corrupt file = %v, want the measurement's error", err)
 	}
 	if _, err := c.Load(n.Runtime); err == nil {
