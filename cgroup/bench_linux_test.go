@@ -558,8 +558,8 @@ func detectOnce(b *testing.B, m Mount, i int, how watching, load *podLoad) detec
 			})
 			return
 		}
-		_ = mon.Run(ctx, func(e Event) {
-			if e.Kind == EventPressure && first.IsZero() {
+		_ = mon.Run(ctx, func(PressureEvent) {
+			if first.IsZero() {
 				first = time.Now()
 				atEvent, _ = readTotal(pressure, false, buf)
 				cancel()

@@ -1,6 +1,8 @@
-// Package cgroup reads a node's cgroup v2 facts and turns them into the
-// pressure conditions kubelet reports, detected through PSI as pressure
-// happens instead of on a 10 s loop.
+// Package cgroup reads a node's cgroup v2 facts: its layout, per-cgroup
+// stats and PSI, and the amounts kubelet's eviction signals are computed
+// from, read again as soon as PSI says pressure happens instead of on a
+// 10 s loop. What they mean for the node (thresholds, conditions) is
+// package eviction's.
 //
 // It owns the cgroup layout of a mount table, for nodeshim and for the
 // kernel report: where cgroup2 and each v1 controller are mounted and the
@@ -16,18 +18,15 @@
 // Every value that cannot be read carries an error wrapping ErrMissing,
 // ErrVanished or ErrMalformed instead of a zero.
 //
-// Signals follow kubelet (signals.go): memory.available from /proc/meminfo
-// and the root memory.stat, allocatableMemory.available from kubepods,
-// nodefs/imagefs by statfs, pid.available from pid_max, threads-max and
-// /proc/loadavg. Thresholds use kubelet's --eviction-hard syntax with its
-// defaults (threshold.go); the Evaluator sets MemoryPressure, DiskPressure
-// and PIDPressure at once and clears them after a transition period on an
-// injected clock (conditions.go). PSI views give MemoryContentionFree and
-// IOContentionFree with a severity (psiview.go).
+// The available amounts follow kubelet's signals (available.go): memory
+// from /proc/meminfo and the root memory.stat, allocatable memory from
+// kubepods, nodefs/imagefs by statfs, process ids from pid_max,
+// threads-max and /proc/loadavg.
 //
 // A Watcher arms a PSI trigger and waits for POLLPRI, or, where the kernel
 // refuses triggers, polls the file's total and applies the trigger's
-// window itself (watch.go, watch_linux.go). A Monitor combines all of it
-// and emits an event stream of transitions (monitor_linux.go). Nothing here
-// speaks HTTP or holds a Kubernetes client.
+// window itself (watch.go, watch_linux.go). A Monitor reads the available
+// amounts and the node's PSI at an interval and at every pressure event,
+// and hands each snapshot to its caller (monitor_linux.go). Nothing here
+// speaks HTTP, holds a Kubernetes client or builds a condition.
 package cgroup

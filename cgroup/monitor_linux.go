@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 // DefaultInterval is how often a Monitor re-evaluates without a pressure
@@ -17,53 +15,33 @@ const DefaultInterval = time.Second
 
 // MonitorConfig configures a Monitor. Zero fields take their defaults.
 type MonitorConfig struct {
-	Sources NodeSources
-	// Thresholds default to DefaultHardThresholds.
-	Thresholds       []Threshold
-	TransitionPeriod time.Duration
-	PSIThresholds    PSIThresholds
-	Interval         time.Duration
-	Trigger          Trigger
-	Watch            WatchOptions
+	Sources  NodeSources
+	Interval time.Duration
+	Trigger  Trigger
+	Watch    WatchOptions
 	// WatchPaths are the pressure files armed with Trigger. Empty means the
 	// node's memory.pressure (the cgroup2 root's) and kubepods' when present.
 	WatchPaths []string
 	Clock      Clock
 	// OnEvaluate, when set, is called by Run after every evaluation with
-	// its snapshot (the live values a status model shows between
-	// transitions), from Run's goroutine, before the events are emitted.
+	// its snapshot, from Run's goroutine: a policy (package eviction)
+	// turns it into conditions, a status model shows its live values.
 	OnEvaluate func(Snapshot)
 }
 
-// EventKind tells what an Event reports.
-type EventKind string
-
-// The kinds of events.
-const (
-	EventCondition EventKind = "Condition"
-	EventPSIView   EventKind = "PSIView"
-	EventPressure  EventKind = "Pressure"
-)
-
-// Event is one item of a Monitor's event stream. Exactly one of Condition,
-// PSIView and Pressure is set, as Kind says.
-type Event struct {
-	Kind      EventKind
+// Snapshot is what one evaluation read of the node: the amounts it has
+// available and its PSI, at Time.
+type Snapshot struct {
 	Time      time.Time
-	Condition *Transition
-	PSIView   *PSITransition
-	Pressure  *PressureEvent
+	Available Available
+	// Pressure holds the node's PSI for every resource, CPU included.
+	Pressure [len(Resources)]Pressure
 }
 
-// Snapshot is the outcome of one evaluation.
-type Snapshot struct {
-	Time         time.Time
-	Observations Observations
-	Conditions   []corev1.NodeCondition
-	PSIViews     []PSIView
-	// Pressure holds the node's PSI for every resource, CPU included: CPU
-	// pressure is a metric, not a condition.
-	Pressure [len(Resources)]Pressure
+// PressureOf returns the node's PSI for r.
+func (s *Snapshot) PressureOf(r Resource) Pressure {
+	st := Stats{Pressure: s.Pressure}
+	return st.PressureOf(r)
 }
 
 // WatcherStatus says how one pressure file is watched.
@@ -75,25 +53,18 @@ type WatcherStatus struct {
 	FallbackReason string
 }
 
-// Monitor evaluates the node's signals periodically and whenever a PSI
-// trigger (or its polling fallback) fires, and reports transitions.
+// Monitor reads the node's available amounts and PSI periodically and
+// whenever a PSI trigger (or its polling fallback) fires, so that a policy
+// sees pressure as it happens instead of on a 10 s loop.
 type Monitor struct {
 	cfg      MonitorConfig
-	eval     *Evaluator
-	psi      *PSIEvaluator
 	watchers []*Watcher
-	mu       sync.Mutex // guards reader, eval, psi: Evaluate may be called while Run runs
+	mu       sync.Mutex // guards reader: Evaluate may be called while Run runs
 	reader   *Reader
 }
 
 // NewMonitor arms the watchers and returns a Monitor. Close releases them.
 func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
-	if cfg.Thresholds == nil {
-		cfg.Thresholds = MustDefaultThresholds()
-	}
-	if cfg.PSIThresholds == (PSIThresholds{}) {
-		cfg.PSIThresholds = DefaultPSIThresholds
-	}
 	if cfg.Interval <= 0 {
 		cfg.Interval = DefaultInterval
 	}
@@ -112,8 +83,6 @@ func NewMonitor(cfg MonitorConfig) (*Monitor, error) {
 	}
 	m := &Monitor{
 		cfg:    cfg,
-		eval:   NewEvaluator(cfg.Thresholds, cfg.TransitionPeriod, cfg.Clock),
-		psi:    NewPSIEvaluator(cfg.PSIThresholds, cfg.Clock),
 		reader: NewReader(),
 	}
 	for _, p := range paths {
@@ -151,19 +120,11 @@ func (m *Monitor) Close() error {
 	return errors.Join(errs...)
 }
 
-// Evaluate observes the node once and returns the snapshot and the
-// transitions it caused.
-func (m *Monitor) Evaluate() (Snapshot, []Event) {
+// Evaluate reads the node once.
+func (m *Monitor) Evaluate() Snapshot {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	now := m.cfg.Clock.Now()
-	s := Snapshot{Time: now, Observations: Observe(m.cfg.Sources, m.reader)}
-	var events []Event
-	var conds []Transition
-	s.Conditions, conds = m.eval.Update(s.Observations)
-	for i := range conds {
-		events = append(events, Event{Kind: EventCondition, Time: now, Condition: &conds[i]})
-	}
+	s := Snapshot{Time: m.cfg.Clock.Now(), Available: ReadAvailable(m.cfg.Sources, m.reader)}
 	var st Stats
 	if err := m.reader.Read(m.cfg.Sources.CgroupRoot, StatPressure, &st); err != nil {
 		for i := range st.Pressure {
@@ -171,21 +132,15 @@ func (m *Monitor) Evaluate() (Snapshot, []Event) {
 		}
 	}
 	s.Pressure = st.Pressure
-	for _, r := range PSIViewResources {
-		v, tr := m.psi.Update(r, st.PressureOf(r))
-		s.PSIViews = append(s.PSIViews, v)
-		if tr != nil {
-			events = append(events, Event{Kind: EventPSIView, Time: now, PSIView: tr})
-		}
-	}
-	return s, events
+	return s
 }
 
 // Run evaluates every Interval and on every pressure event, passing each
-// event to emit, until ctx is done. It returns ctx's error, or the first
-// watcher error. All goroutines it starts have ended when it returns; emit
-// is called from Run's goroutine only.
-func (m *Monitor) Run(ctx context.Context, emit func(Event)) error {
+// pressure event to emit before the evaluation it causes, until ctx is
+// done. It returns ctx's error, or the first watcher error. All goroutines
+// it starts have ended when it returns; emit and OnEvaluate are called from
+// Run's goroutine only.
+func (m *Monitor) Run(ctx context.Context, emit func(PressureEvent)) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pressure := make(chan PressureEvent, 16)
@@ -211,12 +166,9 @@ func (m *Monitor) Run(ctx context.Context, emit func(Event)) error {
 	tick := time.NewTicker(m.cfg.Interval)
 	defer tick.Stop()
 	evaluate := func() {
-		snap, evs := m.Evaluate()
+		snap := m.Evaluate()
 		if m.cfg.OnEvaluate != nil {
 			m.cfg.OnEvaluate(snap)
-		}
-		for _, e := range evs {
-			emit(e)
 		}
 	}
 	evaluate()
@@ -229,7 +181,9 @@ func (m *Monitor) Run(ctx context.Context, emit func(Event)) error {
 		case <-tick.C:
 			evaluate()
 		case ev := <-pressure:
-			emit(Event{Kind: EventPressure, Time: ev.Time, Pressure: &ev})
+			if emit != nil {
+				emit(ev)
+			}
 			evaluate()
 		}
 	}

@@ -7,8 +7,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	corev1 "k8s.io/api/core/v1"
 )
 
 func fakeProc(t *testing.T, memFreeKB string) string {
@@ -31,27 +29,26 @@ func fakeProc(t *testing.T, memFreeKB string) string {
 	return proc
 }
 
-// TestMonitorEventStream runs a Monitor over the recorded tree (poll mode on
-// its static pressure files) and checks the first evaluation's events: one
-// per pressure condition and per PSI view. The burstable pod's recorded
-// memory pressure (avg10 35.51, avg60 20.02) is over Info, under Warning.
-func TestMonitorEventStream(t *testing.T) {
+// TestMonitorSnapshot runs a Monitor over the recorded tree (poll mode on
+// its static pressure files) and checks what its first evaluation read: the
+// node's memory.available from the fake procfs and the pod's recorded
+// memory pressure (avg10 35.51, avg60 20.02), stamped by the Monitor's clock.
+func TestMonitorSnapshot(t *testing.T) {
 	cg, _ := filepath.Abs(filepath.Join("testdata", "unified"))
 	pod := filepath.Join(cg, "kubepods", "burstable", "pod5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09")
 	clk := newFakeClock()
 	var snaps []Snapshot // appended from Run's goroutine, read after Run returns
-	ths, err := ParseThresholds("memory.available<200Mi,nodefs.available<10%")
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, cancel := context.WithCancel(context.Background())
 	mon, err := NewMonitor(MonitorConfig{
-		Thresholds: ths,
 		Sources:    NodeSources{ProcRoot: fakeProc(t, "40000"), CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: t.TempDir()},
 		Interval:   time.Hour,
 		Watch:      WatchOptions{PollInterval: time.Hour},
 		WatchPaths: []string{filepath.Join(pod, "memory.pressure")},
 		Clock:      clk,
-		OnEvaluate: func(s Snapshot) { snaps = append(snaps, s) },
+		OnEvaluate: func(s Snapshot) {
+			snaps = append(snaps, s)
+			cancel()
+		},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -60,51 +57,31 @@ func TestMonitorEventStream(t *testing.T) {
 	if ws := mon.Watchers(); len(ws) != 1 || ws[0].Mode != ModePoll {
 		t.Fatalf("watchers %+v: a regular file refuses triggers", ws)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	got := map[string]corev1.ConditionStatus{}
-	var sev Severity
-	eventsBeforeSnapshot := false
-	err = mon.Run(ctx, func(e Event) {
-		if len(snaps) == 0 {
-			eventsBeforeSnapshot = true
-		}
-		switch e.Kind {
-		case EventCondition:
-			got[string(e.Condition.Condition.Type)] = e.Condition.Condition.Status
-		case EventPSIView:
-			got[string(e.PSIView.View.Condition.Type)] = e.PSIView.View.Condition.Status
-			if e.PSIView.View.Resource == Memory {
-				sev = e.PSIView.View.Severity
-			}
-		}
-		if len(got) == 5 {
-			cancel()
-		}
-	})
+	var events []PressureEvent
+	err = mon.Run(ctx, func(e PressureEvent) { events = append(events, e) })
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v", err)
 	}
-	want := map[string]corev1.ConditionStatus{
-		"MemoryPressure":       corev1.ConditionTrue, // 40000 kB free of 16 GB, nothing inactive: under 100Mi
-		"DiskPressure":         corev1.ConditionFalse,
-		"PIDPressure":          corev1.ConditionFalse,
-		"MemoryContentionFree": corev1.ConditionFalse,
-		"IOContentionFree":     corev1.ConditionTrue,
+	if len(snaps) == 0 {
+		t.Fatal("OnEvaluate was not called: Run evaluates once as it starts")
 	}
-	for k, v := range want {
-		if got[k] != v {
-			t.Errorf("%s = %s, want %s (all: %v)", k, got[k], v, got)
-		}
+	// A static file's total never grows: no stall, no event.
+	if len(events) != 0 {
+		t.Errorf("pressure events %+v from a static file", events)
 	}
-	if sev != SeverityInfo {
-		t.Errorf("memory contention severity %q, want Info (avg10 35.51 but avg60 20.02 < Warning's 25)", sev)
+	s := snaps[0]
+	if !s.Time.Equal(clk.Now()) {
+		t.Errorf("snapshot at %v, want the Monitor's clock %v", s.Time, clk.Now())
 	}
-	// OnEvaluate sees each evaluation's snapshot before its events.
-	if len(snaps) == 0 || eventsBeforeSnapshot {
-		t.Fatalf("OnEvaluate: %d snapshots, events before the first: %v", len(snaps), eventsBeforeSnapshot)
+	// 40000 kB free of 16 GB, nothing inactive: well under 200Mi.
+	if o := s.Available.Memory; !o.Known() || o.Available >= 200<<20 || o.Capacity != 16384000*1024 {
+		t.Errorf("memory available %+v", o)
 	}
-	if o := snaps[0].Observations[SignalMemoryAvailable]; !o.Known() || o.Available >= 200<<20 || len(snaps[0].Conditions) != 3 {
-		t.Errorf("first snapshot: memory.available %+v, %d conditions", o, len(snaps[0].Conditions))
+	if o := s.Available.AllocatableMemory; !o.Known() {
+		t.Errorf("allocatable memory %+v: want the kubepods memory.max", o)
+	}
+	if p := s.PressureOf(Memory); p.Err != nil || p.PSI.Some.Avg10 != 3551 || p.PSI.Some.Avg60 != 2002 {
+		t.Errorf("memory pressure %+v, want the recorded avg10 35.51 avg60 20.02", p)
 	}
 }
 

@@ -237,11 +237,11 @@ func TestGuestMonitorStreamsTriggerEvents(t *testing.T) {
 			t.Fatalf("watcher %+v: want a kernel trigger", w)
 		}
 	}
-	snap, _ := mon.Evaluate()
-	if o := snap.Observations[SignalAllocatableMemoryAvailable]; !o.Known() || o.Capacity != 96<<20 {
+	snap := mon.Evaluate()
+	if o := snap.Available.AllocatableMemory; !o.Known() || o.Capacity != 96<<20 {
 		t.Fatalf("allocatableMemory.available %+v: want the kubepods memory.max", o)
 	}
-	if o := snap.Observations[SignalMemoryAvailable]; !o.Known() || o.Source != "meminfo+memory.stat" {
+	if o := snap.Available.Memory; !o.Known() || o.Source != "meminfo+memory.stat" {
 		t.Fatalf("memory.available %+v: want the root memory.stat on a pure cgroup v2 node", o)
 	}
 	th := startThrasher(t, "anon:24")
@@ -251,9 +251,9 @@ func TestGuestMonitorStreamsTriggerEvents(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var got *PressureEvent
 	th.begin(t)
-	err = mon.Run(ctx, func(e Event) {
-		if e.Kind == EventPressure && e.Pressure.Path == filepath.Join(dir, "memory.pressure") {
-			got = e.Pressure
+	err = mon.Run(ctx, func(e PressureEvent) {
+		if e.Path == filepath.Join(dir, "memory.pressure") {
+			got = &e
 			cancel()
 		}
 	})

@@ -123,3 +123,15 @@ func (w *stallWindow) add(t time.Time, total uint64) (bool, time.Duration) {
 	w.lastFired = t
 	return true, stall
 }
+
+// Clock tells the time; tests inject a fake one so that windows and
+// intervals pass without sleeping.
+type Clock interface {
+	Now() time.Time
+}
+
+// RealClock is the wall clock.
+type RealClock struct{}
+
+// Now returns time.Now().
+func (RealClock) Now() time.Time { return time.Now() }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/eviction"
 )
 
 // pressureView is what `nodeshim pressure` prints.
@@ -83,7 +84,7 @@ by UID.`,
 				}
 				return writeOutput(cmd.OutOrStdout(), output, v, func() string { return podTable(v) })
 			}
-			ths, err := cgroup.ParseThresholds(evictionHard)
+			ths, err := eviction.ParseThresholds(evictionHard)
 			if err != nil {
 				return withExitCode(exitUsage, err)
 			}
@@ -92,9 +93,12 @@ by UID.`,
 				return err
 			}
 			src.KubeletRoot, src.ImageFsRoot = kubeletRoot, imageFs
-			mon, err := cgroup.NewMonitor(cgroup.MonitorConfig{
-				Sources: src, Thresholds: ths, TransitionPeriod: transition, Interval: interval,
-				Watch: cgroup.WatchOptions{PollInterval: pollInterval, ForcePoll: forcePoll},
+			mon, err := eviction.NewMonitor(eviction.MonitorConfig{
+				Read: cgroup.MonitorConfig{
+					Sources: src, Interval: interval,
+					Watch: cgroup.WatchOptions{PollInterval: pollInterval, ForcePoll: forcePoll},
+				},
+				Thresholds: ths, TransitionPeriod: transition,
 			})
 			if err != nil {
 				return err
@@ -109,7 +113,7 @@ by UID.`,
 			}
 			if watch {
 				enc := json.NewEncoder(cmd.OutOrStdout())
-				err := mon.Run(cmd.Context(), func(e cgroup.Event) { _ = enc.Encode(e) })
+				err := mon.Run(cmd.Context(), func(e eviction.Event) { _ = enc.Encode(e) })
 				if cmd.Context().Err() != nil {
 					return nil
 				}
@@ -126,7 +130,7 @@ by UID.`,
 				v.Signals[string(s)] = sv
 			}
 			for _, p := range snap.PSIViews {
-				v.PSIViews = append(v.PSIViews, psiView{string(p.Condition.Type), string(p.Condition.Status), string(p.Severity), p.Condition.Message})
+				v.PSIViews = append(v.PSIViews, psiView{p.Type, string(p.Status), string(p.Severity), p.Message})
 			}
 			for i, r := range cgroup.Resources {
 				if p := snap.Pressure[i]; p.Err != nil {
@@ -163,8 +167,8 @@ by UID.`,
 	f.StringVar(&procRoot, "proc-root", "/proc", "where procfs is mounted")
 	f.StringVar(&kubeletRoot, "kubelet-root", "/var/lib/kubelet", "kubelet's root directory (nodefs); missing makes nodefs signals unknown")
 	f.StringVar(&imageFs, "imagefs-root", "", "the container runtime's image store when on its own filesystem (default: nodefs)")
-	f.StringVar(&evictionHard, "eviction-hard", cgroup.DefaultHardThresholds, "thresholds in kubelet's --eviction-hard syntax")
-	f.DurationVar(&transition, "transition-period", cgroup.DefaultTransitionPeriod, "how long a pressure condition stays set after its signals recover")
+	f.StringVar(&evictionHard, "eviction-hard", eviction.DefaultHardThresholds, "thresholds in kubelet's --eviction-hard syntax")
+	f.DurationVar(&transition, "transition-period", eviction.DefaultTransitionPeriod, "how long a pressure condition stays set after its signals recover")
 	f.DurationVar(&interval, "interval", cgroup.DefaultInterval, "re-evaluation interval without pressure events (--watch)")
 	f.DurationVar(&pollInterval, "poll-interval", cgroup.DefaultPollInterval, "read interval of the PSI fallback when triggers are refused")
 	f.BoolVar(&watch, "watch", false, "stream transitions as JSON lines until interrupted")

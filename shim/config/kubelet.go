@@ -10,7 +10,7 @@ import (
 
 	kubeletv1beta1 "k8s.io/kubelet/config/v1beta1"
 
-	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/eviction"
 )
 
 // KubeletDefaultEvictionHard is kubelet's default evictionHard on Linux
@@ -78,7 +78,7 @@ func KubeletEvictionHard(kc *kubeletv1beta1.KubeletConfiguration) map[string]str
 }
 
 // EvictionString renders an evictionHard map in --eviction-hard syntax,
-// signals in name order, for cgroup.ParseThresholds.
+// signals in name order, for eviction.ParseThresholds.
 func EvictionString(m map[string]string) string {
 	parts := make([]string, 0, len(m))
 	for _, k := range slices.Sorted(maps.Keys(m)) {
@@ -91,7 +91,7 @@ func EvictionString(m map[string]string) string {
 // or, where that is silent, from the node's kubelet.
 type NodeSettings struct {
 	// Thresholds are the eviction thresholds of the pressure conditions.
-	Thresholds []cgroup.Threshold
+	Thresholds []eviction.Threshold
 	// ThresholdsFrom says where they came from: "nodeshim config",
 	// "kubelet config FILE" or "kubelet defaults".
 	ThresholdsFrom string
@@ -127,7 +127,7 @@ func (c *ShimConfiguration) NodeSettings(hostRoot string) (NodeSettings, error) 
 	if len(c.Pressure.EvictionHard) > 0 {
 		hard, from = c.Pressure.EvictionHard, "nodeshim config"
 	}
-	ths, err := cgroup.ParseThresholds(EvictionString(hard))
+	ths, err := eviction.ParseThresholds(EvictionString(hard))
 	if err != nil {
 		return NodeSettings{}, fmt.Errorf("eviction thresholds from %s: %w", from, err)
 	}

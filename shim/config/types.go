@@ -17,7 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/eviction"
 )
 
 // APIVersion and Kind identify a ShimConfiguration document.
@@ -241,7 +241,7 @@ func (c *ShimConfiguration) Validate() error {
 		p = append(p, "kubelet.configDir needs kubelet.configFile")
 	}
 	if len(c.Pressure.EvictionHard) > 0 {
-		if _, err := cgroup.ParseThresholds(EvictionString(c.Pressure.EvictionHard)); err != nil {
+		if _, err := eviction.ParseThresholds(EvictionString(c.Pressure.EvictionHard)); err != nil {
 			p = append(p, fmt.Sprintf("pressure.evictionHard: %v", err))
 		}
 	}

@@ -1,5 +1,6 @@
 // Package pressure is the status model's source for node pressure: it runs
-// the cgroup pressure monitor (package cgroup) and records kubelet's
+// the pressure monitor (package eviction, on package cgroup's readings)
+// and records the conditions it emits as they are: kubelet's
 // MemoryPressure, DiskPressure and PIDPressure (kubelet's polarity), the
 // MemoryContentionFree and IOContentionFree PSI views, PressureMonitorReady
 // and the live readings of the status document, with each pod's memory and
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/eviction"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -41,9 +43,10 @@ type Source struct {
 	// ProcRoot is the host's procfs; KubeletRoot kubelet's root dir (the
 	// nodefs signals).
 	ProcRoot, KubeletRoot string
-	// Thresholds are the eviction thresholds (cgroup's defaults, kubelet's,
-	// when nil); ThresholdsFrom says where they came from, for the status.
-	Thresholds     []cgroup.Threshold
+	// Thresholds are the eviction thresholds (eviction's defaults,
+	// kubelet's, when nil); ThresholdsFrom says where they came from, for
+	// the status.
+	Thresholds     []eviction.Threshold
 	ThresholdsFrom string
 	// Interval and PollInterval override the monitor's defaults.
 	Interval, PollInterval time.Duration
@@ -110,12 +113,12 @@ func NotStarted() condition.Condition {
 func Down(err error) []condition.Condition {
 	out := []condition.Condition{{Type: status.TypePressureMonitor, Status: condition.False, Severity: condition.SeverityWarning,
 		Reason: ReasonMonitorFailed, Message: err.Error()}}
-	for _, t := range cgroup.PressureConditions {
-		out = append(out, condition.Condition{Type: string(t), Status: condition.Unknown, Reason: ReasonPressureMonitorDown,
+	for _, t := range eviction.PressureConditions {
+		out = append(out, condition.Condition{Type: t, Status: condition.Unknown, Reason: ReasonPressureMonitorDown,
 			Message: "the pressure monitor is not running: " + err.Error()})
 	}
-	for _, r := range cgroup.PSIViewResources {
-		out = append(out, condition.Condition{Type: string(cgroup.PSIConditionType(r)), Status: condition.Unknown,
+	for _, r := range eviction.PSIViewResources {
+		out = append(out, condition.Condition{Type: eviction.PSIConditionType(r), Status: condition.Unknown,
 			Reason: ReasonPressureMonitorDown, Message: "the pressure monitor is not running: " + err.Error()})
 	}
 	return out
@@ -178,20 +181,23 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	}
 	maxFiles := pods.reader.Keeping().MaxFiles
 	defer pods.close()
-	var mon *cgroup.Monitor
-	mon, err = cgroup.NewMonitor(cgroup.MonitorConfig{
-		Sources:    src,
+	var mon *eviction.Monitor
+	mon, err = eviction.NewMonitor(eviction.MonitorConfig{
+		Read: cgroup.MonitorConfig{
+			Sources:  src,
+			Interval: s.Interval,
+			Watch:    cgroup.WatchOptions{PollInterval: s.PollInterval},
+			// The node's memory.pressure only: the root cgroup's stall
+			// counts every task's, kubepods' included
+			// (kernel/sched/psi.c charges a task's stall to each
+			// ancestor's group), so a trigger or a poll of kubepods'
+			// file never sees a stall the root's does not. Where
+			// triggers are refused each file is polled, and each poll
+			// is a wake-up of the daemon: one file, half the wake-ups.
+			WatchPaths: []string{filepath.Join(m.Path, cgroup.Memory.PressureFile())},
+		},
 		Thresholds: s.Thresholds,
-		Interval:   s.Interval,
-		Watch:      cgroup.WatchOptions{PollInterval: s.PollInterval},
-		// The node's memory.pressure only: the root cgroup's stall counts
-		// every task's, kubepods' included (kernel/sched/psi.c charges a
-		// task's stall to each ancestor's group), so a trigger or a poll of
-		// kubepods' file never sees a stall the root's does not. Where
-		// triggers are refused each file is polled, and each poll is a
-		// wake-up of the daemon: one file, half the wake-ups.
-		WatchPaths: []string{filepath.Join(m.Path, cgroup.Memory.PressureFile())},
-		OnEvaluate: func(snap cgroup.Snapshot) {
+		OnEvaluate: func(snap eviction.Snapshot) {
 			p := FromSnapshot(snap, mon.Watchers())
 			p.Pods = pods.cached()
 			model.SetPressure(p)
@@ -230,12 +236,12 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 		model.Set(condition.Condition{Type: status.TypePressureMonitor, Status: condition.True, Reason: ReasonWatching, Message: msg})
 	}
 	pods.setHow(ready)
-	err = mon.Run(ctx, func(e cgroup.Event) {
+	err = mon.Run(ctx, func(e eviction.Event) {
 		switch e.Kind {
-		case cgroup.EventCondition:
-			model.Set(KubeletCondition(e.Condition.Condition))
-		case cgroup.EventPSIView:
-			model.Set(ViewCondition(e.PSIView.View))
+		case eviction.EventCondition:
+			model.Set(e.Condition.Condition)
+		case eviction.EventPSIView:
+			model.Set(e.PSIView.Condition)
 		}
 	})
 	if ctx.Err() != nil {
@@ -247,7 +253,7 @@ func (s *Source) once(ctx context.Context, model *status.Model) error {
 	return err
 }
 
-func thresholdString(ths []cgroup.Threshold) string {
+func thresholdString(ths []eviction.Threshold) string {
 	parts := make([]string, 0, len(ths))
 	for _, t := range ths {
 		parts = append(parts, t.String())

@@ -9,35 +9,13 @@ import (
 	"strconv"
 )
 
-// Signal names an eviction signal, spelled as kubelet spells it.
-type Signal string
-
-// The signals nodeshim computes. Their definitions follow kubelet's
-// (pkg/kubelet/eviction/helpers.go, makeSignalObservations).
-const (
-	SignalMemoryAvailable            Signal = "memory.available"
-	SignalAllocatableMemoryAvailable Signal = "allocatableMemory.available"
-	SignalNodeFsAvailable            Signal = "nodefs.available"
-	SignalNodeFsInodesFree           Signal = "nodefs.inodesFree"
-	SignalImageFsAvailable           Signal = "imagefs.available"
-	SignalImageFsInodesFree          Signal = "imagefs.inodesFree"
-	SignalPIDAvailable               Signal = "pid.available"
-)
-
-// Signals lists every signal in a fixed order.
-var Signals = [...]Signal{
-	SignalMemoryAvailable, SignalAllocatableMemoryAvailable,
-	SignalNodeFsAvailable, SignalNodeFsInodesFree,
-	SignalImageFsAvailable, SignalImageFsInodesFree,
-	SignalPIDAvailable,
-}
-
-// Observation is a signal's value: how much is available out of a capacity
-// (bytes, inodes or process ids), or why it is unknown.
+// Observation is an amount the node has available out of a capacity
+// (bytes, inodes or process ids), or why it is unknown. Each of kubelet's
+// eviction signals is one (package eviction names them).
 type Observation struct {
 	Available uint64
 	Capacity  uint64
-	// Err is non-nil when the signal is unknown; Available and Capacity are
+	// Err is non-nil when the amount is unknown; Available and Capacity are
 	// then zero and mean nothing.
 	Err error
 	// Source names the files the value was computed from.
@@ -47,10 +25,7 @@ type Observation struct {
 // Known reports whether the observation has a value.
 func (o Observation) Known() bool { return o.Err == nil }
 
-// Observations maps each signal to its observation.
-type Observations map[Signal]Observation
-
-// NodeSources names the inputs of the node signals. Every path is injected
+// NodeSources names the inputs of the node's available amounts. Every path is injected
 // so that the same code reads a host mounted under /host or a test tree.
 type NodeSources struct {
 	// ProcRoot is where procfs is mounted ("/proc").
@@ -240,18 +215,37 @@ func PIDs(procRoot, nodeCgroup string, r *Reader) Observation {
 	return Observation{Available: limit - min(total, limit), Capacity: limit, Source: source}
 }
 
-// Observe computes every signal of the node.
-func Observe(src NodeSources, r *Reader) Observations {
-	obs := make(Observations, len(Signals))
-	obs[SignalMemoryAvailable] = NodeMemory(src.ProcRoot, src.CgroupRoot, r)
-	obs[SignalAllocatableMemoryAvailable] = AllocatableMemory(src.ProcRoot, src.Kubepods, r)
-	nb, ni := Filesystem(src.KubeletRoot)
-	obs[SignalNodeFsAvailable], obs[SignalNodeFsInodesFree] = nb, ni
-	if src.ImageFsRoot == "" {
-		obs[SignalImageFsAvailable], obs[SignalImageFsInodesFree] = nb, ni
-	} else {
-		obs[SignalImageFsAvailable], obs[SignalImageFsInodesFree] = Filesystem(src.ImageFsRoot)
+// Available is what the node has available, each amount computed as
+// kubelet computes the eviction signal of the same name
+// (pkg/kubelet/eviction/helpers.go, makeSignalObservations).
+type Available struct {
+	// Memory is memory.available (NodeMemory).
+	Memory Observation
+	// AllocatableMemory is allocatableMemory.available (AllocatableMemory).
+	AllocatableMemory Observation
+	// NodeFs and NodeFsInodes are nodefs.available and nodefs.inodesFree:
+	// the filesystem of kubelet's root dir.
+	NodeFs, NodeFsInodes Observation
+	// ImageFs and ImageFsInodes are imagefs.available and
+	// imagefs.inodesFree: nodefs's when the image store has no filesystem
+	// of its own.
+	ImageFs, ImageFsInodes Observation
+	// PIDs is pid.available (PIDs).
+	PIDs Observation
+}
+
+// ReadAvailable computes every available amount of the node.
+func ReadAvailable(src NodeSources, r *Reader) Available {
+	a := Available{
+		Memory:            NodeMemory(src.ProcRoot, src.CgroupRoot, r),
+		AllocatableMemory: AllocatableMemory(src.ProcRoot, src.Kubepods, r),
+		PIDs:              PIDs(src.ProcRoot, src.Kubepods, r),
 	}
-	obs[SignalPIDAvailable] = PIDs(src.ProcRoot, src.Kubepods, r)
-	return obs
+	a.NodeFs, a.NodeFsInodes = Filesystem(src.KubeletRoot)
+	if src.ImageFsRoot == "" {
+		a.ImageFs, a.ImageFsInodes = a.NodeFs, a.NodeFsInodes
+	} else {
+		a.ImageFs, a.ImageFsInodes = Filesystem(src.ImageFsRoot)
+	}
+	return a
 }

@@ -1,102 +1,89 @@
-package cgroup
+package eviction
 
 import (
 	"fmt"
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshim/nodeshim/condition"
 )
-
-// Clock tells the time; tests inject a fake one so that transition periods
-// pass without sleeping.
-type Clock interface {
-	Now() time.Time
-}
-
-// RealClock is the wall clock.
-type RealClock struct{}
-
-// Now returns time.Now().
-func (RealClock) Now() time.Time { return time.Now() }
 
 // DefaultTransitionPeriod is kubelet's default
 // --eviction-pressure-transition-period.
 const DefaultTransitionPeriod = 5 * time.Minute
 
-// ConditionFor maps a signal to the node condition it drives, as kubelet's
+// ConditionFor maps a signal to the condition type it drives, as kubelet's
 // signalToNodeCondition does.
-func ConditionFor(s Signal) corev1.NodeConditionType {
+func ConditionFor(s Signal) string {
 	switch s {
 	case SignalMemoryAvailable, SignalAllocatableMemoryAvailable:
-		return corev1.NodeMemoryPressure
+		return condition.TypeMemoryPressure
 	case SignalPIDAvailable:
-		return corev1.NodePIDPressure
+		return condition.TypePIDPressure
 	default:
-		return corev1.NodeDiskPressure
+		return condition.TypeDiskPressure
 	}
 }
 
 // PressureConditions lists the conditions the Evaluator produces, in order.
-var PressureConditions = [...]corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure}
+var PressureConditions = [...]string{condition.TypeMemoryPressure, condition.TypeDiskPressure, condition.TypePIDPressure}
 
 // Reasons of the pressure conditions. They follow kubelet's reasons
 // (KubeletHasSufficientMemory...) without claiming to be kubelet.
-var pressureReasons = map[corev1.NodeConditionType][2]string{
-	corev1.NodeMemoryPressure: {"HasSufficientMemory", "HasInsufficientMemory"},
-	corev1.NodeDiskPressure:   {"HasNoDiskPressure", "HasDiskPressure"},
-	corev1.NodePIDPressure:    {"HasSufficientPID", "HasInsufficientPID"},
+var pressureReasons = map[string][2]string{
+	condition.TypeMemoryPressure: {"HasSufficientMemory", "HasInsufficientMemory"},
+	condition.TypeDiskPressure:   {"HasNoDiskPressure", "HasDiskPressure"},
+	condition.TypePIDPressure:    {"HasSufficientPID", "HasInsufficientPID"},
 }
 
 // ReasonSignalUnknown is the reason of a pressure condition whose status is
 // Unknown because a signal it depends on could not be read.
 const ReasonSignalUnknown = "SignalUnknown"
 
-// Transition is a change of a condition's status.
+// Transition is a change of a condition's status or severity.
 type Transition struct {
-	Condition corev1.NodeCondition
-	// From is the previous status; empty for a condition's first evaluation.
-	From corev1.ConditionStatus
+	Condition condition.Condition
+	// From and FromSeverity are the previous status and severity; From is
+	// empty for a condition's first evaluation.
+	From         metav1.ConditionStatus
+	FromSeverity condition.Severity
 }
 
 // Evaluator turns observations into MemoryPressure, DiskPressure and
 // PIDPressure with kubelet's polarity (True means pressure). A condition is
 // set as soon as one of its thresholds is crossed and cleared only after no
 // threshold has been crossed for the transition period, so it does not flap.
+// Under pressure a condition has Severity Warning: kubelet starts evicting.
 // An Evaluator is not safe for concurrent use.
 type Evaluator struct {
 	thresholds []Threshold
 	period     time.Duration
-	clock      Clock
-	conds      map[corev1.NodeConditionType]*condState
+	conds      map[string]*condState
 }
 
 type condState struct {
-	cond        corev1.NodeCondition
+	cond        condition.Condition
 	lastCrossed time.Time
 	crossedMsg  string
 }
 
 // NewEvaluator returns an Evaluator for thresholds. A zero period means
-// DefaultTransitionPeriod; a nil clock means RealClock.
-func NewEvaluator(thresholds []Threshold, period time.Duration, clock Clock) *Evaluator {
+// DefaultTransitionPeriod.
+func NewEvaluator(thresholds []Threshold, period time.Duration) *Evaluator {
 	if period == 0 {
 		period = DefaultTransitionPeriod
 	}
-	if clock == nil {
-		clock = RealClock{}
-	}
-	return &Evaluator{thresholds: thresholds, period: period, clock: clock, conds: map[corev1.NodeConditionType]*condState{}}
+	return &Evaluator{thresholds: thresholds, period: period, conds: map[string]*condState{}}
 }
 
-// Update evaluates obs and returns every condition and the transitions it
-// caused.
-func (e *Evaluator) Update(obs Observations) ([]corev1.NodeCondition, []Transition) {
-	now := e.clock.Now()
+// Update evaluates obs, observed at now, and returns every condition and
+// the transitions it caused.
+func (e *Evaluator) Update(now time.Time, obs Observations) ([]condition.Condition, []Transition) {
 	mnow := metav1.NewTime(now)
-	var out []corev1.NodeCondition
+	var out []condition.Condition
 	var trans []Transition
 	for _, ct := range PressureConditions {
 		var crossed, unknown, fine []string
@@ -122,30 +109,33 @@ func (e *Evaluator) Update(obs Observations) ([]corev1.NodeCondition, []Transiti
 			e.conds[ct] = st
 		}
 		reasons := pressureReasons[ct]
-		var status corev1.ConditionStatus
+		var status metav1.ConditionStatus
+		var sev condition.Severity
 		var reason, msg string
 		switch {
 		case len(crossed) > 0:
 			st.lastCrossed, st.crossedMsg = now, strings.Join(crossed, "; ")
-			status, reason, msg = corev1.ConditionTrue, reasons[1], st.crossedMsg
+			status, sev, reason, msg = condition.True, condition.SeverityWarning, reasons[1], st.crossedMsg
 		case !st.lastCrossed.IsZero() && now.Sub(st.lastCrossed) < e.period:
-			status, reason = corev1.ConditionTrue, reasons[1]
+			status, sev, reason = condition.True, condition.SeverityWarning, reasons[1]
 			msg = fmt.Sprintf("%s at %s; held for the %s transition period", st.crossedMsg, st.lastCrossed.UTC().Format(time.RFC3339), e.period)
 		case len(unknown) > 0:
-			status, reason, msg = corev1.ConditionUnknown, ReasonSignalUnknown, strings.Join(unknown, "; ")
+			status, reason, msg = condition.Unknown, ReasonSignalUnknown, strings.Join(unknown, "; ")
 		default:
-			status, reason = corev1.ConditionFalse, reasons[0]
+			status, reason = condition.False, reasons[0]
 			msg = strings.Join(fine, "; ")
 			if msg == "" {
 				msg = "no threshold configured for this condition"
 			}
 		}
-		prev := st.cond.Status
+		prev, prevSev := st.cond.Status, st.cond.Severity
 		st.cond.Type, st.cond.Reason, st.cond.Message = ct, reason, msg
-		st.cond.LastHeartbeatTime = mnow
-		if prev != status {
-			st.cond.Status, st.cond.LastTransitionTime = status, mnow
-			trans = append(trans, Transition{Condition: st.cond, From: prev})
+		if prev != status || prevSev != sev {
+			if prev != status {
+				st.cond.LastTransitionTime = mnow
+			}
+			st.cond.Status, st.cond.Severity = status, sev
+			trans = append(trans, Transition{Condition: st.cond, From: prev, FromSeverity: prevSev})
 		}
 		out = append(out, st.cond)
 	}

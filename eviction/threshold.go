@@ -1,4 +1,4 @@
-package cgroup
+package eviction
 
 import (
 	"errors"
@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/api/resource"
+
+	"github.com/nodeshim/nodeshim/cgroup"
 )
 
 // Threshold is an eviction-style threshold: the signal is crossed when its
@@ -113,7 +115,7 @@ func (t Threshold) Limit(capacity uint64) uint64 {
 }
 
 // Crossed reports whether a known observation is under the threshold.
-func (t Threshold) Crossed(o Observation) bool {
+func (t Threshold) Crossed(o cgroup.Observation) bool {
 	return o.Known() && o.Available < t.Limit(o.Capacity)
 }
 

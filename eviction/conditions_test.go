@@ -1,0 +1,258 @@
+package eviction
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/condition"
+)
+
+// fakeClock is a time moved by hand: the policy takes the time of each
+// snapshot, so tests step it instead of sleeping.
+type fakeClock struct{ t time.Time }
+
+func (c *fakeClock) Now() time.Time          { return c.t }
+func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
+
+func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
+
+func TestParseThresholds(t *testing.T) {
+	cases := []struct {
+		name, in string
+		want     []string // String() of each threshold
+		wantErr  string
+	}{
+		{"kubelet defaults", DefaultHardThresholds, []string{"memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%", "imagefs.available<15%", "imagefs.inodesFree<5%"}, ""},
+		{"pid and allocatable", "pid.available<5%, allocatableMemory.available<1Gi", []string{"pid.available<5%", "allocatableMemory.available<1Gi"}, ""},
+		{"zero disables", "memory.available<0,nodefs.available<0%", nil, ""},
+		{"empty", "", nil, ""},
+		{"unknown signal", "memory.free<1Gi", nil, `unknown signal "memory.free"`},
+		{"wrong operator", "memory.available>1Gi", nil, "want SIGNAL<VALUE"},
+		{"two operators", "memory.available<=1Gi", nil, `only the "<" operator`},
+		{"bad quantity", "memory.available<lots", nil, "quantities must match"},
+		{"negative", "memory.available<-1Gi", nil, "must not be negative"},
+		{"over 100%", "nodefs.available<101%", nil, "must be within"},
+		{"bad percent", "nodefs.available<x%", nil, "bad percentage"},
+		{"repeated", "memory.available<1Gi,memory.available<2Gi", nil, "given twice"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseThresholds(tc.in)
+			if tc.wantErr != "" {
+				if !errors.Is(err, ErrThreshold) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrThreshold containing %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var s []string
+			for _, th := range got {
+				s = append(s, th.String())
+			}
+			if fmt.Sprint(s) != fmt.Sprint(tc.want) {
+				t.Fatalf("got %v, want %v", s, tc.want)
+			}
+		})
+	}
+}
+
+func TestThresholdCrossed(t *testing.T) {
+	ths, _ := ParseThresholds("memory.available<100Mi,nodefs.available<10%")
+	mem, fs := ths[0], ths[1]
+	cases := []struct {
+		name string
+		th   Threshold
+		obs  cgroup.Observation
+		want bool
+	}{
+		{"memory under", mem, cgroup.Observation{Available: 99 << 20, Capacity: 1 << 30}, true},
+		{"memory at", mem, cgroup.Observation{Available: 100 << 20, Capacity: 1 << 30}, false},
+		{"percent under", fs, cgroup.Observation{Available: 99, Capacity: 1000}, true},
+		{"percent at", fs, cgroup.Observation{Available: 100, Capacity: 1000}, false},
+		{"unknown never crosses", mem, cgroup.Observation{Err: cgroup.ErrMissing}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.th.Crossed(tc.obs); got != tc.want {
+				t.Fatalf("Crossed = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func obsWith(memAvail uint64, memErr error) Observations {
+	o := Observations{}
+	for _, s := range Signals {
+		o[s] = cgroup.Observation{Available: 900, Capacity: 1000}
+	}
+	o[SignalMemoryAvailable] = cgroup.Observation{Available: memAvail, Capacity: 8 << 30, Err: memErr}
+	o[SignalAllocatableMemoryAvailable] = cgroup.Observation{Available: 4 << 30, Capacity: 6 << 30}
+	return o
+}
+
+func condByType(cs []condition.Condition, ct string) condition.Condition {
+	for _, c := range cs {
+		if c.Type == ct {
+			return c
+		}
+	}
+	return condition.Condition{}
+}
+
+// TestEvaluatorTransitionPeriod walks MemoryPressure through a crossing,
+// a recovery held for the transition period, a relapse inside it, and an
+// unknown signal, on a fake clock.
+func TestEvaluatorTransitionPeriod(t *testing.T) {
+	clk := newFakeClock()
+	ths, _ := ParseThresholds("memory.available<100Mi,pid.available<5%")
+	e := NewEvaluator(ths, time.Minute)
+	steps := []struct {
+		name      string
+		advance   time.Duration
+		obs       Observations
+		want      metav1.ConditionStatus
+		wantTrans bool
+		wantMsg   string
+	}{
+		{"first evaluation", 0, obsWith(1<<30, nil), condition.False, true, "memory.available is 1Gi, threshold memory.available<100Mi"},
+		{"crossed: set at once", time.Second, obsWith(50<<20, nil), condition.True, true, "memory.available is 50Mi, threshold memory.available<100Mi"},
+		{"recovered: held", 10 * time.Second, obsWith(1<<30, nil), condition.True, false, "held for the 1m0s transition period"},
+		{"crossed again inside the period", 30 * time.Second, obsWith(60<<20, nil), condition.True, false, "memory.available is 60Mi"},
+		{"recovered: held from the last crossing", 50 * time.Second, obsWith(1<<30, nil), condition.True, false, "held"},
+		{"period over: cleared", 10 * time.Second, obsWith(1<<30, nil), condition.False, true, "memory.available is 1Gi"},
+		{"signal unknown", time.Second, obsWith(0, cgroup.ErrMissing), condition.Unknown, true, "memory.available unknown"},
+		{"crossed while unknown before", time.Second, obsWith(1<<20, nil), condition.True, true, "1Mi"},
+	}
+	var lastTransition time.Time
+	for _, st := range steps {
+		clk.Advance(st.advance)
+		conds, trans := e.Update(clk.Now(), st.obs)
+		c := condByType(conds, condition.TypeMemoryPressure)
+		if c.Status != st.want || !strings.Contains(c.Message, st.wantMsg) {
+			t.Fatalf("%s: %s %s %q; want %s with %q", st.name, c.Status, c.Reason, c.Message, st.want, st.wantMsg)
+		}
+		var memTrans []Transition
+		for _, tr := range trans {
+			if tr.Condition.Type == condition.TypeMemoryPressure {
+				memTrans = append(memTrans, tr)
+			}
+		}
+		if (len(memTrans) == 1) != st.wantTrans {
+			t.Fatalf("%s: transitions %+v, want one: %v", st.name, memTrans, st.wantTrans)
+		}
+		if st.wantTrans {
+			lastTransition = clk.Now()
+		}
+		if !c.LastTransitionTime.Time.Equal(lastTransition) {
+			t.Fatalf("%s: transition %v, want %v", st.name, c.LastTransitionTime, lastTransition)
+		}
+		// Pressure is a warning: kubelet starts evicting. Otherwise no
+		// severity, Unknown included.
+		if wantSev := map[bool]condition.Severity{true: condition.SeverityWarning}[st.want == condition.True]; c.Severity != wantSev || c.Validate() != nil {
+			t.Fatalf("%s: severity %q (%v), want %q", st.name, c.Severity, c.Validate(), wantSev)
+		}
+		wantReason := map[metav1.ConditionStatus]string{condition.True: "HasInsufficientMemory", condition.False: "HasSufficientMemory", condition.Unknown: ReasonSignalUnknown}[st.want]
+		if c.Reason != wantReason {
+			t.Fatalf("%s: reason %s, want %s", st.name, c.Reason, wantReason)
+		}
+		pid := condByType(conds, condition.TypePIDPressure)
+		if pid.Status != condition.False || pid.Reason != "HasSufficientPID" {
+			t.Fatalf("%s: PIDPressure %+v", st.name, pid)
+		}
+		if d := condByType(conds, condition.TypeDiskPressure); d.Status != condition.False || d.Message != "no threshold configured for this condition" {
+			t.Fatalf("%s: DiskPressure %+v", st.name, d)
+		}
+	}
+}
+
+func TestPSIEvaluator(t *testing.T) {
+	clk := newFakeClock()
+	e := NewPSIEvaluator(DefaultPSIThresholds)
+	psi := func(a10, a60 cgroup.Avg) cgroup.Pressure {
+		return cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: a10, Avg60: a60}, HasFull: true}}
+	}
+	steps := []struct {
+		name      string
+		p         cgroup.Pressure
+		want      metav1.ConditionStatus
+		sev       condition.Severity
+		wantTrans bool
+	}{
+		{"quiet", psi(0, 0), condition.True, "", true},
+		{"avg10 alone is a spike", psi(4000, 500), condition.True, "", false},
+		{"both over Info", psi(1500, 1100), condition.False, condition.SeverityInfo, true},
+		{"worse: Warning", psi(3000, 2600), condition.False, condition.SeverityWarning, true},
+		{"worse: Error", psi(8000, 5500), condition.False, condition.SeverityError, true},
+		{"avg10 drops, avg60 high: still contended", psi(200, 1200), condition.False, condition.SeverityInfo, true},
+		{"avg60 under Info: cleared", psi(100, 900), condition.True, "", true},
+		{"unreadable", cgroup.Pressure{Err: cgroup.ErrVanished}, condition.Unknown, "", true},
+	}
+	for _, st := range steps {
+		clk.Advance(time.Second)
+		v, tr := e.Update(clk.Now(), cgroup.Memory, st.p)
+		if v.Type != "MemoryContentionFree" || v.Status != st.want || v.Severity != st.sev || (tr != nil) != st.wantTrans || v.Validate() != nil {
+			t.Fatalf("%s: %+v (transition %v); want %s %q transition %v", st.name, v, tr != nil, st.want, st.sev, st.wantTrans)
+		}
+	}
+}
+
+
+// TestPressureConditions checks the conditions the policy emits as the
+// status model and the Node show them: kubelet's polarity with Severity
+// Warning under pressure, the PSI views' positive polarity with the
+// severity of the contention.
+func TestPressureConditions(t *testing.T) {
+	now := newFakeClock().Now()
+	mem, _ := ParseThresholds("memory.available<100Mi")
+	pressure := func(o cgroup.Observation) condition.Condition {
+		conds, _ := NewEvaluator(mem, time.Minute).Update(now, Observations{SignalMemoryAvailable: o})
+		return condByType(conds, condition.TypeMemoryPressure)
+	}
+	view := func(r cgroup.Resource, a10, a60 cgroup.Avg) condition.Condition {
+		v, _ := NewPSIEvaluator(DefaultPSIThresholds).Update(now, r, cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: a10, Avg60: a60}}})
+		return v
+	}
+	at := metav1.NewTime(now)
+	tests := []struct {
+		name string
+		got  condition.Condition
+		want condition.Condition
+	}{
+		{"pressure is a warning", pressure(cgroup.Observation{Available: 1 << 20, Capacity: 1 << 30}),
+			condition.Condition{Type: "MemoryPressure", Status: condition.True, Severity: condition.SeverityWarning, Reason: "HasInsufficientMemory",
+				Message: "memory.available is 1Mi, threshold memory.available<100Mi", LastTransitionTime: at}},
+		{"no pressure", pressure(cgroup.Observation{Available: 1 << 30, Capacity: 1 << 30}),
+			condition.Condition{Type: "MemoryPressure", Status: condition.False, Reason: "HasSufficientMemory",
+				Message: "memory.available is 1Gi, threshold memory.available<100Mi", LastTransitionTime: at}},
+		{"unknown stays unknown", pressure(cgroup.Observation{Err: cgroup.ErrMissing}),
+			condition.Condition{Type: "MemoryPressure", Status: condition.Unknown, Reason: ReasonSignalUnknown,
+				Message: "memory.available unknown: " + cgroup.ErrMissing.Error(), LastTransitionTime: at}},
+		{"contention with its severity", view(cgroup.Memory, 6000, 5500),
+			condition.Condition{Type: "MemoryContentionFree", Status: condition.False, Severity: condition.SeverityError, Reason: "MemoryContention",
+				Message: "memory pressure some avg10=60.00% avg60=55.00% (full avg10=0.00%), Error threshold 50.00%", LastTransitionTime: at}},
+		{"mild contention is info", view(cgroup.IO, 1200, 1100),
+			condition.Condition{Type: "IOContentionFree", Status: condition.False, Severity: condition.SeverityInfo, Reason: "IOContention",
+				Message: "io pressure some avg10=12.00% avg60=11.00% (full avg10=0.00%), Info threshold 10.00%", LastTransitionTime: at}},
+		{"contention-free has no severity", view(cgroup.IO, 10, 5),
+			condition.Condition{Type: "IOContentionFree", Status: condition.True, Reason: "NoIOContention",
+				Message: "io pressure some avg10=0.10% avg60=0.05%, under 10.00%", LastTransitionTime: at}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if tt.got != tt.want {
+				t.Errorf("got %+v, want %+v", tt.got, tt.want)
+			}
+			if err := tt.got.Validate(); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+}
