@@ -27,11 +27,13 @@ func HostSuite() []Decision {
 		{"cgroup", true, "the cgroup2 layout, PSI and the pressure triggers on a pure cgroup v2 machine"},
 		{"cmd/nodeshim", true, "the CLI's report, pressure, seccomp exec and record against the guest's kernel; " +
 			"serve, reporter and the C workload need go, kube-apiserver and gcc and skip"},
+		{"condition", true, "portable: condition evaluation"},
 		{"criu", false, "every test checkpoints with CRIU, which make builds from Debian trixie into .tools " +
 			"with its own loader and libraries and the guest does not carry"},
 		{"criu/image", false, "its tests build images from archives that CRIU makes, and CRIU is not in the guest"},
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
+		{"eviction", true, "the pressure policy on the guest's own readings and on cgroup's recorded tree"},
 		{"internal/atomicfile", true, "file replacement on the guest's tmpfs"},
 		{"internal/clustertest", false, "its test is the single-node cluster itself: kubelet, containerd and the control plane"},
 		{"internal/criutest", false, "its test is the CRIU gate itself, and CRIU is not in the guest"},
@@ -59,7 +61,6 @@ func HostSuite() []Decision {
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
 		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
 		{"shim/client", true, "the client over a unix socket"},
-		{"shim/condition", true, "portable: condition evaluation"},
 		{"shim/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
 		{"shim/cri", true, "the CRI client against a fake runtime on a unix socket"},
