@@ -334,6 +334,7 @@ func TestCLIAndServiceCheckpointOneProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	t.Logf("service checkpoint during the CLI's: %v", err)
 	if !errors.Is(err, ErrBusy) || !errors.Is(err, errdefs.ErrBusy) || errors.Is(err, criu.ErrTargetLost) {
 		t.Errorf("service checkpoint during the CLI's: %v, want ErrBusy", err)
 	}

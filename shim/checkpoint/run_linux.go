@@ -134,12 +134,20 @@ func archiveDir(o criu.Options) string {
 	return filepath.Join(root, criu.CheckpointsDir)
 }
 
+// busy is a held target lock's error: its message names the holder and
+// the lock, and it wraps ErrBusy, which callers test, without ErrBusy's
+// message, which speaks of a container.
+type busy struct{ err error }
+
+func (e busy) Error() string   { return e.err.Error() }
+func (e busy) Unwrap() []error { return []error{e.err, ErrBusy} }
+
 // lockTarget takes the target lock of pid in lockDir for a checkpoint
 // described by what; the error of a held lock wraps ErrBusy.
 func lockTarget(lockDir string, pid int, what string) (*retention.TargetLock, error) {
 	l, err := retention.LockTarget(lockDir, pid)
 	if errors.Is(err, retention.ErrLocked) {
-		return nil, fmt.Errorf("%s: %w: %w", what, ErrBusy, err)
+		return nil, busy{fmt.Errorf("%s: %w", what, err)}
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", what, err)
@@ -219,6 +227,6 @@ func notLostIfAlive(procRoot string, pid int, err error) error {
 			keep = append(keep, c)
 		}
 	}
-	msg := strings.ReplaceAll(err.Error(), criu.ErrTargetLost.Error(), "target disturbed")
+	msg := strings.ReplaceAll(err.Error(), criu.ErrTargetLost.Error(), "the target was disturbed but is not lost")
 	return &notLost{msg: fmt.Sprintf("%s (pid %d runs on: %s)", msg, pid, st), keep: keep}
 }

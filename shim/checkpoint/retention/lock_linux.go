@@ -67,7 +67,7 @@ func LockTarget(dir string, pid int) (*TargetLock, error) {
 			holder := readHolder(f)
 			f.Close()
 			if errors.Is(err, unix.EAGAIN) || errors.Is(err, unix.EACCES) {
-				return nil, fmt.Errorf("checkpoint of pid %d: %s holds %s: %w", pid, holder, path, ErrLocked)
+				return nil, fmt.Errorf("%s holds %s: %w", holder, path, ErrLocked)
 			}
 			return nil, fmt.Errorf("lock %s: %w", path, err)
 		}
