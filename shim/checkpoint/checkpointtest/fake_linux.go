@@ -17,8 +17,10 @@ import (
 
 // Fake answers by container name: "app" succeeds with the archive
 // ArchivePath names, "disabled" fails with checkpoint.ErrDisabled,
-// "missing" with checkpoint.ErrNotFound, and any other name with CRIU's
-// "Dumping FAILED". It records the timeouts it is given. The zero value is
+// "missing" with checkpoint.ErrNotFound, "no-room" with
+// checkpoint.ErrNoRoom (refused before the freeze), "busy" with
+// checkpoint.ErrBusy (another checkpoint of the process holds its lock),
+// and any other name with CRIU's "Dumping FAILED". It records the timeouts it is given. The zero value is
 // ready to use and safe for concurrent use.
 type Fake struct {
 	mu       sync.Mutex
@@ -42,6 +44,10 @@ func (f *Fake) Checkpoint(_ context.Context, ref criu.ContainerRef, timeout time
 		return criu.Result{}, checkpoint.ErrDisabled
 	case "missing":
 		return criu.Result{}, fmt.Errorf("%s: container not found: %w", ref, checkpoint.ErrNotFound)
+	case "no-room":
+		return criu.Result{}, fmt.Errorf("checkpoint %s refused before freezing anything: the checkpoint does not fit in the filesystem of /var/lib/nodeshim/checkpoints: %w", ref, checkpoint.ErrNoRoom)
+	case "busy":
+		return criu.Result{}, fmt.Errorf("checkpoint %s: pid 4242 holds /var/lib/nodeshim/checkpoint-locks/pid-17.lock: %w", ref, checkpoint.ErrBusy)
 	}
 	return criu.Result{}, errors.New("criu failed: Dumping FAILED")
 }
