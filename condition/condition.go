@@ -117,11 +117,16 @@ func (c Condition) Abnormal() bool {
 }
 
 // Normal reports whether c is in its good state. Unknown is not Normal.
-func (c Condition) Normal() bool {
-	if NegativePolarity(c.Type) {
-		return c.Status == False
+func (c Condition) Normal() bool { return NormalStatus(c.Type, c.Status) }
+
+// NormalStatus reports whether status is the good state of a condition of
+// type t: False for kubelet's negative-polarity types, True otherwise.
+// Unknown is never normal.
+func NormalStatus(t string, status metav1.ConditionStatus) bool {
+	if NegativePolarity(t) {
+		return status == False
 	}
-	return c.Status == True
+	return status == True
 }
 
 // EffectiveSeverity is the severity c counts with in a summary: its own

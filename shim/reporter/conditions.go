@@ -90,16 +90,11 @@ func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionTyp
 		}
 	} else {
 		for _, c := range doc.Conditions {
-			t := NodeConditionType(c.Type)
-			if KubeletOwned(t) || slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == t }) {
+			nc := NodeCondition(c)
+			if KubeletOwned(nc.Type) || slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == nc.Type }) {
 				continue
 			}
-			reason := c.Reason
-			if reason == "" {
-				reason = "NoReason"
-			}
-			out = append(out, corev1.NodeCondition{Type: t, Status: corev1.ConditionStatus(c.Status),
-				Reason: reason, Message: c.Message})
+			out = append(out, nc)
 		}
 		for _, t := range known {
 			if !Owned(t) || slices.ContainsFunc(out, func(o corev1.NodeCondition) bool { return o.Type == t }) {
@@ -118,6 +113,20 @@ func Desired(doc status.Document, shimErr error, known []corev1.NodeConditionTyp
 	}
 	slices.SortFunc(out, func(a, b corev1.NodeCondition) int { return strings.Compare(string(a.Type), string(b.Type)) })
 	return out
+}
+
+// NodeCondition converts one of the shim's conditions to the Node condition
+// the reporter publishes for it, without times (Plan stamps them): the one
+// place where nodeshim's condition.Condition becomes a
+// corev1.NodeCondition. Its type is NodeConditionType's; its severity is
+// not published (a Node condition has no such field); an empty reason
+// becomes NoReason, as the API server requires one.
+func NodeCondition(c condition.Condition) corev1.NodeCondition {
+	reason := c.Reason
+	if reason == "" {
+		reason = "NoReason"
+	}
+	return corev1.NodeCondition{Type: NodeConditionType(c.Type), Status: corev1.ConditionStatus(c.Status), Reason: reason, Message: c.Message}
 }
 
 // Transition is a change of a published condition's status.
@@ -184,8 +193,7 @@ func Published(conds []corev1.NodeCondition) []corev1.NodeCondition {
 // shim's type: nodeshim's own types are good when True, its views of
 // kubelet's pressure types (NodeShimMemoryPressure...) when False.
 func normal(c corev1.NodeCondition) bool {
-	shimType := strings.TrimPrefix(string(c.Type), TypePrefix)
-	return condition.Condition{Type: shimType, Status: metav1.ConditionStatus(c.Status)}.Normal()
+	return condition.NormalStatus(strings.TrimPrefix(string(c.Type), TypePrefix), metav1.ConditionStatus(c.Status))
 }
 
 // ReportDigest is the digest of a capability report summary (compacted

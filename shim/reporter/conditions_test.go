@@ -236,3 +236,30 @@ func TestReportDigest(t *testing.T) {
 		}
 	}
 }
+
+// TestNodeCondition: the one conversion of a shim condition to a Node
+// condition keeps status, reason and message, renames the type, leaves the
+// times to Plan and drops what a Node condition cannot carry.
+func TestNodeCondition(t *testing.T) {
+	at := metav1.NewTime(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	cases := []struct {
+		name string
+		in   condition.Condition
+		want corev1.NodeCondition
+	}{
+		{"pressure with its severity", condition.Condition{Type: "MemoryPressure", Status: condition.True, Severity: condition.SeverityWarning,
+			Reason: "HasInsufficientMemory", Message: "memory.available is 1Mi", LastTransitionTime: at, Polarity: condition.PolarityKubelet},
+			corev1.NodeCondition{Type: "NodeShimMemoryPressure", Status: corev1.ConditionTrue, Reason: "HasInsufficientMemory", Message: "memory.available is 1Mi"}},
+		{"ready", condition.Condition{Type: "Ready", Status: condition.True, Reason: condition.ReasonAllReady, ObservedGeneration: 3},
+			corev1.NodeCondition{Type: TypeNodeShimReady, Status: corev1.ConditionTrue, Reason: condition.ReasonAllReady}},
+		{"empty reason", condition.Condition{Type: "NetworkReady", Status: condition.Unknown},
+			corev1.NodeCondition{Type: "NodeShimNetworkReady", Status: corev1.ConditionUnknown, Reason: "NoReason"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := NodeCondition(tc.in); got != tc.want {
+				t.Errorf("NodeCondition(%+v) = %+v, want %+v", tc.in, got, tc.want)
+			}
+		})
+	}
+}
