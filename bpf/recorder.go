@@ -155,11 +155,21 @@ func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 	}
 	r := &Recorder{target: target}
 	opts := &ebpf.CollectionOptions{Cache: cache}
-	// Load only what this target runs (a process tree loads every
-	// program): the others would be dead weight on more hot tracepoints.
-	switch {
-	case target.Kind == TargetProcessTree:
+	// Load only what this target runs: another program would be dead
+	// weight in the kernel, and attached on another hot tracepoint.
+	switch tree := target.Kind == TargetProcessTree; {
+	case tree && target.FromFilterLoad:
 		err = spec.LoadAndAssign(&r.objs, opts)
+	case tree:
+		var objs struct {
+			recorderMaps
+			RecordSysEnter *ebpf.Program `ebpf:"record_sys_enter"`
+			RecordFork     *ebpf.Program `ebpf:"record_fork"`
+			RecordExit     *ebpf.Program `ebpf:"record_exit"`
+		}
+		err = spec.LoadAndAssign(&objs, opts)
+		r.objs.recorderMaps = objs.recorderMaps
+		r.objs.RecordSysEnter, r.objs.RecordFork, r.objs.RecordExit = objs.RecordSysEnter, objs.RecordFork, objs.RecordExit
 	case target.FromFilterLoad:
 		var objs struct {
 			recorderMaps
@@ -199,7 +209,7 @@ func newRecorder(target Target, cache *btf.Cache) (*Recorder, error) {
 		{"sys_enter", r.objs.RecordSysEnter},
 	}
 	for _, a := range attach {
-		if a.prog == nil || (a.prog == r.objs.RecordExec && !target.FromFilterLoad) {
+		if a.prog == nil {
 			continue
 		}
 		l, err := link.AttachRawTracepoint(link.RawTracepointOptions{Name: a.name, Program: a.prog})
