@@ -442,6 +442,26 @@ var ErrNotSocket = errors.New("path exists and is not a socket")
 // never reachable with a wider mode or another group. A stale socket at path
 // is replaced; anything else is an error.
 func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
+	s, err := ListenSocket(path, perm, gid)
+	if err != nil {
+		return nil, err
+	}
+	return s.UnixListener, nil
+}
+
+// Socket is a unix listener bound by ListenSocket, with the identity
+// (device and inode) of the socket file it created, so that it removes
+// that file and never another process's socket that has replaced it.
+type Socket struct {
+	*net.UnixListener
+	// Path is where the socket was put.
+	Path     string
+	dev, ino uint64
+}
+
+// ListenSocket does what ListenGroup does and records the socket file's
+// identity for Remove.
+func ListenSocket(path string, perm os.FileMode, gid int) (*Socket, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("listen on %s: %w", path, ErrNotSocket)
 	}
@@ -468,9 +488,43 @@ func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, err
 		l.Close()
 		return nil, fmt.Errorf("chmod %s: %w", tmp, err)
 	}
+	// The identity is read in the private directory, where nobody else
+	// can have put another file; rename(2) keeps the inode.
+	var st unix.Stat_t
+	if err := unix.Lstat(tmp, &st); err != nil {
+		l.Close()
+		return nil, fmt.Errorf("stat %s: %w", tmp, err)
+	}
 	if err := os.Rename(tmp, path); err != nil {
 		l.Close()
 		return nil, fmt.Errorf("rename %s to %s: %w", tmp, path, err)
 	}
-	return l, nil
+	return &Socket{UnixListener: l, Path: path, dev: st.Dev, ino: st.Ino}, nil
+}
+
+// ErrNotOurSocket is returned, wrapped, by Socket.Remove when the path
+// holds another file than the socket the Socket created.
+var ErrNotOurSocket = errors.New("path holds another socket than the one this process created")
+
+// Remove unlinks the socket file at s.Path if it is still the one s
+// created (same device and inode). A path that is gone is not an error;
+// a path that holds another file is left alone and reported with
+// ErrNotOurSocket: another process took the path over and serves on it.
+func (s *Socket) Remove() error {
+	var st unix.Stat_t
+	if err := unix.Lstat(s.Path, &st); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			return nil
+		}
+		return fmt.Errorf("stat socket %s: %w", s.Path, err)
+	}
+	if st.Dev != s.dev || st.Ino != s.ino {
+		return fmt.Errorf("remove %s: %w", s.Path, ErrNotOurSocket)
+	}
+	// Between the check and the unlink only a process that ignores the
+	// root dir's lock could replace the file.
+	if err := os.Remove(s.Path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove socket %s: %w", s.Path, err)
+	}
+	return nil
 }

@@ -115,6 +115,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := os.MkdirAll(opts.RootDir, 0o700); err != nil {
 		return fmt.Errorf("create root dir %s: %w", opts.RootDir, err)
 	}
+	// The root dir's state (configuration, socket, manifests) is guarded by
+	// a lock inside it, whatever --lock-file says: two serves with one root
+	// dir never run together.
+	rl, err := lock.AcquireDir(opts.RootDir, lock.Options{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if rerr := rl.Release(); rerr != nil && err == nil {
+			err = rerr
+		}
+	}()
 
 	d := &daemon{opts: opts, log: log, model: status.New(nil), fatal: make(chan error, 4), node: profiles.Node()}
 	if d.cfg, err = d.openConfig(); err != nil {
@@ -148,7 +160,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		// detached), then remove the socket; the lock goes last.
 		d.sup.StopAll()
 		if socket != "" {
-			os.Remove(socket)
+			d.removeSocket()
 		}
 	}()
 	d.sup.Start(source.Func{SourceName: "config", F: func(ctx context.Context, _ *status.Model) error { return d.cfg.Run(ctx) }})

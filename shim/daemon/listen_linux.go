@@ -26,6 +26,9 @@ const handoffGrace = time.Second
 // first, then TLS on TCP when configured.
 type apiGroup struct {
 	servers []server
+	// sock is the unix socket's file, removed only if it is still the one
+	// this group created.
+	sock *api.Socket
 }
 
 // server is one API listener and its HTTP server; done closes when Serve
@@ -40,11 +43,11 @@ type server struct {
 // startAPI opens the listeners of c and serves on them. A listener that
 // fails while serving sends its error to d.fatal.
 func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
-	servers, err := listen(d.opts, c, d.model, d.apiOpts)
+	sock, servers, err := listen(d.opts, c, d.model, d.apiOpts)
 	if err != nil {
 		return nil, err
 	}
-	g := &apiGroup{servers: servers}
+	g := &apiGroup{servers: servers, sock: sock}
 	for i := range g.servers {
 		s := &g.servers[i]
 		s.done = make(chan struct{})
@@ -66,6 +69,24 @@ func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
 
 // socket is the unix socket's path.
 func (g *apiGroup) socket() string { return g.servers[0].addr }
+
+// removeSocket removes the unix socket's file if it is still the one g
+// created: a socket that another process put at the path is its own.
+func (g *apiGroup) removeSocket() error { return g.sock.Remove() }
+
+// removeSocket removes the socket of the API group serving last, if it
+// is still the one that group created; Run calls it at exit.
+func (d *daemon) removeSocket() {
+	d.mu.Lock()
+	g := d.api
+	d.mu.Unlock()
+	if g == nil {
+		return
+	}
+	if err := g.removeSocket(); err != nil {
+		d.log.Warn("API socket left in place", "err", err)
+	}
+}
 
 // shutdown stops accepting on every listener, waits for the requests in
 // flight (up to shutdownTimeout) and for the servers to return.
@@ -100,14 +121,14 @@ func (g *apiGroup) shutdownServers(servers []server) error {
 // the first gid as group; with reporter uids only it is 0666, and
 // SO_PEERCRED is what keeps everyone else out (401). With reporters the
 // root dir becomes 0711 so that they can reach the socket by its name.
-func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options) (out []server, err error) {
+func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options) (sock *api.Socket, out []server, err error) {
 	defer func() {
 		if err != nil {
 			for _, s := range out {
 				s.ln.Close()
 			}
-			if len(out) > 0 {
-				os.Remove(out[0].addr)
+			if sock != nil {
+				sock.Remove()
 			}
 		}
 	}()
@@ -119,7 +140,7 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 		dirPerm = 0o711
 	}
 	if err := os.Chmod(opts.RootDir, dirPerm); err != nil {
-		return nil, fmt.Errorf("set the mode of root dir %s: %w", opts.RootDir, err)
+		return nil, nil, fmt.Errorf("set the mode of root dir %s: %w", opts.RootDir, err)
 	}
 	perm, gid := os.FileMode(0o600), -1
 	switch {
@@ -128,15 +149,15 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	case len(c.ReadOnlyUIDs) > 0:
 		perm = 0o666
 	}
-	uln, err := api.ListenGroup(socket, perm, gid)
+	sock, err = api.ListenSocket(socket, perm, gid)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	unixOpts := apiOpts
 	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
 	unixStop := make(chan struct{})
 	unixOpts.Stop = unixStop
-	out = append(out, server{addr: socket, ln: uln, srv: &http.Server{
+	out = append(out, server{addr: socket, ln: sock.UnixListener, srv: &http.Server{
 		Handler:           api.NewHandler(model, unixOpts),
 		ConnContext:       api.ConnContext,
 		ReadHeaderTimeout: 10 * time.Second,
@@ -145,21 +166,21 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	// Shutdown may run more than once (shutdownTCP, then shutdown).
 	out[0].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(unixStop) }))
 	if c.TCPAddress == "" {
-		return out, nil
+		return sock, out, nil
 	}
 	tlsCfg, err := api.TLSConfig(c.TLSCertFile, c.TLSKeyFile, c.ClientCAFile)
 	if err != nil {
-		return out, err
+		return sock, out, err
 	}
 	var token []byte
 	if c.TokenFile != "" {
 		if token, err = api.ReadToken(c.TokenFile); err != nil {
-			return out, err
+			return sock, out, err
 		}
 	}
 	tln, err := net.Listen("tcp", c.TCPAddress)
 	if err != nil {
-		return out, fmt.Errorf("listen on %s: %w", c.TCPAddress, err)
+		return sock, out, fmt.Errorf("listen on %s: %w", c.TCPAddress, err)
 	}
 	tcpOpts := apiOpts
 	tcpOpts.Auth = api.Bearer(token)
@@ -172,5 +193,5 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
 	}})
 	out[1].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(tcpStop) }))
-	return out, nil
+	return sock, out, nil
 }

@@ -1,7 +1,9 @@
 // Package lock is the single-instance lock of nodeshim serve: an flock(2) on
 // a lock file (/var/run/nodeshim.lock by default) that holds the owner's
 // pid, so that a second shim on the node refuses to start and says which
-// process holds the lock.
+// process holds the lock. AcquireDir takes the same kind of lock inside a
+// directory, so that the state kept there is guarded whatever lock file
+// each process was told to use.
 package lock
 
 import (
@@ -14,10 +16,15 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 // DefaultPath is where nodeshim serve takes its lock unless configured otherwise.
 const DefaultPath = "/var/run/nodeshim.lock"
+
+// DirLockName is the lock file AcquireDir takes inside a directory.
+const DirLockName = "serve.lock"
 
 // HeldError is returned by Acquire when another process holds the lock.
 type HeldError struct {
@@ -34,6 +41,9 @@ func (e *HeldError) Error() string {
 	}
 	return fmt.Sprintf("lock %s is held by pid %d: another nodeshim is running", e.Path, e.PID)
 }
+
+// Unwrap classes the error: the lock is busy (errdefs.ErrBusy).
+func (e *HeldError) Unwrap() error { return errdefs.ErrBusy }
 
 // Lock is a held lock file. Release it with Release; the kernel releases it
 // too when the process exits, however it exits.
@@ -53,13 +63,41 @@ type Options struct {
 // held) and writing the caller's pid into it. When another process holds
 // the lock it returns a *HeldError naming that process.
 func Acquire(path string, opts Options) (*Lock, error) {
-	if opts.ProcRoot == "" {
-		opts.ProcRoot = "/proc"
-	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return nil, fmt.Errorf("create directory of lock %s: %w", path, err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o644)
+	return acquire(path, 0o644, opts)
+}
+
+// AcquireDir takes the exclusive lock of the directory dir, which must
+// exist: the lock file DirLockName inside it (created 0600, the mode of the
+// private state beside it), as Acquire does. Since the lock file is found
+// through dir itself, two processes that name one directory by different
+// paths (a symlink, a bind mount) contend for the same lock.
+func AcquireDir(dir string, opts Options) (*Lock, error) {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("lock directory %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("lock directory %s: not a directory", dir))
+	}
+	return acquire(filepath.Join(dir, DirLockName), 0o600, opts)
+}
+
+// Path is the lock file's name.
+func (l *Lock) Path() string {
+	if l == nil || l.f == nil {
+		return ""
+	}
+	return l.f.Name()
+}
+
+func acquire(path string, perm os.FileMode, opts Options) (*Lock, error) {
+	if opts.ProcRoot == "" {
+		opts.ProcRoot = "/proc"
+	}
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC|unix.O_NOFOLLOW, perm)
 	if err != nil {
 		return nil, fmt.Errorf("open lock %s: %w", path, err)
 	}

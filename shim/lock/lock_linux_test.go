@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 )
 
@@ -166,4 +167,57 @@ func FuzzParseProcLocks(f *testing.F) {
 			t.Errorf("pid %d found for a device:inode not in the input", pid)
 		}
 	})
+}
+
+// TestAcquireDir checks the lock of a directory: it lives inside the
+// directory, so that a second holder is refused whatever path it names the
+// directory by, and it is created with the mode of private state.
+func TestAcquireDir(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "root")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	l, err := AcquireDir(dir, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Release()
+	want := filepath.Join(dir, DirLockName)
+	if l.Path() != want {
+		t.Errorf("Path() = %s, want %s", l.Path(), want)
+	}
+	if fi, err := os.Stat(want); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("lock file %s: %v %v, want mode 0600", want, fi.Mode(), err)
+	}
+	for _, tt := range []struct{ name, dir string }{{"same path", dir}, {"through a symlink", link}} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := AcquireDir(tt.dir, Options{})
+			var held *HeldError
+			if !errors.As(err, &held) || held.PID != os.Getpid() || !errors.Is(err, errdefs.ErrBusy) {
+				t.Fatalf("second AcquireDir(%s) = %v, want a busy HeldError with pid %d", tt.dir, err, os.Getpid())
+			}
+		})
+	}
+	t.Run("missing directory", func(t *testing.T) {
+		if _, err := AcquireDir(filepath.Join(dir, "nope"), Options{}); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("AcquireDir of a missing directory = %v, want ErrNotExist", err)
+		}
+	})
+	t.Run("not a directory", func(t *testing.T) {
+		if _, err := AcquireDir(want, Options{}); !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), "not a directory") {
+			t.Errorf("AcquireDir of a file = %v, want not a directory", err)
+		}
+	})
+	if err := l.Release(); err != nil {
+		t.Fatal(err)
+	}
+	l2, err := AcquireDir(link, Options{})
+	if err != nil {
+		t.Fatalf("AcquireDir after Release: %v", err)
+	}
+	l2.Release()
 }
