@@ -191,6 +191,17 @@ func TestSeccompExec(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "ran")
 	profile := func(name string) string { return filepath.Join(seccompTestdata, name) }
+	// Profiles that deny what the exec child itself does under the filter:
+	// one naming no syscall denies everything (it died of SIGSEGV, its
+	// exit_group denied, instead of exiting 126).
+	for name, data := range map[string]string{
+		"no-syscall.json":      `{"defaultAction": "SCMP_ACT_ERRNO"}`,
+		"kill-exit-group.json": `{"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["exit_group"], "action": "SCMP_ACT_KILL_PROCESS"}]}`,
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	tests := []struct {
 		name   string
 		args   []string
@@ -205,6 +216,10 @@ func TestSeccompExec(t *testing.T) {
 		{"invalid profile runs nothing", []string{"seccomp", "exec", "--profile", profile("invalid/unknown-op.json"), "--", "touch", marker}, 1, "", "syscalls[0].args[0].op", false},
 		{"missing command", []string{"seccomp", "exec", "--profile", profile("deny-mkdir.json"), "--", "no-such-command-nodeshim"}, 127, "", "executable file not found", false},
 		{"missing profile flag", []string{"seccomp", "exec", "--", "true"}, 2, "", "--profile is required", false},
+		{"profile naming no syscall refused", []string{"seccomp", "exec", "--profile", filepath.Join(dir, "no-syscall.json"), "--", "touch", marker}, 126, "",
+			"the profile denies a syscall that seccomp exec makes under it: execve (errno 38", false},
+		{"profile killing exit_group refused", []string{"seccomp", "exec", "--profile", filepath.Join(dir, "kill-exit-group.json"), "--", "touch", marker}, 126, "",
+			"exit_group (killed by SIGSYS", false},
 		{"notify refused", []string{"seccomp", "exec", "--profile", profile("trace-notify.json"), "--", "touch", marker}, 1, "", "SCMP_ACT_NOTIFY", false},
 	}
 	for _, tc := range tests {

@@ -294,7 +294,13 @@ static void nodeshim_probe(void) {
 		if (hdr->setup_errno != 0) {
 			_exit(125);
 		}
-		if (r->state != 2) {
+		if (r->state == 1 && (r->flags & NODESHIM_PROBE_EXITLIKE) && WIFEXITED(status)) {
+			// The call ended the process, as exit_group does when
+			// allowed.
+			r->ret = WEXITSTATUS(status);
+			r->state = NODESHIM_PROBE_EXITED;
+		}
+		if (r->state != 2 && r->state != NODESHIM_PROBE_EXITED) {
 			if (!WIFSIGNALED(status)) {
 				// Unfinished without a signal: the parent reports it.
 				_exit(118);

@@ -29,6 +29,8 @@ const (
 	probeMagic    = C.NODESHIM_PROBE_MAGIC
 	probeForklike = C.NODESHIM_PROBE_FORKLIKE
 	probeI386     = C.NODESHIM_PROBE_I386
+	probeExitlike = C.NODESHIM_PROBE_EXITLIKE
+	probeExited   = C.NODESHIM_PROBE_EXITED
 	probeHdrSize  = C.sizeof_struct_nodeshim_probe_hdr
 	probeRecSize  = C.sizeof_struct_nodeshim_probe_rec
 )
@@ -64,9 +66,15 @@ var ErrNotifyExec = errors.New("profile uses SCMP_ACT_NOTIFY: handing the listen
 // filter: it re-executes this binary, which loads the filter (TSYNC,
 // no_new_privs) before any thread exists and then execs path. The pid stays
 // the same throughout. It returns only on error; nothing is installed then.
-func Exec(f *Filter, path string, argv []string, env []string) error {
+// A filter that would deny the syscalls the re-executed binary makes under
+// it is refused first (CheckExec, ErrExecDenied), as is one with NOTIFY
+// rules (ErrNotifyExec).
+func Exec(ctx context.Context, f *Filter, path string, argv []string, env []string) error {
 	if f.Notify {
 		return ErrNotifyExec
+	}
+	if err := CheckExec(ctx, f); err != nil {
+		return err
 	}
 	prog, err := programFile(f, false)
 	if err != nil {
@@ -91,8 +99,12 @@ type probeRecord struct {
 	Forklike bool
 	// I386 makes the call through the ia32 entry (int $0x80).
 	I386 bool
+	// ExitLike marks a call that may end the process (exit_group): a
+	// normal exit during it is its answer, State probeExited with the exit
+	// status in Ret.
+	ExitLike bool
 
-	State    uint32 // 0 pending, 1 started, 2 done
+	State    uint32 // 0 pending, 1 started, 2 done, 3 (probeExited) exited in the call
 	Ret      int64
 	Errno    int32
 	Trapped  bool
@@ -120,6 +132,9 @@ func encodeRecords(recs []probeRecord) []byte {
 		}
 		if r.I386 {
 			flags |= probeI386
+		}
+		if r.ExitLike {
+			flags |= probeExitlike
 		}
 		ne.PutUint32(o[56:], flags)
 	}
@@ -199,7 +214,7 @@ func runProbes(ctx context.Context, f *Filter, recs []probeRecord) (int, error) 
 		return workers, fmt.Errorf("%w: child ended before loading the filter: %v", ErrProbeSetup, runErr)
 	}
 	for i, r := range recs {
-		if r.State != 2 && r.Signal == 0 {
+		if r.State != 2 && r.State != probeExited && r.Signal == 0 {
 			return workers, fmt.Errorf("seccomp probe child stopped at record %d of %d (state %d): %v", i, len(recs), r.State, runErr)
 		}
 	}

@@ -15,6 +15,11 @@
 #define NODESHIM_PROBE_MAGIC 0x6e736363u
 #define NODESHIM_PROBE_FORKLIKE 1u
 #define NODESHIM_PROBE_I386 2u /* call through int $0x80, the x86 (ia32) ABI */
+/* The call may end the record's process (exit, exit_group): a normal exit
+   during the call is the record's answer, state NODESHIM_PROBE_EXITED with
+   the exit status in ret. */
+#define NODESHIM_PROBE_EXITLIKE 4u
+#define NODESHIM_PROBE_EXITED 3u
 
 struct nodeshim_probe_hdr {
 	uint32_t magic;
@@ -29,7 +34,7 @@ struct nodeshim_probe_rec {
 	int64_t nr;
 	uint64_t args[6];
 	uint32_t flags;
-	uint32_t state; /* 0 pending, 1 started, 2 done */
+	uint32_t state; /* 0 pending, 1 started, 2 done, 3 exited in the call */
 	int64_t ret;
 	int32_t err;
 	int32_t trapped;

@@ -298,7 +298,7 @@ func TestNotifyRefusedByCommand(t *testing.T) {
 	if _, _, err := commandWith(selfExe, f, "/bin/true", "true"); !errors.Is(err, ErrNotifyExec) {
 		t.Errorf("got %v", err)
 	}
-	if err := Exec(f, "/bin/true", []string{"true"}, nil); !errors.Is(err, ErrNotifyExec) {
+	if err := Exec(context.Background(), f, "/bin/true", []string{"true"}, nil); !errors.Is(err, ErrNotifyExec) {
 		t.Errorf("got %v", err)
 	}
 }

@@ -373,6 +373,8 @@ func observed(r probeRecord) string {
 		return "killed by " + signalName(r.Signal)
 	case r.Trapped:
 		return fmt.Sprintf("trapped (SIGSYS data %d)", r.TrapData)
+	case r.State == probeExited:
+		return fmt.Sprintf("exited with status %d", r.Ret)
 	case r.State != 2:
 		return "not reached"
 	case r.Errno != 0:
