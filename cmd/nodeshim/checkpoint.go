@@ -56,30 +56,93 @@ type checkpointOutput struct {
 	Pid             int     `json:"pid"`
 	Container       string  `json:"container"`
 	RemovedOrphaned int     `json:"removedOrphaned,omitempty"`
-	// Image is the checkpoint image written by --image/--image-output.
+	// Image is the checkpoint image written by --image/--image-file.
 	Image *checkpointImageOutput `json:"image,omitempty"`
 }
 
-func newCheckpointCommand() *cobra.Command {
-	var (
-		pid           int
-		podmanID      string
-		podmanRoot    string
-		ref           criu.ContainerRef
-		socket        string
-		rootDir       string
-		timeout       time.Duration
-		output        string
-		criuFlags     criuFlags
-		progressAfter time.Duration
-		imageRef      string
-		imageOut      string
-		lazyAt        string
-	)
-	cmd := &cobra.Command{
-		Use:   "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
-		Short: "Checkpoint a running process tree or container into a root-only archive",
-		Long: `Checkpoint dumps a running process tree with CRIU and leaves it running.
+// checkpointFlags are the flags of `nodeshim checkpoint`.
+type checkpointFlags struct {
+	// The target: a process tree, a podman container, or a pod's
+	// container through the nodeshim serve on socket.
+	pid        int
+	podmanID   string
+	podmanRoot string
+	ref        criu.ContainerRef
+	socket     string
+
+	rootDir       string
+	timeout       time.Duration
+	output        string
+	criu          criuFlags
+	progressAfter time.Duration
+	// imageRef and imageFile ask for the checkpoint image too.
+	imageRef  string
+	imageFile string
+	lazyAt    string
+}
+
+func (f *checkpointFlags) bind(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.IntVar(&f.pid, "pid", 0, "root pid of the process tree to checkpoint")
+	fl.StringVar(&f.podmanID, "container-id", "", "id, id prefix or name of a podman container to checkpoint as runc does; podman container restore --import restores the archive")
+	fl.StringVar(&f.podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose libpod/bolt_state.db names the containers")
+	fl.StringVar(&f.ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
+	fl.StringVar(&f.ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
+	fl.StringVar(&f.ref.Container, "container", "", "container name (needs the nodeshim daemon)")
+	fl.StringVar(&f.socket, "socket", filepath.Join(config.Defaults().RootDir, api.SocketName), "API socket of the nodeshim serve that checkpoints containers")
+	fl.StringVar(&f.rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
+	fl.DurationVar(&f.timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
+	fl.StringVar(&f.imageRef, "image", "", "also write the checkpoint image of the archive under this name (with --image-file), as \"checkpoint image --tag\"")
+	fl.StringVar(&f.lazyAt, "lazy", "", "HOST:PORT: lazy migration: serve the memory from a page server here until \"restore --lazy-from\" fetches it, then kill the tree (--pid)")
+	fl.StringVar(&f.imageFile, "image-file", "", "the OCI image archive --image writes (must not exist)")
+	// The spelling before -o/--output was the output format everywhere.
+	addDeprecatedAlias(fl, "image-output", "", "image-file")
+	f.criu.add(cmd)
+	addProgressFlag(cmd, &f.progressAfter)
+	addOutputFlag(cmd, &f.output)
+}
+
+// lazyServer checks the combination of flags before anything is frozen,
+// and returns the page server of --lazy, nil without it.
+func (f *checkpointFlags) lazyServer() (*criu.PageServer, error) {
+	given := 0
+	for _, g := range []bool{f.pid > 0, f.podmanID != "", f.ref != (criu.ContainerRef{})} {
+		if g {
+			given++
+		}
+	}
+	if given == 0 {
+		return nil, withExitCode(exitUsage, errors.New("give --pid PID, --container-id ID, or --namespace, --pod and --container"))
+	}
+	if given > 1 {
+		return nil, withExitCode(exitUsage, errors.New("--pid, --container-id and --namespace/--pod/--container exclude each other"))
+	}
+	if (f.imageRef == "") != (f.imageFile == "") {
+		return nil, withExitCode(exitUsage, errors.New("--image REF and --image-file FILE go together"))
+	}
+	if f.imageFile != "" {
+		if _, err := os.Lstat(f.imageFile); err == nil {
+			return nil, withExitCode(exitUsage, fmt.Errorf("--image-file %s exists: %w", f.imageFile, os.ErrExist))
+		}
+	}
+	var lazy *criu.PageServer
+	if f.lazyAt != "" {
+		if f.pid <= 0 || f.imageRef != "" {
+			return nil, withExitCode(exitUsage, errors.New("--lazy applies to --pid, without --image"))
+		}
+		ps, err := criu.ParsePageServer(f.lazyAt)
+		if err != nil {
+			return nil, withExitCode(exitUsage, err)
+		}
+		lazy = &ps
+	}
+	if f.ref != (criu.ContainerRef{}) && f.imageRef != "" {
+		return nil, withExitCode(exitUsage, errors.New("--image applies to --pid and --container-id; for a pod's container run \"nodeshim checkpoint image\" on the archive"))
+	}
+	return lazy, nil
+}
+
+const checkpointLong = `Checkpoint dumps a running process tree with CRIU and leaves it running.
 
 The archive is written the way kubelet's Checkpoint API writes it:
 <root-dir>/checkpoints/checkpoint-<pod>_<namespace>-<container>-<RFC3339 time>.tar,
@@ -87,6 +150,7 @@ mode 0600 in a 0700 directory, an uncompressed tar with the CRIU images under
 checkpoint/, config.dump, spec.dump, dump.log and stats-dump. A second
 checkpoint of the same container in the same second gets "-1", "-2", ...
 after the time instead of overwriting the first. checkpointctl reads it.
+"nodeshim checkpoint prune" prunes the same directory.
 
 A process on this host is named pod "pid<PID>", namespace "host" and
 container after its command name. A podman container (--container-id) is
@@ -107,10 +171,10 @@ CRIU is found through --criu-path, then $NODESHIM_CRIU, then PATH. On a
 failure, a timeout or an interrupt the target is left running, unfrozen and
 untraced, and no partial archive is left behind.
 
---image REF with --image-output FILE also writes the checkpoint image of the
+--image REF with --image-file FILE also writes the checkpoint image of the
 new archive to FILE, as "nodeshim checkpoint image ARCHIVE --tag REF
---output FILE" does (--output is not used for it: -o/--output is the
-output format here). The archive is kept.
+--out-file FILE" does. The archive is kept. -o/--output is the format of
+what is printed.
 
 --lazy HOST:PORT (with --pid) is the first half of a lazy (post-copy)
 migration: the archive holds everything but the tree's memory and is
@@ -121,8 +185,9 @@ the rest is restored; when all of the memory is fetched the tree here is
 killed and the command returns (--timeout bounds that wait too). Needs userfaultfd (CONFIG_USERFAULTFD) on
 both nodes, and fs.pipe-max-size >= 4 MiB or CAP_SYS_RESOURCE for CRIU's
 page pipes (nodeshim raises fs.pipe-max-size when it is lower);
-"nodeshim report" shows criu.lazy_pages.`,
-		Example: `  # Checkpoint process 4242 and its children into /var/lib/kubelet/checkpoints
+"nodeshim report" shows criu.lazy_pages.`
+
+const checkpointExample = `  # Checkpoint process 4242 and its children into /var/lib/kubelet/checkpoints
   nodeshim checkpoint --pid 4242
 
   # Into another kubelet root dir, with at most 2 minutes, as JSON
@@ -135,140 +200,116 @@ page pipes (nodeshim raises fs.pipe-max-size when it is lower);
   nodeshim checkpoint --namespace default --pod web-0 --container nginx
 
   # Checkpoint and make the checkpoint image in one step (as "checkpoint image")
-  nodeshim checkpoint --container-id web --image localhost/web-checkpoint:1 --image-output /tmp/web.oci.tar`,
-		Args: cobra.NoArgs,
+  nodeshim checkpoint --container-id web --image localhost/web-checkpoint:1 --image-file /tmp/web.oci.tar`
+
+func newCheckpointCommand() *cobra.Command {
+	var f checkpointFlags
+	cmd := &cobra.Command{
+		Use:     "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
+		Short:   "Checkpoint a running process tree or container into a root-only archive",
+		Long:    checkpointLong,
+		Example: checkpointExample,
+		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			given := 0
-			for _, g := range []bool{pid > 0, podmanID != "", ref != (criu.ContainerRef{})} {
-				if g {
-					given++
-				}
-			}
-			if given == 0 {
-				return withExitCode(exitUsage, errors.New("give --pid PID, --container-id ID, or --namespace, --pod and --container"))
-			}
-			if given > 1 {
-				return withExitCode(exitUsage, errors.New("--pid, --container-id and --namespace/--pod/--container exclude each other"))
-			}
-			if (imageRef == "") != (imageOut == "") {
-				return withExitCode(exitUsage, errors.New("--image REF and --image-output FILE go together"))
-			}
-			if imageOut != "" {
-				// Refuse before anything is frozen.
-				if _, err := os.Lstat(imageOut); err == nil {
-					return withExitCode(exitUsage, fmt.Errorf("--image-output %s exists: %w", imageOut, os.ErrExist))
-				}
-			}
-			var lazy *criu.PageServer
-			if lazyAt != "" {
-				if pid <= 0 || imageRef != "" {
-					return withExitCode(exitUsage, errors.New("--lazy applies to --pid, without --image"))
-				}
-				ps, err := criu.ParsePageServer(lazyAt)
-				if err != nil {
-					return withExitCode(exitUsage, err)
-				}
-				lazy = &ps
-			}
-			if ref != (criu.ContainerRef{}) {
-				if imageRef != "" {
-					return withExitCode(exitUsage, errors.New("--image applies to --pid and --container-id; for a pod's container run \"nodeshim checkpoint image\" on the archive"))
-				}
-				return checkpointThroughDaemon(cmd, socket, ref, timeout, output)
-			}
-			if timeout <= 0 {
-				timeout = criu.DefaultTimeout
-			}
-			bin, err := criu.Find(criuFlags.path, nil)
+			lazy, err := f.lazyServer()
 			if err != nil {
 				return err
 			}
-			var target criu.Target
-			if podmanID != "" {
-				target, err = podman.Target("/proc", podmanRoot, podmanID, time.Now())
-				pid = target.Pid
-			} else {
-				target, err = criu.PIDTarget("/proc", pid, time.Now())
+			if f.ref != (criu.ContainerRef{}) {
+				return checkpointThroughDaemon(cmd, f.socket, f.ref, f.timeout, f.output)
 			}
-			if err != nil {
-				return err
-			}
-			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
-			logger := slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil))
-			opts := criu.Options{
-				Binary:              bin,
-				RootDir:             rootDir,
-				TCPEstablished:      criuFlags.tcpEstablished,
-				ExtUnixSockets:      criuFlags.extUnixSk,
-				FileLocks:           criuFlags.fileLocks,
-				ShellJob:            criuFlags.shellJob,
-				HardwareBreakpoints: criuFlags.breakpoints,
-				Logger:              logger,
-				Lazy:                lazy,
-			}
-			if lazy != nil {
-				opts.Published = func(path string) {
-					logger.Info("archive published; serving the memory until a restore --lazy-from fetches it", "path", path, "page-server", lazy.String())
-				}
-			}
-			if prog != nil {
-				opts.Progress = prog.update
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			// The lock, shared with the nodeshim serve of --socket, and
-			// the space check come before anything is frozen.
-			res, err := checkpoint.Run(ctx, target, opts, filepath.Join(filepath.Dir(socket), retention.LockDirName))
-			if err != nil {
-				prog.done("checkpoint failed")
-				return err
-			}
-			prog.done(fmt.Sprintf("checkpointed in %s, frozen %s", res.Total.Round(time.Millisecond), res.Frozen.Round(time.Millisecond)))
-			out := checkpointOutput{
-				Path: res.Path, SizeBytes: res.Size,
-				FrozenSeconds: res.Frozen.Seconds(), DumpSeconds: res.Dump.Seconds(),
-				ArchiveSeconds: res.Archive.Seconds(), TotalSeconds: res.Total.Seconds(), ServeSeconds: res.Serve.Seconds(),
-				PagesWritten: res.PagesWritten, Pid: pid, Container: target.Ref.String(),
-				RemovedOrphaned: len(res.Removed),
-			}
-			if imageRef != "" {
-				istart := time.Now()
-				img, err := writeCheckpointImage(res.Path, imageRef, imageOut)
-				if err != nil {
-					return fmt.Errorf("checkpoint image of %s (the archive is kept): %w", res.Path, err)
-				}
-				out.Image = &checkpointImageOutput{Image: img, Output: imageOut, TotalSeconds: time.Since(istart).Seconds()}
-			}
-			return writeOutput(cmd.OutOrStdout(), output, out, func() string {
-				var b strings.Builder
-				tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-				fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n",
-					res.Path, humanBytes(res.Size), res.Frozen.Round(time.Millisecond), res.Total.Round(time.Millisecond))
-				if out.Image != nil {
-					fmt.Fprintf(tw, "\nIMAGE\tMANIFEST\tSIZE\tFILE\n%s\t%s\t%s\t%s\n", out.Image.Ref, out.Image.Manifest, humanBytes(out.Image.Size), imageOut)
-				}
-				tw.Flush()
-				return b.String()
-			})
+			return checkpointHere(cmd, &f, lazy)
 		},
 	}
-	cmd.Flags().IntVar(&pid, "pid", 0, "root pid of the process tree to checkpoint")
-	cmd.Flags().StringVar(&podmanID, "container-id", "", "id, id prefix or name of a podman container to checkpoint as runc does; podman container restore --import restores the archive")
-	cmd.Flags().StringVar(&podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose libpod/bolt_state.db names the containers")
-	cmd.Flags().StringVar(&ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
-	cmd.Flags().StringVar(&ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
-	cmd.Flags().StringVar(&ref.Container, "container", "", "container name (needs the nodeshim daemon)")
-	cmd.Flags().StringVar(&socket, "socket", filepath.Join(config.Defaults().RootDir, api.SocketName), "API socket of the nodeshim serve that checkpoints containers")
-	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; archives go to <root-dir>/checkpoints")
-	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
-	cmd.Flags().StringVar(&imageRef, "image", "", "also write the checkpoint image of the archive under this name (with --image-output), as \"checkpoint image --tag\"")
-	cmd.Flags().StringVar(&lazyAt, "lazy", "", "HOST:PORT: lazy migration: serve the memory from a page server here until \"restore --lazy-from\" fetches it, then kill the tree (--pid)")
-	cmd.Flags().StringVar(&imageOut, "image-output", "", "the OCI image archive --image writes (must not exist); -o/--output is the output format")
-	criuFlags.add(cmd)
-	addProgressFlag(cmd, &progressAfter)
-	addOutputFlag(cmd, &output)
+	f.bind(cmd)
 	cmd.AddCommand(newCheckpointPruneCommand(), newCheckpointImageCommand())
 	return cmd
+}
+
+// checkpointHere checkpoints the process tree or podman container f names
+// with CRIU, and with --image makes the checkpoint image of the archive.
+func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServer) error {
+	timeout := f.timeout
+	if timeout <= 0 {
+		timeout = criu.DefaultTimeout
+	}
+	bin, err := criu.Find(f.criu.path, nil)
+	if err != nil {
+		return err
+	}
+	pid := f.pid
+	var target criu.Target
+	if f.podmanID != "" {
+		target, err = podman.Target("/proc", f.podmanRoot, f.podmanID, time.Now())
+		pid = target.Pid
+	} else {
+		target, err = criu.PIDTarget("/proc", pid, time.Now())
+	}
+	if err != nil {
+		return err
+	}
+	prog := newProgress(cmd.ErrOrStderr(), f.progressAfter)
+	logger := slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil))
+	opts := criu.Options{
+		Binary:              bin,
+		RootDir:             f.rootDir,
+		TCPEstablished:      f.criu.tcpEstablished,
+		ExtUnixSockets:      f.criu.extUnixSk,
+		FileLocks:           f.criu.fileLocks,
+		ShellJob:            f.criu.shellJob,
+		HardwareBreakpoints: f.criu.breakpoints,
+		Logger:              logger,
+		Lazy:                lazy,
+	}
+	if lazy != nil {
+		opts.Published = func(path string) {
+			logger.Info("archive published; serving the memory until a restore --lazy-from fetches it", "path", path, "page-server", lazy.String())
+		}
+	}
+	if prog != nil {
+		opts.Progress = prog.update
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	// The lock, shared with the nodeshim serve of --socket, and
+	// the space check come before anything is frozen.
+	res, err := checkpoint.Run(ctx, target, opts, filepath.Join(filepath.Dir(f.socket), retention.LockDirName))
+	if err != nil {
+		prog.done("checkpoint failed")
+		return err
+	}
+	prog.done(fmt.Sprintf("checkpointed in %s, frozen %s", res.Total.Round(time.Millisecond), res.Frozen.Round(time.Millisecond)))
+	out := checkpointOutput{
+		Path: res.Path, SizeBytes: res.Size,
+		FrozenSeconds: res.Frozen.Seconds(), DumpSeconds: res.Dump.Seconds(),
+		ArchiveSeconds: res.Archive.Seconds(), TotalSeconds: res.Total.Seconds(), ServeSeconds: res.Serve.Seconds(),
+		PagesWritten: res.PagesWritten, Pid: pid, Container: target.Ref.String(),
+		RemovedOrphaned: len(res.Removed),
+	}
+	if f.imageRef != "" {
+		istart := time.Now()
+		img, err := writeCheckpointImage(res.Path, f.imageRef, f.imageFile)
+		if err != nil {
+			return fmt.Errorf("checkpoint image of %s (the archive is kept): %w", res.Path, err)
+		}
+		out.Image = &checkpointImageOutput{Image: img, Output: f.imageFile, TotalSeconds: time.Since(istart).Seconds()}
+	}
+	return writeOutput(cmd.OutOrStdout(), f.output, out, func() string {
+		return out.table(res.Frozen.Round(time.Millisecond).String(), res.Total.Round(time.Millisecond))
+	})
+}
+
+// table is the human form of o, with frozen ("-" where unknown) and total
+// as they are to be shown.
+func (o checkpointOutput) table(frozen string, total time.Duration) string {
+	var b strings.Builder
+	tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
+	fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n", o.Path, humanBytes(o.SizeBytes), frozen, total)
+	if o.Image != nil {
+		fmt.Fprintf(tw, "\nIMAGE\tMANIFEST\tSIZE\tFILE\n%s\t%s\t%s\t%s\n", o.Image.Ref, o.Image.Manifest, humanBytes(o.Image.Size), o.Image.Output)
+	}
+	tw.Flush()
+	return b.String()
 }
 
 func humanBytes(n int64) string {
@@ -320,10 +361,6 @@ func checkpointThroughDaemon(cmd *cobra.Command, socket string, ref criu.Contain
 		frozen = (time.Duration(st.GetFrozenTime()) * time.Microsecond).Round(time.Millisecond).String()
 	}
 	return writeOutput(cmd.OutOrStdout(), output, out, func() string {
-		var b strings.Builder
-		tw := tabwriter.NewWriter(&b, 0, 8, 2, ' ', 0)
-		fmt.Fprintf(tw, "ARCHIVE\tSIZE\tFROZEN\tTOTAL\n%s\t%s\t%s\t%s\n", path, humanBytes(out.SizeBytes), frozen, time.Since(start).Round(time.Millisecond))
-		tw.Flush()
-		return b.String()
+		return out.table(frozen, time.Since(start).Round(time.Millisecond))
 	})
 }

@@ -26,7 +26,7 @@ type checkpointImageOutput struct {
 func newCheckpointImageCommand() *cobra.Command {
 	var tag, outPath, output string
 	cmd := &cobra.Command{
-		Use:   "image ARCHIVE --tag REF --output FILE",
+		Use:   "image ARCHIVE --tag REF --out-file FILE",
 		Short: "Turn a checkpoint archive into a checkpoint image (an OCI image archive)",
 		Long: `Image writes the checkpoint image of a checkpoint archive as an OCI image
 layout archive: one uncompressed layer holding the archive's files, and the
@@ -39,13 +39,17 @@ The same archive always gives the same file and digests.
 Load it with "podman load -i FILE" (then "podman container restore REF")
 or "ctr -n k8s.io images import FILE". The base image the container ran
 from must be present where it is restored. The archive is held while it is
-read, so retention does not remove it meanwhile. FILE must not exist.`,
-		Example: `  nodeshim checkpoint image /var/lib/nodeshim/checkpoints/checkpoint-web_podman-web-2026-11-23T12:00:00Z.tar \
-    --tag localhost/web-checkpoint:1 --output /tmp/web-checkpoint.tar`,
+read, so retention does not remove it meanwhile. FILE must not exist.
+-o/--output is the format of what is printed about the image.`,
+		Example: `  nodeshim checkpoint image /var/lib/kubelet/checkpoints/checkpoint-web_podman-web-2026-11-23T12:00:00Z.tar \
+    --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar
+
+  # The image's digests and annotations as JSON
+  nodeshim checkpoint image ARCHIVE --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar -o json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tag == "" || outPath == "" {
-				return withExitCode(exitUsage, errors.New("give --tag REF and --output FILE"))
+				return withExitCode(exitUsage, errors.New("give --tag REF and --out-file FILE"))
 			}
 			start := time.Now()
 			img, err := writeCheckpointImage(args[0], tag, outPath)
@@ -63,9 +67,12 @@ read, so retention does not remove it meanwhile. FILE must not exist.`,
 		},
 	}
 	cmd.Flags().StringVar(&tag, "tag", "", "name of the image, e.g. localhost/web-checkpoint:1")
-	cmd.Flags().StringVar(&outPath, "output", "", "the OCI image archive to write (must not exist)")
-	// --output names the file, as in podman save; -o is the format.
-	cmd.Flags().StringVarP(&output, "format", "o", "table", "output format: table, json or yaml")
+	cmd.Flags().StringVar(&outPath, "out-file", "", "the OCI image archive to write (must not exist)")
+	// --output FILE and --format FORMAT are the spellings before -o was
+	// the format on every command (podman save's --output is the file).
+	addFormatOrFileFlag(cmd, &output, "out-file")
+	cmd.Flags().StringVar(&output, "format", "table", outputUsage)
+	markDeprecated(cmd.Flags(), "format", "-o/--output")
 	return cmd
 }
 

@@ -165,7 +165,7 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 		if err := json.Unmarshal([]byte(out), &ck); err != nil {
 			t.Fatalf("%v: %s", err, out)
 		}
-		out, _, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--output", file, "-o", "json")
+		out, _, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--out-file", file, "-o", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -189,7 +189,7 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 }
 
 // TestCheckpointToImageInOneStep: `nodeshim checkpoint --image REF
-// --image-output FILE` checkpoints and writes the checkpoint image in one
+// --image-file FILE` checkpoints and writes the checkpoint image in one
 // command, and podman restores the container from that image on a second
 // node, counting on.
 func TestCheckpointToImageInOneStep(t *testing.T) {
@@ -200,7 +200,7 @@ func TestCheckpointToImageInOneStep(t *testing.T) {
 	const name, ref = "nodeshim-move-1", "localhost/nodeshim-move-1:checkpoint"
 	moveByImage(t, a, b, name, ref, func(file string) (checkpointOutput, checkpointImageOutput) {
 		out, _, err := runSplit(t, "checkpoint", "--container-id", name, "--podman-root", p.Root, "--root-dir", t.TempDir(),
-			"--image", ref, "--image-output", file, "-o", "json")
+			"--image", ref, "--image-file", file, "-o", "json")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -209,7 +209,7 @@ func TestCheckpointToImageInOneStep(t *testing.T) {
 			t.Fatalf("%v: %s", err, out)
 		}
 		if ck.Image == nil || ck.Image.Ref != ref || ck.Image.Output != file {
-			t.Fatalf("checkpoint --image %s --image-output %s: image %+v in %s", ref, file, ck.Image, out)
+			t.Fatalf("checkpoint --image %s --image-file %s: image %+v in %s", ref, file, ck.Image, out)
 		}
 		if _, err := os.Stat(ck.Path); err != nil {
 			t.Errorf("the archive is not kept beside the image: %v", err)

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 	"k8s.io/apimachinery/pkg/api/resource"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
@@ -20,6 +21,7 @@ func newCheckpointPruneCommand() *cobra.Command {
 	var (
 		source          string
 		dir             string
+		rootDir         string
 		dryRun          bool
 		maxPerContainer int32
 		maxBytes        string
@@ -40,12 +42,20 @@ unlinked, so an interrupted prune leaves no half-removed archive: the
 next prune, or the next start of nodeshim serve, empties the trash.
 
 The policy is read from --config-source (the directory nodeshim serve
-reads), else nodeshim's defaults; the flags override it.`,
+reads), else nodeshim's defaults; the flags override it.
+
+The directory is --dir; else, with --config-source, the configuration's
+checkpoint.dir, where that nodeshim serve writes the archives of pods'
+containers; else <root-dir>/checkpoints, where "nodeshim checkpoint --pid"
+and "--container-id" write (/var/lib/kubelet/checkpoints by default).`,
 		Example: `  # What would go, without removing anything
   nodeshim checkpoint prune --dry-run
 
   # Keep 3 archives per container and at most 20 GiB in all
-  nodeshim checkpoint prune --max-per-container 3 --max-bytes 20Gi`,
+  nodeshim checkpoint prune --max-per-container 3 --max-bytes 20Gi
+
+  # The archives of the nodeshim serve that reads /etc/nodeshim
+  nodeshim checkpoint prune --config-source /etc/nodeshim --dry-run`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			cfg := config.Defaults()
@@ -73,9 +83,7 @@ reads), else nodeshim's defaults; the flags override it.`,
 			if f.Changed("max-age") {
 				r.MaxAge.Duration = maxAge
 			}
-			if dir == "" {
-				dir = cfg.Checkpoint.Dir
-			}
+			dir = pruneDir(dir, rootDir, source, cfg.Checkpoint.Dir)
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
 			res, err := retention.Apply(dir, checkpoint.RetentionPolicy(r), time.Now(), retention.ApplyOptions{
 				DryRun: dryRun,
@@ -128,11 +136,27 @@ reads), else nodeshim's defaults; the flags override it.`,
 		},
 	}
 	cmd.Flags().StringVar(&source, "config-source", "", "directory holding config.yaml and *.conf drop-ins, as for nodeshim serve; empty for the defaults")
-	cmd.Flags().StringVar(&dir, "dir", "", "checkpoint directory (default: checkpoint.dir of the configuration)")
+	cmd.Flags().StringVar(&dir, "dir", "", "checkpoint directory (default: checkpoint.dir of --config-source's configuration, else <root-dir>/checkpoints)")
+	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir, as for nodeshim checkpoint: without --dir or --config-source, prune <root-dir>/checkpoints")
 	cmd.Flags().BoolVar(&dryRun, "dry-run", false, "list what would be removed, remove nothing")
 	cmd.Flags().Int32Var(&maxPerContainer, "max-per-container", 0, "archives kept per container (overrides checkpoint.retention.maxPerContainer; negative: all)")
 	cmd.Flags().StringVar(&maxBytes, "max-bytes", "", "total size kept, a quantity such as 20Gi (overrides checkpoint.retention.maxBytes; 0: no bound)")
 	cmd.Flags().DurationVar(&maxAge, "max-age", 0, "remove archives older than this (overrides checkpoint.retention.maxAge; 0: keep)")
 	addOutputFlag(cmd, &output)
 	return cmd
+}
+
+// pruneDir is the directory prune works on: dir (--dir), else, with a
+// configuration source, the configuration's checkpoint.dir (configured),
+// where that nodeshim serve writes, else <rootDir>/checkpoints, where
+// nodeshim checkpoint --pid and --container-id write.
+func pruneDir(dir, rootDir, source, configured string) string {
+	switch {
+	case dir != "":
+		return dir
+	case source != "":
+		return configured
+	default:
+		return filepath.Join(rootDir, criu.CheckpointsDir)
+	}
 }

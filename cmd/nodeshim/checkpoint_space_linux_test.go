@@ -45,7 +45,7 @@ func TestCheckpointPIDNeedsRoomForImagesAndArchive(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	t.Cleanup(func() { stop(pid) })
+	t.Cleanup(func() { stop(t, pid) })
 	target, err := criu.PIDTarget("/proc", pid, time.Now())
 	if err != nil {
 		t.Fatal(err)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 )
 
 // runSplit runs nodeshim with args and returns stdout and stderr apart.
@@ -45,9 +46,10 @@ func TestCheckpointUsage(t *testing.T) {
 		{"container needs all three names", []string{"checkpoint", "--namespace", "ns", "--pod", "p"}, exitUsage, "all of --namespace, --pod and --container"},
 		{"container flags exclude pid-only flags", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--root-dir", "/srv"}, exitUsage, "--root-dir applies to --pid only"},
 		{"container without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
-		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-output FILE go together"},
-		{"image file needs a name", []string{"checkpoint", "--pid", "1", "--image-output", "/tmp/x.tar"}, exitUsage, "go together"},
-		{"image file must not exist", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "exists"},
+		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-file FILE go together"},
+		{"image file needs a name", []string{"checkpoint", "--pid", "1", "--image-file", "/tmp/x.tar"}, exitUsage, "go together"},
+		{"image file must not exist", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-file", "/"}, exitUsage, "--image-file / exists"},
+		{"image file must not exist, by its older flag", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "--image-file / exists"},
 		{"lazy needs a pid", []string{"checkpoint", "--container-id", "x", "--lazy", "127.0.0.1:27000"}, exitUsage, "--lazy applies to --pid"},
 		{"lazy needs HOST:PORT", []string{"checkpoint", "--pid", "1", "--lazy", "27000"}, exitUsage, "page server"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
@@ -77,22 +79,7 @@ func TestCheckpointRestoreCLI(t *testing.T) {
 	testutil.RequireRoot(t)
 	criutest.Require(t)
 	dir := t.TempDir()
-	pidFile := filepath.Join(dir, "pid")
-	cmd := exec.Command("setsid", "-f", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile)
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	var pid int
-	for i := 0; pid == 0; i++ {
-		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-		if i > 1000 {
-			t.Fatal("sleep did not start")
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	t.Cleanup(func() { stop(pid) })
+	pid := startSleep(t)
 
 	out, _, err := runSplit(t, "checkpoint", "--pid", strconv.Itoa(pid), "--root-dir", dir, "--timeout", "1m", "-o", "json")
 	if err != nil {
@@ -109,7 +96,20 @@ func TestCheckpointRestoreCLI(t *testing.T) {
 	if filepath.Dir(res.Path) != filepath.Join(dir, "checkpoints") {
 		t.Errorf("archive %s not under --root-dir", res.Path)
 	}
-	stop(pid)
+	// checkpoint prune looks where checkpoint wrote, with the same
+	// --root-dir, and keeps a lone archive.
+	out, _, err = runSplit(t, "checkpoint", "prune", "--root-dir", dir, "--dry-run", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pruned retention.Result
+	if err := json.Unmarshal([]byte(out), &pruned); err != nil {
+		t.Fatalf("decode %q: %v", out, err)
+	}
+	if len(pruned.Kept) != 1 || pruned.Kept[0].Name != filepath.Base(res.Path) || len(pruned.Removed) != 0 {
+		t.Errorf("checkpoint prune --root-dir %s --dry-run: %s, want %s kept", dir, out, filepath.Base(res.Path))
+	}
+	stop(t, pid)
 
 	out, _, err = runSplit(t, "restore", "--root-dir", dir, res.Path)
 	if err != nil {
@@ -125,16 +125,25 @@ func TestCheckpointRestoreCLI(t *testing.T) {
 }
 
 // stop kills pid and waits until it is gone, reaping it if it is our child.
-func stop(pid int) {
+func stop(t testing.TB, pid int) {
+	t.Helper()
 	_ = unix.Kill(pid, unix.SIGKILL)
-	for i := 0; i < 500; i++ {
+	waitGone(t, pid)
+}
+
+// waitGone waits until pid is gone, reaping it if it is our child: a
+// killed process stays as a zombie until its parent reaps it, and its pid
+// is not free before.
+func waitGone(t testing.TB, pid int) {
+	t.Helper()
+	testutil.Eventually(t, fmt.Sprintf("pid %d is gone", pid), func() error {
 		var ws unix.WaitStatus
 		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
-		if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
-			return
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			return fmt.Errorf("kill(%d, 0): %v", pid, err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // TestRestoreByEngine: an archive of a CRI container is refused before any
@@ -210,13 +219,16 @@ func TestLazyMigrationCLI(t *testing.T) {
 		return n
 	}
 	var pid int
-	for pid == 0 || readCount() < 3 {
+	testutil.Eventually(t, "the counting shell runs and has counted to 3", func() error {
 		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", sh.Process.Pid, sh.Process.Pid))
 		if f := strings.Fields(string(b)); len(f) > 0 {
 			pid, _ = strconv.Atoi(f[0])
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		if n := readCount(); pid == 0 || n < 3 {
+			return fmt.Errorf("pid %d, count %d", pid, n)
+		}
+		return nil
+	})
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -253,7 +265,7 @@ func TestLazyMigrationCLI(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &rst); err != nil {
 		t.Fatalf("decode %q: %v", out, err)
 	}
-	t.Cleanup(func() { stop(rst.Pid) })
+	t.Cleanup(func() { stop(t, rst.Pid) })
 	r := <-ck
 	if r.err != nil {
 		t.Fatal(r.err)
@@ -265,15 +277,16 @@ func TestLazyMigrationCLI(t *testing.T) {
 	if res.Path != archive || res.ServeSeconds <= 0 || res.FrozenSeconds <= 0 {
 		t.Errorf("checkpoint --lazy output %+v, want archive %s and serve and frozen times", res, archive)
 	}
-	if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
-		t.Errorf("the original pid %d is still there after the lazy move: %v", pid, err)
-	}
+	// The original is killed when its memory is fetched; it is gone once
+	// unshare, its parent, has reaped it.
+	waitGone(t, pid)
 	before := readCount()
-	for deadline := time.Now().Add(time.Minute); readCount() <= before; time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the restored tree (pid %d) does not count past %d", rst.Pid, before)
+	testutil.Eventually(t, fmt.Sprintf("the restored tree (pid %d) counts past %d", rst.Pid, before), func() error {
+		if n := readCount(); n <= before {
+			return fmt.Errorf("it counts %d", n)
 		}
-	}
+		return nil
+	})
 	t.Logf("frozen %.3fs, archive %d bytes, served %.3fs; restore running after %.3fs, memory fetched %.3fs later",
 		res.FrozenSeconds, res.SizeBytes, res.ServeSeconds, rst.UnpackSeconds+rst.RestoreSeconds, rst.FetchSeconds)
 }

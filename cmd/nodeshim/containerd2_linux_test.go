@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -73,7 +75,7 @@ func TestCheckpointImageRestoredByContainerd2(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "counter.oci.tar")
 	ref := "localhost/nodeshim/counter-checkpoint:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	start = time.Now()
-	if _, stderr, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--output", file, "-o", "json"); err != nil {
+	if _, stderr, err = runSplit(t, "checkpoint", "image", ck.Path, "--tag", ref, "--out-file", file, "-o", "json"); err != nil {
 		t.Fatalf("checkpoint image: %v\n%s", err, stderr)
 	}
 	tImage := time.Since(start)
@@ -134,13 +136,19 @@ func criCheckpointService(t *testing.T, c *runtimetest.Containerd, bin criu.Bina
 
 func waitCRICount(t *testing.T, ctr *runtimetest.Container, n int) int {
 	t.Helper()
-	for {
+	var c int
+	testutil.Eventually(t, fmt.Sprintf("container %s counts past %d", ctr.Name, n), func() error {
 		out, _, code := ctr.Exec(t, "cat", "/count")
-		if c, err := strconv.Atoi(strings.TrimSpace(out)); code == 0 && err == nil && c > n {
-			return c
+		var err error
+		if c, err = strconv.Atoi(strings.TrimSpace(out)); code != 0 || err != nil {
+			return fmt.Errorf("cat /count: exit %d: %q", code, out)
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		if c <= n {
+			return fmt.Errorf("it counts %d", c)
+		}
+		return nil
+	})
+	return c
 }
 
 // restoreByCRI restores the checkpoint img (an image name or an archive's

@@ -59,6 +59,9 @@ pressure, compiles and installs seccomp profiles, checkpoints and restores
 processes with CRIU, and serves the node's status to an unprivileged reporter.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// Older spellings of flags still work, with a warning; see
+		// docs/cli.md.
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error { return resolveDeprecated(cmd) },
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error {
 		return withExitCode(exitUsage, err)

@@ -11,7 +11,7 @@ import (
 
 func TestPressureCommand(t *testing.T) {
 	testutil.RequireRoot(t)
-	out, err := run(t, "pressure", "-o", "json", "--kubelet-root", "/var/lib", "--eviction-hard", "memory.available<1Mi,pid.available<1%")
+	out, _, err := runSplit(t, "pressure", "-o", "json", "--kubelet-root-dir", "/var/lib", "--eviction-hard", "memory.available<1Mi,pid.available<1%")
 	if err != nil {
 		t.Fatalf("pressure: %v\n%s", err, out)
 	}
@@ -25,6 +25,7 @@ func TestPressureCommand(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &v); err != nil {
 		t.Fatalf("decode: %v\n%s", err, out)
 	}
+	requireCamelCase(t, []byte(out))
 	if v.Mount.Path == "" || len(v.Watchers) == 0 || len(v.Conditions) != 3 || len(v.PSIViews) != 2 {
 		t.Fatalf("incomplete output: %+v", v)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -186,15 +187,17 @@ func startSleep(t *testing.T) int {
 	if err := exec.Command("setsid", "-f", "sh", "-c", `echo $$ > "$0"; exec sleep 1000`, pidFile).Run(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		if b, err := os.ReadFile(pidFile); err == nil && len(b) > 1 {
-			pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { stop(pid) })
-			return pid
+	var pid int
+	testutil.Eventually(t, "sleep writes its pid to "+pidFile, func() error {
+		b, err := os.ReadFile(pidFile)
+		if err != nil {
+			return err
 		}
-		time.Sleep(5 * time.Millisecond)
-	}
+		if pid, err = strconv.Atoi(strings.TrimSpace(string(b))); err != nil {
+			return fmt.Errorf("%s holds %q", pidFile, b)
+		}
+		return nil
+	})
+	t.Cleanup(func() { stop(t, pid) })
+	return pid
 }

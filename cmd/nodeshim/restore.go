@@ -45,29 +45,49 @@ type restoreOutput struct {
 // proven way to restore it on this node.
 var errEngineNotRestorable = errors.New("nodeshim cannot restore archives of this engine")
 
-func newRestoreCommand() *cobra.Command {
-	var (
-		rootDir       string
-		workRoot      string
-		keep          bool
-		timeout       time.Duration
-		output        string
-		podmanBin     string
-		podmanRoot    string
-		podmanRunRoot string
-		runcBin       string
-		runcRoot      string
-		ctrBin        string
-		containerd    string
-		restoreDir    string
-		criuFlags     criuFlags
-		progressAfter time.Duration
-		lazyFrom      string
-	)
-	cmd := &cobra.Command{
-		Use:   "restore ARCHIVE",
-		Short: "Restore a process tree, a podman or a containerd CRI container from a checkpoint archive",
-		Long: `Restore validates a checkpoint archive and brings back what it holds on this
+// restoreFlags are the flags of `nodeshim restore`.
+type restoreFlags struct {
+	rootDir       string
+	workRoot      string
+	keep          bool
+	timeout       time.Duration
+	output        string
+	criu          criuFlags
+	progressAfter time.Duration
+	lazyFrom      string
+	// Podman archives.
+	podmanBin     string
+	podmanRoot    string
+	podmanRunRoot string
+	// Containerd CRI archives.
+	runcBin    string
+	runcRoot   string
+	ctrBin     string
+	containerd string
+	restoreDir string
+}
+
+func (f *restoreFlags) bind(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; the work directory is made under <root-dir>/checkpoints (process archives)")
+	fl.StringVar(&f.workRoot, "work-dir", "", "make the private work directory here instead (same rules: 0700, root-owned)")
+	fl.BoolVar(&f.keep, "keep-work-dir", false, "keep the unpacked images and restore.log (process archives)")
+	fl.DurationVar(&f.timeout, "timeout", criu.DefaultTimeout, "give up after this long")
+	fl.StringVar(&f.lazyFrom, "lazy-from", "", "HOST:PORT of the page server of a \"checkpoint --lazy\": the tree runs at once, its memory follows over userfaultfd (process archives)")
+	fl.StringVar(&f.podmanBin, "podman", "podman", "podman binary that restores podman archives")
+	fl.StringVar(&f.podmanRoot, "podman-root", "", "podman's storage root (podman --root); podman's own default when empty")
+	fl.StringVar(&f.podmanRunRoot, "podman-runroot", "", "podman's run root (podman --runroot); podman's own default when empty")
+	fl.StringVar(&f.runcBin, "runc", "runc", "runc binary that restores containerd CRI archives")
+	fl.StringVar(&f.runcRoot, "runc-root", checkpoint.DefaultRuncRoot, "runc --root of containers restored from containerd CRI archives")
+	fl.StringVar(&f.ctrBin, "ctr", "ctr", "containerd's ctr binary, which mounts a containerd archive's image")
+	fl.StringVar(&f.containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
+	fl.StringVar(&f.restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
+	f.criu.add(cmd)
+	addProgressFlag(cmd, &f.progressAfter)
+	addOutputFlag(cmd, &f.output)
+}
+
+const restoreLong = `Restore validates a checkpoint archive and brings back what it holds on this
 node, by the engine its config.dump and spec.dump name:
 
   process  a process tree nodeshim checkpointed by --pid: unpacked into a
@@ -97,143 +117,140 @@ Archives of CRI-O containers are refused (see docs/checkpoint.md).
 An archive with absolute paths, ".." entries, symlinks that point out of it,
 entries other than directories, files and symlinks, or without checkpoint/,
 config.dump or spec.dump is refused before anything is unpacked or any
-runtime runs.`,
-		Example: `  nodeshim restore /var/lib/kubelet/checkpoints/checkpoint-pid4242_host-app-2025-01-02T03:04:05Z.tar
+runtime runs.`
+
+const restoreExample = `  nodeshim restore /var/lib/kubelet/checkpoints/checkpoint-pid4242_host-app-2025-01-02T03:04:05Z.tar
 
   # A podman container's archive, into podman's default storage
   nodeshim restore /var/lib/kubelet/checkpoints/checkpoint-web_podman-web-2025-01-02T03:04:05Z.tar
 
   # Keep the unpacked images and restore.log for inspection
-  nodeshim restore --keep-work-dir -o json ARCHIVE`,
-		Args: cobra.ExactArgs(1),
+  nodeshim restore --keep-work-dir -o json ARCHIVE`
+
+func newRestoreCommand() *cobra.Command {
+	var f restoreFlags
+	cmd := &cobra.Command{
+		Use:     "restore ARCHIVE",
+		Short:   "Restore a process tree, a podman or a containerd CRI container from a checkpoint archive",
+		Long:    restoreLong,
+		Example: restoreExample,
+		Args:    cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			archive := args[0]
-			start := time.Now()
-			// Retention (nodeshim serve, checkpoint prune) keeps an
-			// archive held while it is read.
-			release, err := retention.Hold(archive)
-			if err != nil {
-				return err
-			}
-			defer release() //nolint:errcheck // a read-only descriptor
-			prog := newProgress(cmd.ErrOrStderr(), progressAfter)
-			prog.update(criu.Progress{Phase: criu.PhaseUnpacking})
-			meta, err := readArchive(archive)
-			if err != nil {
-				prog.done("restore failed")
-				return err
-			}
-			if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
-				prog.done("restore failed")
-				return fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid, podman and containerd CRI containers",
-					archive, meta.Engine, meta.Config.Name, meta.Config.OCIRuntime, errEngineNotRestorable)
-			}
-			bin, err := criu.Find(criuFlags.path, nil)
-			if err != nil {
-				prog.done("restore failed")
-				return err
-			}
-			if timeout <= 0 {
-				timeout = criu.DefaultTimeout
-			}
-			var lazy *criu.PageServer
-			if lazyFrom != "" {
-				if meta.Engine != criu.EngineProcess {
-					prog.done("restore failed")
-					return withExitCode(exitUsage, fmt.Errorf("--lazy-from restores process archives (checkpoint --pid --lazy); %s is a %s archive", archive, meta.Engine))
-				}
-				ps, err := criu.ParsePageServer(lazyFrom)
-				if err != nil {
-					prog.done("restore failed")
-					return withExitCode(exitUsage, err)
-				}
-				lazy = &ps
-			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
-			defer cancel()
-			out := restoreOutput{Engine: string(meta.Engine), Archive: archive}
-			var table string
-			err = func() error {
-				switch meta.Engine {
-				case criu.EngineProcess:
-					res, err := criu.Restore(ctx, archive, criu.RestoreOptions{
-						Binary:              bin,
-						RootDir:             rootDir,
-						WorkRoot:            workRoot,
-						KeepWorkDir:         keep,
-						TCPEstablished:      criuFlags.tcpEstablished,
-						ExtUnixSockets:      criuFlags.extUnixSk,
-						FileLocks:           criuFlags.fileLocks,
-						ShellJob:            criuFlags.shellJob,
-						HardwareBreakpoints: criuFlags.breakpoints,
-						Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
-						Progress:            prog.update,
-						LazyFrom:            lazy,
-					})
-					if err != nil {
-						return err
-					}
-					out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
-					out.FetchSeconds = res.Fetch.Seconds()
-					if keep {
-						out.WorkDir = res.WorkDir
-					}
-					table = fmt.Sprintf("%d\n", res.Pid)
-				case criu.EnginePodman:
-					var global []string
-					if podmanRoot != "" {
-						global = append(global, "--root", podmanRoot)
-					}
-					if podmanRunRoot != "" {
-						global = append(global, "--runroot", podmanRunRoot)
-					}
-					out.UnpackSeconds = time.Since(start).Seconds()
-					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
-					r, err := podman.Restore(ctx, archive, podman.RestoreOptions{Podman: podmanBin, GlobalFlags: global, Criu: bin})
-					if err != nil {
-						return err
-					}
-					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
-					table = fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid)
-				case criu.EngineContainerd:
-					prog.update(criu.Progress{Phase: criu.PhaseRestoring})
-					r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
-						Criu: bin, Runc: runcBin, RuncRoot: runcRoot, Ctr: ctrBin, ContainerdAddress: containerd, Dir: restoreDir,
-					})
-					if err != nil {
-						return err
-					}
-					out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
-					out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
-					table = fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle)
-				}
-				return nil
-			}()
-			if err != nil {
-				prog.done("restore failed")
-				return err
-			}
-			prog.done(fmt.Sprintf("restored in %s, pid %d", time.Since(start).Round(time.Millisecond), out.Pid))
-			return writeOutput(cmd.OutOrStdout(), output, out, func() string { return table })
+			return runRestore(cmd, &f, args[0])
 		},
 	}
-	cmd.Flags().StringVar(&rootDir, "root-dir", criu.DefaultRootDir, "kubelet root dir; the work directory is made under <root-dir>/checkpoints (process archives)")
-	cmd.Flags().StringVar(&workRoot, "work-dir", "", "make the private work directory here instead (same rules: 0700, root-owned)")
-	cmd.Flags().BoolVar(&keep, "keep-work-dir", false, "keep the unpacked images and restore.log (process archives)")
-	cmd.Flags().DurationVar(&timeout, "timeout", criu.DefaultTimeout, "give up after this long")
-	cmd.Flags().StringVar(&lazyFrom, "lazy-from", "", "HOST:PORT of the page server of a \"checkpoint --lazy\": the tree runs at once, its memory follows over userfaultfd (process archives)")
-	cmd.Flags().StringVar(&podmanBin, "podman", "podman", "podman binary that restores podman archives")
-	cmd.Flags().StringVar(&podmanRoot, "podman-root", "", "podman's storage root (podman --root); podman's own default when empty")
-	cmd.Flags().StringVar(&podmanRunRoot, "podman-runroot", "", "podman's run root (podman --runroot); podman's own default when empty")
-	cmd.Flags().StringVar(&runcBin, "runc", "runc", "runc binary that restores containerd CRI archives")
-	cmd.Flags().StringVar(&runcRoot, "runc-root", checkpoint.DefaultRuncRoot, "runc --root of containers restored from containerd CRI archives")
-	cmd.Flags().StringVar(&ctrBin, "ctr", "ctr", "containerd's ctr binary, which mounts a containerd archive's image")
-	cmd.Flags().StringVar(&containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
-	cmd.Flags().StringVar(&restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
-	criuFlags.add(cmd)
-	addProgressFlag(cmd, &progressAfter)
-	addOutputFlag(cmd, &output)
+	f.bind(cmd)
 	return cmd
+}
+
+// runRestore restores archive with the engine its metadata names.
+func runRestore(cmd *cobra.Command, f *restoreFlags, archive string) error {
+	start := time.Now()
+	// Retention (nodeshim serve, checkpoint prune) keeps an
+	// archive held while it is read.
+	release, err := retention.Hold(archive)
+	if err != nil {
+		return err
+	}
+	defer release() //nolint:errcheck // a read-only descriptor
+	prog := newProgress(cmd.ErrOrStderr(), f.progressAfter)
+	prog.update(criu.Progress{Phase: criu.PhaseUnpacking})
+	out, table, err := restoreArchive(cmd, f, archive, start, prog)
+	if err != nil {
+		prog.done("restore failed")
+		return err
+	}
+	prog.done(fmt.Sprintf("restored in %s, pid %d", time.Since(start).Round(time.Millisecond), out.Pid))
+	return writeOutput(cmd.OutOrStdout(), f.output, out, func() string { return table })
+}
+
+// restoreArchive validates archive and restores it with its engine; it
+// returns what restore prints, as data and as the table.
+func restoreArchive(cmd *cobra.Command, f *restoreFlags, archive string, start time.Time, prog *progress) (restoreOutput, string, error) {
+	out := restoreOutput{Archive: archive}
+	meta, err := readArchive(archive)
+	if err != nil {
+		return out, "", err
+	}
+	out.Engine = string(meta.Engine)
+	if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
+		return out, "", fmt.Errorf("%s: archive of engine %s (container %q, runtime %q): %w; it restores process trees checkpointed by --pid, podman and containerd CRI containers",
+			archive, meta.Engine, meta.Config.Name, meta.Config.OCIRuntime, errEngineNotRestorable)
+	}
+	bin, err := criu.Find(f.criu.path, nil)
+	if err != nil {
+		return out, "", err
+	}
+	timeout := f.timeout
+	if timeout <= 0 {
+		timeout = criu.DefaultTimeout
+	}
+	var lazy *criu.PageServer
+	if f.lazyFrom != "" {
+		if meta.Engine != criu.EngineProcess {
+			return out, "", withExitCode(exitUsage, fmt.Errorf("--lazy-from restores process archives (checkpoint --pid --lazy); %s is a %s archive", archive, meta.Engine))
+		}
+		ps, err := criu.ParsePageServer(f.lazyFrom)
+		if err != nil {
+			return out, "", withExitCode(exitUsage, err)
+		}
+		lazy = &ps
+	}
+	ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+	defer cancel()
+	switch meta.Engine {
+	case criu.EngineProcess:
+		res, err := criu.Restore(ctx, archive, criu.RestoreOptions{
+			Binary:              bin,
+			RootDir:             f.rootDir,
+			WorkRoot:            f.workRoot,
+			KeepWorkDir:         f.keep,
+			TCPEstablished:      f.criu.tcpEstablished,
+			ExtUnixSockets:      f.criu.extUnixSk,
+			FileLocks:           f.criu.fileLocks,
+			ShellJob:            f.criu.shellJob,
+			HardwareBreakpoints: f.criu.breakpoints,
+			Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
+			Progress:            prog.update,
+			LazyFrom:            lazy,
+		})
+		if err != nil {
+			return out, "", err
+		}
+		out.Pid, out.UnpackSeconds, out.RestoreSeconds = res.Pid, res.Unpack.Seconds(), res.Restore.Seconds()
+		out.FetchSeconds = res.Fetch.Seconds()
+		if f.keep {
+			out.WorkDir = res.WorkDir
+		}
+		return out, fmt.Sprintf("%d\n", res.Pid), nil
+	case criu.EnginePodman:
+		var global []string
+		if f.podmanRoot != "" {
+			global = append(global, "--root", f.podmanRoot)
+		}
+		if f.podmanRunRoot != "" {
+			global = append(global, "--runroot", f.podmanRunRoot)
+		}
+		out.UnpackSeconds = time.Since(start).Seconds()
+		prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+		r, err := podman.Restore(ctx, archive, podman.RestoreOptions{Podman: f.podmanBin, GlobalFlags: global, Criu: bin})
+		if err != nil {
+			return out, "", err
+		}
+		out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, r.Name, r.Took.Seconds()
+		return out, fmt.Sprintf("podman container %s (%s) runs as pid %d\n", r.Name, r.ID, r.Pid), nil
+	default: // criu.EngineContainerd
+		prog.update(criu.Progress{Phase: criu.PhaseRestoring})
+		r, err := checkpoint.RestoreContainerd(ctx, archive, checkpoint.RestoreOptions{
+			Criu: bin, Runc: f.runcBin, RuncRoot: f.runcRoot, Ctr: f.ctrBin, ContainerdAddress: f.containerd, Dir: f.restoreDir,
+		})
+		if err != nil {
+			return out, "", err
+		}
+		out.Pid, out.ContainerID, out.Name, out.RestoreSeconds = r.Pid, r.ID, meta.Config.Name, r.Took.Seconds()
+		out.RuncRoot, out.Bundle, out.Rootfs = r.RuncRoot, r.Bundle, r.Rootfs
+		return out, fmt.Sprintf("runc container %s (runc --root %s) runs as pid %d; bundle %s\n", r.ID, r.RuncRoot, r.Pid, r.Bundle), nil
+	}
 }
 
 // readArchive validates archive and reads its metadata.

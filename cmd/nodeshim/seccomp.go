@@ -164,16 +164,20 @@ func newSeccompCompileCommand() *cobra.Command {
 	var out, format string
 	var disasm bool
 	cmd := &cobra.Command{
-		Use:   "compile PROFILE",
+		Use:   "compile PROFILE [--out-file FILE]",
 		Short: "Compile a profile to a raw BPF program",
 		Long: `Compile a seccomp profile with libseccomp and print a summary: rules,
 syscalls, instructions, architectures, the ENOSYS prefix and skipped names.
 
-With -o FILE the raw program (struct sock_filter array in host byte order,
-what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which must not
-exist yet. --disasm prints the program instruction by instruction.`,
+With --out-file FILE the raw program (struct sock_filter array in host byte
+order, what seccomp(SECCOMP_SET_MODE_FILTER) loads) is written to FILE, which
+must not exist yet. --disasm prints the program instruction by instruction.
+-o/--output is the summary's format.`,
 		Example: `  # Compile with the binary tree and write the program
-  nodeshim seccomp compile profile.json -o filter.bpf
+  nodeshim seccomp compile profile.json --out-file filter.bpf
+
+  # The summary as JSON
+  nodeshim seccomp compile profile.json -o json
 
   # Show the linear layout's instructions
   nodeshim seccomp compile profile.json --optimize linear --disasm`,
@@ -215,8 +219,12 @@ exist yet. --disasm prints the program instruction by instruction.`,
 		},
 	}
 	pf.add(cmd)
-	cmd.Flags().StringVarP(&out, "output", "o", "", "write the raw BPF program to this new file")
-	cmd.Flags().StringVar(&format, "format", "table", "summary format: table, json or yaml")
+	cmd.Flags().StringVar(&out, "out-file", "", "write the raw BPF program to this new file")
+	// -o FILE and --format FORMAT are the spellings before -o was the
+	// format on every command.
+	addFormatOrFileFlag(cmd, &format, "out-file")
+	cmd.Flags().StringVar(&format, "format", "table", outputUsage)
+	markDeprecated(cmd.Flags(), "format", "-o/--output")
 	cmd.Flags().BoolVar(&disasm, "disasm", false, "print the program's instructions")
 	return cmd
 }
@@ -332,11 +340,6 @@ as the process that was started as nodeshim. Its exit status is COMMAND's.
 Nothing is installed and COMMAND does not run when the profile is invalid or
 does not compile (exit 1), or when COMMAND is not found (exit 127). If the
 filter cannot be loaded, or the profile denies execve, the exit code is 126.
-Before loading it, nodeshim proves on this kernel, in probe processes as
-seccomp verify does, that the filter allows the two syscalls made under it:
-execve, and exit_group (which ends the process with 126 when execve fails);
-a profile that denies either is refused with exit 126, naming the syscall
-and the kernel's answer, and COMMAND does not run.
 
 COMMAND is looked up in PATH. Profiles with SCMP_ACT_NOTIFY rules are refused:
 handing the listener to a seccomp agent is a container runtime's job.`,
@@ -359,11 +362,7 @@ handing the listener to a seccomp agent is a container runtime's job.`,
 				return err
 			}
 			slog.Debug("seccomp exec", "profile", profile, "command", path, "instructions", f.Instructions)
-			err = seccomp.Exec(cmd.Context(), f, path, args, os.Environ())
-			if errors.Is(err, seccomp.ErrExecDenied) {
-				return withExitCode(126, fmt.Errorf("profile %s: %w", profile, err))
-			}
-			return err
+			return seccomp.Exec(f, path, args, os.Environ())
 		},
 	}
 	pf.add(cmd)

@@ -129,7 +129,7 @@ func TestSeccompRecordContainerRoundTrip(t *testing.T) {
 
 			dir := t.TempDir()
 			recorded := filepath.Join(dir, "recorded.json")
-			wait := startRecorder(t, "-o", recorded, "--container-id", id, "--runtime", bin)
+			wait := startRecorder(t, "--out-file", recorded, "--container-id", id, "--runtime", bin)
 			var stdout, stderr bytes.Buffer
 			start := p.Command("start", "--attach", id)
 			start.Stdout, start.Stderr = &stdout, &stderr
@@ -209,7 +209,7 @@ func TestSeccompRecordCRIContainerByName(t *testing.T) {
 	})
 
 	profile := filepath.Join(t.TempDir(), "worker.json")
-	wait := startRecorder(t, "-o", profile, "--namespace", "shop", "--pod", pod.Config.Metadata.Name,
+	wait := startRecorder(t, "--out-file", profile, "--namespace", "shop", "--pod", pod.Config.Metadata.Name,
 		"--container", "worker", "--runtime-endpoint", c.Address)
 	if err := os.WriteFile(filepath.Join(trigger, "go"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -235,7 +235,7 @@ func TestSeccompRecordCRIContainerByName(t *testing.T) {
 	}
 
 	// A name that matches no running container is an error naming it.
-	_, stderr, code := runMain(t, "seccomp", "record", "-o", filepath.Join(t.TempDir(), "p.json"), "--namespace", "shop",
+	_, stderr, code := runMain(t, "seccomp", "record", "--out-file", filepath.Join(t.TempDir(), "p.json"), "--namespace", "shop",
 		"--pod", pod.Config.Metadata.Name, "--container", "nosuch", "--runtime-endpoint", c.Address)
 	if code != 1 || !strings.Contains(stderr, "shop/"+pod.Config.Metadata.Name+"/nosuch: container not found") {
 		t.Errorf("unknown container: exit %d, stderr %s", code, stderr)

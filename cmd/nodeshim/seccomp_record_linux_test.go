@@ -79,7 +79,7 @@ func TestSeccompRecordPIDUntilSIGTERM(t *testing.T) {
 	}()
 
 	profile := filepath.Join(dir, "profile.json")
-	args, err := json.Marshal([]string{"seccomp", "record", "-o", profile, "--pid", fmt.Sprint(loop.Process.Pid)})
+	args, err := json.Marshal([]string{"seccomp", "record", "--out-file", profile, "--pid", fmt.Sprint(loop.Process.Pid)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,14 +137,12 @@ func TestSeccompRecordPIDUntilSIGTERM(t *testing.T) {
 	}
 	// The kernel frees programs after an RCU grace period once the last
 	// descriptor is closed; poll for that.
-	for range 400 {
-		left := slices.DeleteFunc(slices.Clone(held), func(id ebpf.ProgramID) bool { return !programLoaded(t, id) })
-		if len(left) == 0 {
-			return
+	testutil.Eventually(t, "the programs nodeshim held are freed after it exited", func() error {
+		if left := slices.DeleteFunc(slices.Clone(held), func(id ebpf.ProgramID) bool { return !programLoaded(t, id) }); len(left) > 0 {
+			return fmt.Errorf("programs %v still loaded", left)
 		}
-		time.Sleep(25 * time.Millisecond)
-	}
-	t.Errorf("programs still loaded after nodeshim exited: %v", held)
+		return nil
+	})
 }
 
 // TestSeccompRecordCgroup records a shell loop through its cgroup for a
@@ -188,12 +186,12 @@ func TestSeccompRecordCgroup(t *testing.T) {
 				// before the cgroup can be removed.
 				syscall.Kill(-loop.Process.Pid, syscall.SIGKILL)
 				loop.Wait()
-				for range 400 {
-					if procs, _ := os.ReadFile(filepath.Join(cg, "cgroup.procs")); len(procs) == 0 {
-						break
+				testutil.Eventually(t, "the loop's processes leave "+cg, func() error {
+					if procs, err := os.ReadFile(filepath.Join(cg, "cgroup.procs")); err != nil || len(procs) > 0 {
+						return fmt.Errorf("cgroup.procs: %q, %v", procs, err)
 					}
-					time.Sleep(5 * time.Millisecond)
-				}
+					return nil
+				})
 				if err := os.Remove(cg); err != nil {
 					t.Errorf("remove %s: %v", cg, err)
 				}
@@ -203,7 +201,7 @@ func TestSeccompRecordCgroup(t *testing.T) {
 			}
 			stdin.Write([]byte("go\n"))
 			profile := filepath.Join(t.TempDir(), "p.json")
-			_, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--cgroup", cg, "--duration", "700ms")
+			_, stderr, code := runMain(t, "seccomp", "record", "--out-file", profile, "--cgroup", cg, "--duration", "700ms")
 			if code != 0 {
 				t.Fatalf("exit %d: %s", code, stderr)
 			}

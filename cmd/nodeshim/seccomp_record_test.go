@@ -81,7 +81,7 @@ func TestSeccompRecordRoundTrip(t *testing.T) {
 	}
 
 	profile := filepath.Join(dir, "profile.json")
-	stdout, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--", workload, work("record"))
+	stdout, stderr, code := runMain(t, "seccomp", "record", "--out-file", profile, "--", workload, work("record"))
 	if code != 0 {
 		t.Fatalf("record: exit %d\n%s", code, stderr)
 	}
@@ -108,7 +108,7 @@ func TestSeccompRecordRoundTrip(t *testing.T) {
 
 	// The same workload, recorded again, gives the same profile.
 	profile2 := filepath.Join(dir, "profile2.json")
-	if _, stderr, code := runMain(t, "seccomp", "record", "-o", profile2, "--", workload, work("record2")); code != 0 {
+	if _, stderr, code := runMain(t, "seccomp", "record", "--out-file", profile2, "--", workload, work("record2")); code != 0 {
 		t.Fatalf("second record: exit %d\n%s", code, stderr)
 	}
 	a, _ := os.ReadFile(profile)
@@ -162,14 +162,14 @@ func TestSeccompRecordUsage(t *testing.T) {
 		code   int
 		stderr string
 	}{
-		{"no output", []string{"seccomp", "record", "--", "true"}, 2, "-o PROFILE is required"},
-		{"no workload", []string{"seccomp", "record", "-o", out}, 2, "exactly one of"},
-		{"two workloads", []string{"seccomp", "record", "-o", out, "--pid", "1", "--", "true"}, 2, "exactly one of"},
-		{"duration with a command", []string{"seccomp", "record", "-o", out, "--duration", "1s", "--", "true"}, 2, "--duration applies"},
-		{"two workloads, one a container", []string{"seccomp", "record", "-o", out, "--container-id", "x", "--pid", "1"}, 2, "exactly one of"},
-		{"pod without container", []string{"seccomp", "record", "-o", out, "--pod", "web-0"}, 2, "--pod needs --container"},
-		{"unknown container id", []string{"seccomp", "record", "-o", out, "--container-id", "nosuch", "--runtime-root", dir}, 1, "runc state nosuch"},
-		{"bad base", []string{"seccomp", "record", "-o", out, "--base", filepath.Join(dir, "missing.json"), "--", "true"}, 1, "read base profile"},
+		{"no output", []string{"seccomp", "record", "--", "true"}, 2, "--out-file PROFILE is required"},
+		{"no workload", []string{"seccomp", "record", "--out-file", out}, 2, "exactly one of"},
+		{"two workloads", []string{"seccomp", "record", "--out-file", out, "--pid", "1", "--", "true"}, 2, "exactly one of"},
+		{"duration with a command", []string{"seccomp", "record", "--out-file", out, "--duration", "1s", "--", "true"}, 2, "--duration applies"},
+		{"two workloads, one a container", []string{"seccomp", "record", "--out-file", out, "--container-id", "x", "--pid", "1"}, 2, "exactly one of"},
+		{"pod without container", []string{"seccomp", "record", "--out-file", out, "--pod", "web-0"}, 2, "--pod needs --container"},
+		{"unknown container id", []string{"seccomp", "record", "--out-file", out, "--container-id", "nosuch", "--runtime-root", dir}, 1, "runc state nosuch"},
+		{"bad base", []string{"seccomp", "record", "--out-file", out, "--base", filepath.Join(dir, "missing.json"), "--", "true"}, 1, "read base profile"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -197,7 +197,7 @@ func TestSeccompRecordWithBase(t *testing.T) {
 		t.Fatal(err)
 	}
 	profile := filepath.Join(dir, "p.json")
-	_, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--base", base, "--", "true")
+	_, stderr, code := runMain(t, "seccomp", "record", "--out-file", profile, "--base", base, "--", "true")
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}
@@ -254,7 +254,7 @@ func TestSeccompRecordStdoutIsTheCommands(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, stderr, code := runMain(t, "seccomp", "record", "-o", profile, "--", ls, "-la", dir)
+	stdout, stderr, code := runMain(t, "seccomp", "record", "--out-file", profile, "--", ls, "-la", dir)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr)
 	}

@@ -84,7 +84,7 @@ func TestSeccompCompile(t *testing.T) {
 	dir := t.TempDir()
 	out := filepath.Join(dir, "filter.bpf")
 	profile := filepath.Join(seccompTestdata, "deny-mkdir.json")
-	text, err := run(t, "seccomp", "compile", profile, "-o", out, "--optimize", "linear", "--disasm")
+	text, err := run(t, "seccomp", "compile", profile, "--out-file", out, "--optimize", "linear", "--disasm")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,10 +105,10 @@ func TestSeccompCompile(t *testing.T) {
 		t.Errorf("instruction count differs from the %d written:\n%s", len(prog), text)
 	}
 	// The file is never overwritten.
-	if _, err := run(t, "seccomp", "compile", profile, "-o", out); err == nil || !errors.Is(err, os.ErrExist) {
+	if _, err := run(t, "seccomp", "compile", profile, "--out-file", out); err == nil || !errors.Is(err, os.ErrExist) {
 		t.Errorf("second write: %v", err)
 	}
-	js, err := run(t, "seccomp", "compile", profile, "--format", "json")
+	js, err := run(t, "seccomp", "compile", profile, "-o", "json")
 	if err != nil {
 		t.Fatal(err)
 	}

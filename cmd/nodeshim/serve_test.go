@@ -43,13 +43,17 @@ func TestServeEndToEnd(t *testing.T) {
 	defer serve.Process.Kill()
 
 	sock := filepath.Join(root, "nodeshim.sock")
-	for {
-		if _, err := os.Stat(sock); err == nil {
-			break
-		}
-		time.Sleep(10 * time.Millisecond) // waiting for start-up; go test's -timeout bounds it
-	}
 	c := testutil.UnixHTTPClient(sock)
+	// The socket's file exists from bind(2), before the API listens on
+	// it: wait for an answer, not for the file.
+	testutil.Eventually(t, "nodeshim serve answers on "+sock, func() error {
+		resp, err := c.Get("http://nodeshim/healthz")
+		if err != nil {
+			return err
+		}
+		resp.Body.Close()
+		return nil
+	})
 	get := func(path string) (int, string) {
 		resp, err := c.Get("http://nodeshim" + path)
 		if err != nil {
