@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,24 +10,29 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
+	"strings"
 	"syscall"
 	"text/tabwriter"
 	"time"
 
+	libseccomp "github.com/seccomp/libseccomp-golang"
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/kernel/seccomp/runtimeneeds"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/cri"
 )
 
 // recordFlags are the flags of `nodeshim seccomp record`.
 type recordFlags struct {
-	outFile  string
+	output   string
 	base     string
 	cgroup   string
 	pid      int
@@ -41,7 +47,16 @@ type recordFlags struct {
 	// A container by its Kubernetes names, through CRI.
 	namespace, pod, container string
 	runtimeEndpoint           string
+
+	// What the runtime's init does under the container's filter.
+	runtimeNeeds bool
+	cacheDir     string
 }
+
+// defaultRuntimeNeedsCache is where the measured needs of the node's
+// runtimes are kept between runs: they hold across boots (a measurement
+// names its kernel release), unlike the report's per-boot cache.
+const defaultRuntimeNeedsCache = "/var/lib/nodeshim/runtime-needs"
 
 // containerMode says whether f names a container to record.
 func (f *recordFlags) containerMode() bool { return f.containerID != "" || f.pod != "" }
@@ -49,7 +64,7 @@ func (f *recordFlags) containerMode() bool { return f.containerID != "" || f.pod
 func newSeccompRecordCommand() *cobra.Command {
 	var f recordFlags
 	cmd := &cobra.Command{
-		Use:   "record --out-file PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
+		Use:   "record -o PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
 		Short: "Record the syscalls of a workload into a seccomp profile",
 		Long: `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
 syscall that a workload makes, and write an OCI seccomp profile that allows
@@ -83,49 +98,61 @@ nodeshim is stopped (Ctrl-C, SIGTERM), and a container also until its init
 process exits; the profile is written either way, and the programs are
 detached.
 
-A container is recorded from the moment nodeshim attaches. Syscalls that the
-runtime makes in the container before that are not seen; among them are
-those its init makes between installing the container's seccomp filter and
-executing the container's command, which a profile for that container must
-allow. To record them, attach to a container that is created but not yet
-started ("podman container init", "runc create"), and run it with
-no_new_privileges, under which runc and crun install the filter just before
-the execve.
+A container is recorded from the moment nodeshim attaches. What the
+runtime's init does in the container between installing the container's
+seccomp filter and executing the container's command happened before that,
+yet a profile for that container must allow it, or no new container starts
+under it (runc: "error closing exec fds: ensure /proc/self/fd is on procfs:
+operation not permitted"). So in the container modes the profile also
+allows the runtime's needs, measured on this node: nodeshim runs a trivial
+container (a static binary that only exits) with the same runtime binary
+(--runtime, or the CRI runtime's binary_name), with and without
+no_new_privileges, in rounds until nothing new shows, and records what its
+init does from the filter load to the execve. The measurement is kept per
+runtime binary (path, version, size, modification time) and kernel release
+under --cache-dir, so each runtime is measured once. The syscalls that only
+the runtime needs are logged and marked "runtime" in the table.
+--runtime-needs=false leaves them out.
+
+What the container's command did before nodeshim attached (its own start)
+is not seen either: record a container that runs long enough to repeat its
+work, or from before its start ("podman container init", "runc create").
 
 Record unconfined: a seccomp filter runs before the tracepoint, so a syscall
 that the workload's current filter denies is never seen. A table of the
 recorded syscalls and their counts goes to stderr, after the logs: stdout
 belongs to the recorded command, so that its output can be redirected and
 compared with a run under the profile.`,
-		Example: `  # Record a command and its children
-  nodeshim seccomp record --out-file /tmp/curl.json -- curl -sI https://example.com
+		Example: `  # Record a running podman container, then run a new one under the profile
+  nodeshim seccomp record -o app.json --container-id $id --duration 1m
+  podman run --security-opt seccomp=app.json IMAGE
+
+  # Record a command and its children
+  nodeshim seccomp record -o /tmp/curl.json -- curl -sI https://example.com
 
   # Record a running pod's cgroup for 30 seconds on top of a base profile
-  nodeshim seccomp record --out-file app.json --base runtime-default.json \
+  nodeshim seccomp record -o app.json --base runtime-default.json \
     --cgroup /sys/fs/cgroup/kubepods.slice/kubepods-pod1234.slice --duration 30s
 
   # Record a running container by the pid of its init process until Ctrl-C
-  nodeshim seccomp record --out-file app.json --pid 4242
+  nodeshim seccomp record -o app.json --pid 4242
 
   # Record a podman container from before its start until it exits
   # (unconfined while recorded; start it once nodeshim logs "recording")
   id=$(podman create --security-opt seccomp=unconfined \
     --security-opt no-new-privileges busybox ls /)
   podman container init $id
-  nodeshim seccomp record --out-file ls.json --container-id $id &
+  nodeshim seccomp record -o ls.json --container-id $id &
   podman start --attach $id
 
   # Record a pod's container through containerd's CRI for a minute
-  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
+  nodeshim seccomp record -o web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSeccompRecord(cmd, &f, args)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.outFile, "out-file", "", "where to write the profile (required)")
-	// The spelling before -o was the output format on every command;
-	// record prints no format but its table on stderr.
-	addDeprecatedAlias(fl, "output", "o", "out-file")
+	fl.StringVarP(&f.output, "output", "o", "", "where to write the profile (required)")
 	fl.StringVar(&f.base, "base", "", "an OCI seccomp profile to merge the recorded syscalls into")
 	fl.StringVar(&f.cgroup, "cgroup", "", "record this running cgroup (a path under the cgroup v2 mount, or a cgroup v1 path)")
 	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
@@ -137,6 +164,8 @@ compared with a run under the profile.`,
 	fl.StringVar(&f.pod, "pod", "", "record a container of this pod through CRI (with --container)")
 	fl.StringVar(&f.container, "container", "", "with --pod, the container's name")
 	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", config.Defaults().ContainerRuntimeEndpoint, "with --pod, the CRI runtime's socket (ShimConfiguration containerRuntimeEndpoint)")
+	fl.BoolVar(&f.runtimeNeeds, "runtime-needs", true, "in the container modes, also allow what the runtime's init does under the container's filter before the container's command, measured on this node")
+	fl.StringVar(&f.cacheDir, "cache-dir", defaultRuntimeNeedsCache, "where the measured needs of the node's runtimes are kept; empty to measure every time")
 	fl.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is mounted")
 	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is mounted")
 	return cmd
@@ -150,8 +179,8 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		}
 	}
 	switch {
-	case f.outFile == "":
-		return withExitCode(exitUsage, errors.New("--out-file PROFILE is required"))
+	case f.output == "":
+		return withExitCode(exitUsage, errors.New("-o PROFILE is required"))
 	case modes != 1:
 		return withExitCode(exitUsage, errors.New("give exactly one of -- COMMAND, --cgroup PATH, --pid PID, --container-id ID or --pod POD"))
 	case len(args) > 0 && f.duration != 0:
@@ -177,7 +206,7 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		}
 	}
 	// Fail before recording, not after, when the output cannot be written.
-	if _, err := os.Stat(filepath.Dir(f.outFile)); err != nil {
+	if _, err := os.Stat(filepath.Dir(f.output)); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
 
@@ -186,10 +215,11 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		counts []bpf.SyscallCount
 		runErr error
 	)
+	var needs []string
 	if len(args) > 0 {
 		counts, runErr, err = recordCommand(ctx, f, args)
 	} else {
-		counts, err = recordRunning(ctx, f)
+		counts, needs, err = recordRunning(ctx, f)
 	}
 	if err != nil {
 		return err
@@ -202,7 +232,13 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 				"nr", n.Nr, "count", n.Count)
 		}
 	}
-	profile, kept := bpf.BuildProfile(bpf.AllowedNames(named), arch, base)
+	recorded := bpf.AllowedNames(named)
+	runtimeOnly := slices.DeleteFunc(slices.Clone(needs), func(n string) bool { return slices.Contains(recorded, n) })
+	if len(needs) > 0 {
+		slog.Info("the profile allows the runtime's needs", "syscalls", len(needs), "runtime-only", strings.Join(runtimeOnly, ","))
+	}
+	allowed := append(slices.Clone(recorded), runtimeOnly...)
+	profile, kept := bpf.BuildProfile(allowed, arch, base)
 	for _, name := range kept {
 		slog.Warn("the workload used a syscall that the base profile gives another action than allow; the base rule is kept", "syscall", name)
 	}
@@ -210,11 +246,11 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(f.outFile, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(f.output, data, 0o644); err != nil {
 		return err
 	}
-	slog.Info("wrote seccomp profile", "path", f.outFile, "syscalls", len(bpf.AllowedNames(named)))
-	if err := writeRecordTable(cmd, named); err != nil {
+	slog.Info("wrote seccomp profile", "path", f.output, "syscalls", len(allowed))
+	if err := writeRecordTable(cmd, named, needs); err != nil {
 		return err
 	}
 	if runErr != nil {
@@ -243,19 +279,34 @@ func recordCommand(ctx context.Context, f *recordFlags, args []string) ([]bpf.Sy
 }
 
 // recordRunning records a running cgroup, process or container until the
-// duration elapses, ctx is cancelled or the container's init exits.
-func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, error) {
+// duration elapses, ctx is cancelled or the container's init exits. For a
+// container it also returns its runtime's needs (runtimeneeds), unless
+// --runtime-needs=false.
+func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, []string, error) {
 	var (
 		target bpf.Target
+		needs  []string
 		err    error
 	)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel() // also ends the watch of a container's init
 	if f.containerMode() {
-		var pid int
-		if pid, err = containerPID(ctx, f); err == nil {
-			target, err = watchedContainer(ctx, cancel, f.procRoot, pid)
+		var (
+			pid int
+			bin string
+		)
+		if pid, bin, err = containerPID(ctx, f); err != nil {
+			return nil, nil, err
 		}
+		// Measured before the recording starts: a runtime that
+		// cannot be measured fails the command before anything is
+		// recorded.
+		if f.runtimeNeeds {
+			if needs, err = runtimeNeeds(ctx, f, bin); err != nil {
+				return nil, nil, err
+			}
+		}
+		target, err = watchedContainer(ctx, cancel, f.procRoot, pid)
 	} else if f.pid != 0 {
 		target, err = bpf.PIDTarget(f.procRoot, f.pid)
 	} else {
@@ -265,18 +316,18 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 		}
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	rec, err := bpf.NewRecorder(target)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	defer rec.Close()
 	if target.Kind == bpf.TargetProcessTree {
 		// Processes forked between the scan and the attachment are only
 		// seen by a second scan.
 		if err := rec.AddDescendants(f.procRoot); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	slog.Info("recording", "target", target.Kind.String(), "keys", len(target.Keys), "duration", f.duration)
@@ -288,33 +339,93 @@ func recordRunning(ctx context.Context, f *recordFlags) ([]bpf.SyscallCount, err
 	<-ctx.Done()
 	counts, err := rec.Counts()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return counts, rec.Close()
+	return counts, needs, rec.Close()
 }
 
-// containerPID finds the init process of the container that f names.
-func containerPID(ctx context.Context, f *recordFlags) (int, error) {
+// runtimeNeeds returns what the runtime binary's container init does under
+// the container's filter: kept under --cache-dir, or measured now.
+func runtimeNeeds(ctx context.Context, f *recordFlags, bin string) ([]string, error) {
+	id, err := runtimeneeds.Identify(ctx, bin)
+	if err != nil {
+		return nil, err
+	}
+	var cache *runtimeneeds.Cache
+	if f.cacheDir != "" {
+		cache = &runtimeneeds.Cache{Dir: f.cacheDir}
+	}
+	needs, cached, err := runtimeneeds.For(ctx, cache, id, runtimeneeds.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("the needs of runtime %s (--runtime-needs=false records without them): %w", id, err)
+	}
+	slog.Info("runtime needs", "runtime", id.Path, "version", id.Version, "kept", cached,
+		"measured", needs.Measured.Format(time.RFC3339), "runs", needs.Runs, "syscalls", strings.Join(needs.Syscalls, ","))
+	return needs.Syscalls, nil
+}
+
+// containerPID finds the init process of the container that f names, and
+// the OCI runtime binary that runs it: --runtime, or for a CRI container
+// the binary_name of its runtime options when the CRI runtime reports one
+// (containerd's runc shim options), else --runtime.
+func containerPID(ctx context.Context, f *recordFlags) (pid int, bin string, err error) {
 	if f.containerID != "" {
 		pid, err := cri.OCIStatePID(ctx, f.runtime, f.runtimeRoot, f.containerID)
 		if err != nil {
-			return 0, err
+			return 0, "", err
 		}
 		slog.Info("container", "id", f.containerID, "runtime", f.runtime, "pid", pid)
-		return pid, nil
+		return pid, f.runtime, nil
 	}
 	r, err := cri.Dial(f.runtimeEndpoint)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
 	defer r.Close()
 	target := cri.Target{Namespace: f.namespace, Pod: f.pod, Container: f.container}
 	p, err := r.Resolve(ctx, target)
 	if err != nil {
-		return 0, err
+		return 0, "", err
 	}
-	slog.Info("container", "name", target.String(), "id", p.ContainerID, "pid", p.PID)
-	return p.PID, nil
+	bin = f.runtime
+	if f.runtimeNeeds {
+		st, err := r.Client().ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: p.ContainerID, Verbose: true})
+		if err != nil {
+			return 0, "", fmt.Errorf("container status of %s (%s): %w", target, p.ContainerID, err)
+		}
+		name, err := runtimeBinaryFromVerboseInfo(st.GetInfo())
+		if err != nil {
+			return 0, "", fmt.Errorf("container %s (%s): %w", target, p.ContainerID, err)
+		}
+		if name != "" {
+			bin = name
+		}
+	}
+	slog.Info("container", "name", target.String(), "id", p.ContainerID, "pid", p.PID, "runtime", bin)
+	return p.PID, bin, nil
+}
+
+// runtimeBinaryFromVerboseInfo reads the OCI runtime binary from CRI
+// ContainerStatus verbose info: runtimeOptions.binary_name of the "info"
+// JSON object, as containerd reports its runc shim's options. Empty when
+// there is none (the shim then runs "runc" from its PATH).
+func runtimeBinaryFromVerboseInfo(info map[string]string) (string, error) {
+	raw, ok := info["info"]
+	if !ok {
+		return "", nil
+	}
+	var v struct {
+		RuntimeOptions *struct {
+			BinaryName string `json:"binary_name"`
+		} `json:"runtimeOptions"`
+	}
+	if err := json.Unmarshal([]byte(raw), &v); err != nil {
+		return "", fmt.Errorf("decode verbose info: %w", err)
+	}
+	if v.RuntimeOptions == nil {
+		return "", nil
+	}
+	return v.RuntimeOptions.BinaryName, nil
 }
 
 // watchedContainer returns the Target that records the container whose init
@@ -365,16 +476,34 @@ func whenExited(ctx context.Context, pid int) (<-chan struct{}, error) {
 	return done, nil
 }
 
-func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount) error {
+// writeRecordTable writes the recorded syscalls with their counts, and
+// the runtime's needs that the workload was not seen to make, with their
+// source: "workload", "runtime" or both.
+func writeRecordTable(cmd *cobra.Command, named []bpf.NamedCount, needs []string) error {
 	// The table goes to stderr: stdout is the recorded command's.
 	tw := tabwriter.NewWriter(cmd.ErrOrStderr(), 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SYSCALL\tNR\tCOUNT")
+	fmt.Fprintln(tw, "SYSCALL\tNR\tCOUNT\tSOURCE")
+	seen := map[string]bool{}
 	for _, n := range named {
-		name := n.Name
+		name, source := n.Name, "workload"
 		if name == "" {
 			name = "(unnamed)"
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%d\n", name, n.Nr, n.Count)
+		if slices.Contains(needs, n.Name) {
+			source = "workload,runtime"
+		}
+		seen[n.Name] = true
+		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\n", name, n.Nr, n.Count, source)
+	}
+	for _, name := range needs {
+		if seen[name] {
+			continue
+		}
+		nr := "-"
+		if n, err := libseccomp.GetSyscallFromName(name); err == nil {
+			nr = fmt.Sprint(int32(n))
+		}
+		fmt.Fprintf(tw, "%s\t%s\t0\truntime\n", name, nr)
 	}
 	return tw.Flush()
 }
