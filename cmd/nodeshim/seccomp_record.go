@@ -32,7 +32,7 @@ import (
 
 // recordFlags are the flags of `nodeshim seccomp record`.
 type recordFlags struct {
-	output   string
+	outFile  string
 	base     string
 	cgroup   string
 	pid      int
@@ -64,7 +64,7 @@ func (f *recordFlags) containerMode() bool { return f.containerID != "" || f.pod
 func newSeccompRecordCommand() *cobra.Command {
 	var f recordFlags
 	cmd := &cobra.Command{
-		Use:   "record -o PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
+		Use:   "record --out-file PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
 		Short: "Record the syscalls of a workload into a seccomp profile",
 		Long: `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
 syscall that a workload makes, and write an OCI seccomp profile that allows
@@ -128,31 +128,34 @@ compared with a run under the profile.`,
   podman run --security-opt seccomp=app.json IMAGE
 
   # Record a command and its children
-  nodeshim seccomp record -o /tmp/curl.json -- curl -sI https://example.com
+  nodeshim seccomp record --out-file /tmp/curl.json -- curl -sI https://example.com
 
   # Record a running pod's cgroup for 30 seconds on top of a base profile
-  nodeshim seccomp record -o app.json --base runtime-default.json \
+  nodeshim seccomp record --out-file app.json --base runtime-default.json \
     --cgroup /sys/fs/cgroup/kubepods.slice/kubepods-pod1234.slice --duration 30s
 
   # Record a running container by the pid of its init process until Ctrl-C
-  nodeshim seccomp record -o app.json --pid 4242
+  nodeshim seccomp record --out-file app.json --pid 4242
 
   # Record a podman container from before its start until it exits
   # (unconfined while recorded; start it once nodeshim logs "recording")
   id=$(podman create --security-opt seccomp=unconfined \
     --security-opt no-new-privileges busybox ls /)
   podman container init $id
-  nodeshim seccomp record -o ls.json --container-id $id &
+  nodeshim seccomp record --out-file ls.json --container-id $id &
   podman start --attach $id
 
   # Record a pod's container through containerd's CRI for a minute
-  nodeshim seccomp record -o web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
+  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSeccompRecord(cmd, &f, args)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVarP(&f.output, "output", "o", "", "where to write the profile (required)")
+	fl.StringVar(&f.outFile, "out-file", "", "where to write the profile (required)")
+	// The spelling before -o was the output format on every command;
+	// record prints no format but its table on stderr.
+	addDeprecatedAlias(fl, "output", "o", "out-file")
 	fl.StringVar(&f.base, "base", "", "an OCI seccomp profile to merge the recorded syscalls into")
 	fl.StringVar(&f.cgroup, "cgroup", "", "record this running cgroup (a path under the cgroup v2 mount, or a cgroup v1 path)")
 	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
@@ -179,8 +182,8 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		}
 	}
 	switch {
-	case f.output == "":
-		return withExitCode(exitUsage, errors.New("-o PROFILE is required"))
+	case f.outFile == "":
+		return withExitCode(exitUsage, errors.New("--out-file PROFILE is required"))
 	case modes != 1:
 		return withExitCode(exitUsage, errors.New("give exactly one of -- COMMAND, --cgroup PATH, --pid PID, --container-id ID or --pod POD"))
 	case len(args) > 0 && f.duration != 0:
@@ -206,7 +209,7 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		}
 	}
 	// Fail before recording, not after, when the output cannot be written.
-	if _, err := os.Stat(filepath.Dir(f.output)); err != nil {
+	if _, err := os.Stat(filepath.Dir(f.outFile)); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
 
@@ -246,10 +249,10 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := atomicfile.WriteFile(f.output, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(f.outFile, data, 0o644); err != nil {
 		return err
 	}
-	slog.Info("wrote seccomp profile", "path", f.output, "syscalls", len(allowed))
+	slog.Info("wrote seccomp profile", "path", f.outFile, "syscalls", len(allowed))
 	if err := writeRecordTable(cmd, named, needs); err != nil {
 		return err
 	}
