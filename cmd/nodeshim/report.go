@@ -10,11 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
+	"github.com/nodeshim/nodeshim/report"
 	"github.com/spf13/cobra"
 )
 
@@ -28,39 +27,9 @@ type reportOptions struct {
 	host         kernel.Host
 }
 
-// defaultReportCacheDir keeps results that stay true for one boot (`criu
-// check`, the eBPF program loads, the PSI trigger write), so that the
-// report after the first of a boot is quick. It is on the host's disk, not
-// in /run: the DaemonSet mounts /var/lib/nodeshim from the host, while a
-// container's /run is its own and dies with the container; each record is
-// keyed by the boot id, so a record from an earlier boot is never used.
-const defaultReportCacheDir = "/var/lib/nodeshim/report-cache"
-
-// bootCache is the cache of per-boot verdicts under o.cacheDir, or nil
-// when --cache-dir is empty.
-func (o *reportOptions) bootCache() *capability.BootCache {
-	if o.cacheDir == "" {
-		return nil
-	}
-	// The boot id of the running kernel, which the eBPF probes load into
-	// whatever roots the report reads; the roots are part of the key.
-	return &capability.BootCache{
-		Dir:        o.cacheDir,
-		BootIDPath: "/proc/sys/kernel/random/boot_id",
-		Scope:      fmt.Sprintf("proc=%s sys=%s", o.host.ProcRoot, o.host.SysRoot),
-	}
-}
-
-// criuOptions are the options of the CRIU entries for o: a cache of
-// `criu check` results under o.cacheDir, keyed by the host's boot id.
-func (o *reportOptions) criuOptions() criu.ReportOptions {
-	if o.cacheDir == "" {
-		return criu.ReportOptions{}
-	}
-	return criu.ReportOptions{Cache: &criu.CheckCache{
-		Dir:        o.cacheDir,
-		BootIDPath: o.host.Path("/proc/sys/kernel/random/boot_id"),
-	}}
+// options are the report package's options for the flags.
+func (o *reportOptions) options() report.Options {
+	return report.Options{Host: o.host, CacheDir: o.cacheDir, ProbeTimeout: o.probeTimeout}
 }
 
 func newReportCommand() *cobra.Command {
@@ -107,13 +76,9 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 			return nil
 		},
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			cache := o.bootCache()
-			err := runReport(cmd.Context(), cmd.OutOrStdout(), &o, cache.Wrap(catalogue.With(o.criuOptions())))
-			if _, serr := cache.Save(); serr != nil {
-				// The report stands without the cache; the next run probes again.
-				slog.Warn("keep per-boot verdicts", "err", serr)
-			}
-			return err
+			run := o.options().Start()
+			defer run.Finish()
+			return runReport(cmd.Context(), cmd.OutOrStdout(), &o, run.Requirements)
 		},
 	}
 	addOutputFlag(cmd, &o.output)
@@ -121,7 +86,7 @@ Supported; 2 on a usage error; 1 on any other failure.`,
 	f.StringVar(&o.nfdFile, "nfd-features-file", "", "also write the verdicts as a node-feature-discovery feature file (features.d format) to this path")
 	f.StringSliceVar(&o.require, "require", nil, "requirement IDs that must be Supported; exit 3 naming the reasons if any is not")
 	f.DurationVar(&o.probeTimeout, "probe-timeout", capability.DefaultProbeTimeout, "longest time one probe may take before it counts as Unknown")
-	f.StringVar(&o.cacheDir, "cache-dir", defaultReportCacheDir, "where results that hold for one boot (criu check, eBPF program loads, PSI triggers) are kept between runs; empty to probe everything afresh")
+	f.StringVar(&o.cacheDir, "cache-dir", report.DefaultCacheDir, "where results that hold for one boot (criu check, eBPF program loads, PSI triggers) are kept between runs; empty to probe everything afresh")
 	f.StringVar(&o.host.ProcRoot, "proc-root", def.ProcRoot, "where the host's procfs is mounted")
 	f.StringVar(&o.host.SysRoot, "sys-root", def.SysRoot, "where the host's sysfs is mounted")
 	f.StringVar(&o.host.BootRoot, "boot-root", def.BootRoot, "where the host's /boot is")

@@ -10,11 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
+	"github.com/nodeshim/nodeshim/report"
 )
 
 // BenchmarkReport measures the full report on this machine's kernel.
@@ -35,7 +34,7 @@ import (
 //     baseline/process/*.
 func BenchmarkReport(b *testing.B) {
 	testutil.RequireRoot(b)
-	reqs := catalogue.With(criu.ReportOptions{})
+	reqs := report.Catalogue()
 	for _, bc := range []struct {
 		name    string
 		workers int

@@ -11,11 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
+	"github.com/nodeshim/nodeshim/report"
 )
 
 func exitCode(err error) int {
@@ -83,7 +82,7 @@ func TestReportCommand(t *testing.T) {
 			if err := json.Unmarshal([]byte(out), &r); err != nil {
 				t.Fatal(err)
 			}
-			if r.APIVersion != capability.ReportAPIVersion || r.Kind != capability.ReportKind || len(r.Requirements) != len(catalogue.With(criu.ReportOptions{})) {
+			if r.APIVersion != capability.ReportAPIVersion || r.Kind != capability.ReportKind || len(r.Requirements) != len(report.Catalogue()) {
 				t.Errorf("report header %s %s with %d requirements", r.APIVersion, r.Kind, len(r.Requirements))
 			}
 		}},
@@ -217,7 +216,7 @@ func TestRunReportBadCatalogueFails(t *testing.T) {
 func TestReportCachesPerBootVerdicts(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := filepath.Join(t.TempDir(), "cache")
-	report := func(args ...string) map[string]capability.Result {
+	collect := func(args ...string) map[string]capability.Result {
 		t.Helper()
 		out, err := run(t, append([]string{"report", "-o", "json"}, args...)...)
 		if err != nil {
@@ -233,11 +232,11 @@ func TestReportCachesPerBootVerdicts(t *testing.T) {
 		}
 		return m
 	}
-	first := report("--cache-dir", dir)
-	second := report("--cache-dir", dir)
-	fresh := report("--cache-dir", "")
+	first := collect("--cache-dir", dir)
+	second := collect("--cache-dir", dir)
+	fresh := collect("--cache-dir", "")
 	perBoot := 0
-	for _, req := range catalogue.With(criu.ReportOptions{}) {
+	for _, req := range report.Catalogue() {
 		a, b, c := first[req.ID], second[req.ID], fresh[req.ID]
 		if strings.Contains(c.Evidence, "(cached: probed at") {
 			t.Errorf("%s is cached without a cache directory: %s", req.ID, c.Evidence)
@@ -254,46 +253,6 @@ func TestReportCachesPerBootVerdicts(t *testing.T) {
 			if !cached || b.Verdict != a.Verdict || !strings.HasPrefix(b.Evidence, a.Evidence) {
 				t.Errorf("%s: second run %s %q, want the first run's %s %q from the cache", req.ID, b.Verdict, b.Evidence, a.Verdict, a.Evidence)
 			}
-		}
-	}
-	if perBoot == 0 {
-		t.Error("no per-boot requirement had a definitive verdict to cache")
-	}
-}
-
-// TestServeReportUsesPerBootCache collects serve's start-up report twice
-// with one root directory: the first writes the per-boot verdicts under
-// <root-dir>/report-cache, the second answers them from there, as the
-// second `nodeshim report` of a boot does.
-func TestServeReportUsesPerBootCache(t *testing.T) {
-	testutil.RequireRoot(t)
-	root := t.TempDir()
-	collect := serveReport("/", "", root, capability.DefaultProbeTimeout)
-	byID := func() map[string]capability.Result {
-		t.Helper()
-		r, err := collect(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		m := map[string]capability.Result{}
-		for _, res := range r.Requirements {
-			m[res.ID] = res
-		}
-		return m
-	}
-	first := byID()
-	if _, err := os.Stat(filepath.Join(root, "report-cache", capability.BootCacheFile)); err != nil {
-		t.Fatalf("serve's report kept no per-boot verdicts: %v", err)
-	}
-	second := byID()
-	perBoot := 0
-	for _, req := range catalogue.With(criu.ReportOptions{}) {
-		if !req.PerBoot || first[req.ID].Verdict == capability.Unknown {
-			continue
-		}
-		perBoot++
-		if b := second[req.ID]; !strings.Contains(b.Evidence, "(cached: probed at") || b.Verdict != first[req.ID].Verdict {
-			t.Errorf("%s: second serve report %s %q, want the first's %s from the cache", req.ID, b.Verdict, b.Evidence, first[req.ID].Verdict)
 		}
 	}
 	if perBoot == 0 {

@@ -1,18 +1,15 @@
 package main
 
 import (
-	"context"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/kernel/capability/catalogue"
+	"github.com/nodeshim/nodeshim/report"
 	"github.com/nodeshim/nodeshim/shim/daemon"
 	"github.com/nodeshim/nodeshim/shim/lock"
 )
@@ -57,7 +54,7 @@ removed and the lock released.`,
 			opts.Out = cmd.OutOrStdout()
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
 			if !noReport {
-				opts.Report = serveReport(opts.HostRoot, opts.ProcRoot, opts.RootDir, probeTimeout)
+				opts.Report = &report.Options{ProbeTimeout: probeTimeout}
 			}
 			// The start-up work (the capability report, kernel BTF
 			// decoded for the eBPF loads) leaves the heap at several
@@ -77,24 +74,4 @@ removed and the lock released.`,
 	f.DurationVar(&probeTimeout, "probe-timeout", capability.DefaultProbeTimeout, "longest time one capability probe may take before it counts as Unknown")
 	f.BoolVar(&noReport, "no-report", false, "do not collect the capability report (KernelReportSucceeded stays Unknown)")
 	return cmd
-}
-
-// serveReport collects the full catalogue of `nodeshim report` against
-// the host under hostRoot (procfs at procRoot when set), keeping the
-// per-boot results (`criu check`, the eBPF program loads, PSI triggers)
-// under <root-dir>/report-cache as `nodeshim report` keeps them, so that a
-// serve started after a report of the same boot (or restarted) does not
-// probe them again.
-func serveReport(hostRoot, procRoot, rootDir string, probeTimeout time.Duration) func(context.Context) (*capability.Report, error) {
-	return func(ctx context.Context) (*capability.Report, error) {
-		o := reportOptions{cacheDir: filepath.Join(rootDir, "report-cache"), host: *kernel.HostUnder(hostRoot, procRoot)}
-		h := o.host
-		cache := o.bootCache()
-		r, err := capability.Collector{ProbeTimeout: probeTimeout}.Collect(ctx, &h, cache.Wrap(catalogue.With(o.criuOptions())))
-		if _, serr := cache.Save(); serr != nil {
-			// The report stands without the cache; the next one probes again.
-			slog.Warn("keep per-boot verdicts", "err", serr)
-		}
-		return r, err
-	}
 }

@@ -27,8 +27,10 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/report"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
@@ -61,11 +63,14 @@ type Options struct {
 	// SoakPeriod, when not zero, overrides every configuration's
 	// configSoakPeriod.
 	SoakPeriod time.Duration
-	// Report collects the capability report, at start and for GET
-	// /report?refresh=true. The caller supplies it because the full
-	// requirement catalogue is assembled by the command; nil reports
+	// Report, when not nil, has serve collect the capability report (the
+	// catalogue of `nodeshim report`) at start and for GET
+	// /report?refresh=true. Its Host defaults to the host under HostRoot
+	// (procfs at ProcRoot) and its CacheDir to <RootDir>/report-cache, so
+	// that a serve started after a report of the same boot (or restarted)
+	// does not probe the per-boot requirements again. Nil reports
 	// KernelReportSucceeded Unknown.
-	Report func(ctx context.Context) (*capability.Report, error)
+	Report *report.Options
 	// OOMHooks overrides the OOM watcher's hooks (bpf.DefaultOOMHooks when
 	// nil).
 	OOMHooks []bpf.OOMHook
@@ -88,6 +93,8 @@ type Options struct {
 
 	// extraSources are run beside the built-in ones (tests).
 	extraSources []source.Source
+	// collectReport, when set, replaces the collection of Report (tests).
+	collectReport func(ctx context.Context) (*capability.Report, error)
 }
 
 // shutdownTimeout bounds the API's shutdown; it outlasts CRIU's kill grace
@@ -186,8 +193,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// checkpoints killed with a nodeshim, and apply retention at start.
 	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
 	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts}
-	if opts.Report != nil {
-		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(opts.Report(ctx)) }
+	if collect := d.reportCollector(); collect != nil {
+		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(collect(ctx)) }
 	}
 	g, err := d.startAPI(active.API)
 	if err != nil {
@@ -369,19 +376,51 @@ func (d *daemon) check(c config.ShimConfiguration) error {
 // function it returns records it in the model (KernelReportSucceeded), once
 // the transitions are printed after it.
 func (d *daemon) collectReport(ctx context.Context) (record func()) {
-	if d.opts.Report == nil {
+	collect := d.reportCollector()
+	if collect == nil {
 		return func() {
 			d.model.Set(condition.Condition{Type: status.TypeKernelReport, Status: condition.Unknown, Reason: "NotConfigured",
 				Message: "no report collector configured"})
 		}
 	}
-	rep, err := d.opts.Report(ctx)
+	rep, err := collect(ctx)
 	if err == nil {
 		fmt.Fprintln(d.opts.Out, rep.Table())
 	} else {
 		d.log.Error("capability report failed", "err", err)
 	}
 	return func() { d.model.SetReport(rep, err) }
+}
+
+// reportCollector is how serve collects its capability report: the
+// catalogue of package report with reportOptions, or nil when no report is
+// configured.
+func (d *daemon) reportCollector() func(context.Context) (*capability.Report, error) {
+	if d.opts.collectReport != nil {
+		return d.opts.collectReport
+	}
+	ro, ok := d.opts.reportOptions()
+	if !ok {
+		return nil
+	}
+	return ro.Collect
+}
+
+// reportOptions are Report completed from serve's own roots: the host under
+// HostRoot (procfs at ProcRoot) and the per-boot caches under
+// <RootDir>/report-cache; false when no report is configured.
+func (o *Options) reportOptions() (report.Options, bool) {
+	if o.Report == nil {
+		return report.Options{}, false
+	}
+	ro := *o.Report
+	if ro.Host.ProcRoot == "" {
+		ro.Host = *kernel.HostUnder(o.HostRoot, o.ProcRoot)
+	}
+	if ro.CacheDir == "" {
+		ro.CacheDir = filepath.Join(o.RootDir, "report-cache")
+	}
+	return ro, true
 }
 
 // printTransitions prints one line per condition transition (a change of
@@ -435,10 +474,24 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 			c.Network},
 		{ps, pressureSettings{kubeletRoot, thresholdString(ns), ns.ThresholdsFrom, ns.ContainerRuntimeEndpoint}},
 		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log, ProcRoot: d.opts.ProcRoot,
-			RuntimeEndpoint: ns.ContainerRuntimeEndpoint}, ns.ContainerRuntimeEndpoint},
+			RuntimeEndpoint: ns.ContainerRuntimeEndpoint, Verdict: d.reportVerdict(oom.Requirement)}, ns.ContainerRuntimeEndpoint},
 		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
 			[]any{seccompRoot, c.SeccompProfiles}},
 	}
+}
+
+// reportVerdict is the start-up report's verdict on the requirement id, for
+// a source that explains its own failure with it; nil without a report.
+func (d *daemon) reportVerdict(id string) *capability.Result {
+	rep := d.model.Report()
+	if rep == nil {
+		return nil
+	}
+	res, ok := rep.Result(id)
+	if !ok {
+		return nil
+	}
+	return &res
 }
 
 // profileInstaller installs c's seccomp profiles under the kubelet's

@@ -102,7 +102,7 @@ func TestServe(t *testing.T) {
 	opts.Settled = func() { close(settled) }
 	// A report that succeeds, so that KernelReportSucceeded is True before
 	// the sources start.
-	opts.Report = func(context.Context) (*capability.Report, error) { return &capability.Report{}, nil }
+	opts.collectReport = func(context.Context) (*capability.Report, error) { return &capability.Report{}, nil }
 
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -29,7 +29,7 @@ func TestReport(t *testing.T) {
 		return capability.Collector{}.Collect(ctx, h, kernel.Catalogue())
 	}
 	t.Run("collected", func(t *testing.T) {
-		d := startDaemonWith(t, func(o *Options) { o.Report = collect })
+		d := startDaemonWith(t, func(o *Options) { o.collectReport = collect })
 		doc := d.status(t)
 		c, _ := cond(doc, status.TypeKernelReport)
 		if c.Status != condition.True || doc.Report == nil || doc.Report.Summary.Total != len(kernel.Catalogue()) || doc.Report.KernelRelease == "" {
@@ -62,7 +62,7 @@ func TestReport(t *testing.T) {
 	})
 	t.Run("failing", func(t *testing.T) {
 		d := startDaemonWith(t, func(o *Options) {
-			o.Report = func(context.Context) (*capability.Report, error) { return nil, errors.New("read /proc/version: boom") }
+			o.collectReport = func(context.Context) (*capability.Report, error) { return nil, errors.New("read /proc/version: boom") }
 		})
 		doc := d.status(t)
 		if c, _ := cond(doc, status.TypeKernelReport); c.Status != condition.False || c.Reason != "CollectFailed" || !strings.Contains(c.Message, "boom") {

@@ -57,6 +57,12 @@ type Source struct {
 	ResolveTimeout time.Duration
 	// Logger receives one line per kill; slog.Default() when nil.
 	Logger *slog.Logger
+	// Verdict is the capability report's verdict on Requirement, when the
+	// daemon collected a report: if the watcher cannot attach and the
+	// report found the kernel unable to run it, OOMWatcherReady is False
+	// (Warning) with the report's evidence rather than Unknown. The daemon
+	// hands it over; the source reads nothing of the model but its own.
+	Verdict *capability.Result
 }
 
 // Name returns "oom".
@@ -80,7 +86,7 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 	}
 	w, err := bpf.WatchOOM(bpf.OOMOptions{Hooks: s.Hooks})
 	if err != nil {
-		c := failure(model.Report(), err)
+		c := failure(s.Verdict, err)
 		model.SetOOMWatch(false, "", c.Message)
 		model.Set(c)
 		log.Warn("OOM kills are not watched", "reason", c.Reason, "err", err)
@@ -201,12 +207,10 @@ func (s *Source) resolve(ctx context.Context, containers Containers, ev bpf.OOME
 }
 
 // failure is OOMWatcherReady when the watcher could not attach.
-func failure(rep *capability.Report, err error) condition.Condition {
-	if rep != nil {
-		if res, ok := rep.Result(Requirement); ok && res.Verdict == capability.Unsupported {
-			return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.False, Severity: condition.SeverityWarning,
-				Reason: ReasonNotSupportedByKernel, Message: fmt.Sprintf("OOM kills are not watched: %s", res.Evidence)}
-		}
+func failure(verdict *capability.Result, err error) condition.Condition {
+	if verdict != nil && verdict.Verdict == capability.Unsupported {
+		return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.False, Severity: condition.SeverityWarning,
+			Reason: ReasonNotSupportedByKernel, Message: fmt.Sprintf("OOM kills are not watched: %s", verdict.Evidence)}
 	}
 	return condition.Condition{Type: status.TypeOOMWatcher, Status: condition.Unknown, Reason: ReasonAttachFailed,
 		Message: fmt.Sprintf("OOM kills are not watched: %v", err)}

@@ -146,10 +146,13 @@ func TestOOMWatcherUnavailable(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			m := status.New(nil)
+			var verdict *capability.Result
 			if tt.report != nil {
-				m.SetReport(tt.report, nil)
+				if res, ok := tt.report.Result(Requirement); ok {
+					verdict = &res
+				}
 			}
-			if err := (&Source{Hooks: []bpf.OOMHook{"nowhere"}, Logger: discard}).Run(context.Background(), m); err != nil {
+			if err := (&Source{Hooks: []bpf.OOMHook{"nowhere"}, Logger: discard, Verdict: verdict}).Run(context.Background(), m); err != nil {
 				t.Fatal(err)
 			}
 			d := m.Snapshot()
