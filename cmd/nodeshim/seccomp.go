@@ -340,6 +340,11 @@ as the process that was started as nodeshim. Its exit status is COMMAND's.
 Nothing is installed and COMMAND does not run when the profile is invalid or
 does not compile (exit 1), or when COMMAND is not found (exit 127). If the
 filter cannot be loaded, or the profile denies execve, the exit code is 126.
+Before loading it, nodeshim proves on this kernel, in probe processes as
+seccomp verify does, that the filter allows the two syscalls made under it:
+execve, and exit_group (which ends the process with 126 when execve fails);
+a profile that denies either is refused with exit 126, naming the syscall
+and the kernel's answer, and COMMAND does not run.
 
 COMMAND is looked up in PATH. Profiles with SCMP_ACT_NOTIFY rules are refused:
 handing the listener to a seccomp agent is a container runtime's job.`,
@@ -362,7 +367,11 @@ handing the listener to a seccomp agent is a container runtime's job.`,
 				return err
 			}
 			slog.Debug("seccomp exec", "profile", profile, "command", path, "instructions", f.Instructions)
-			return seccomp.Exec(f, path, args, os.Environ())
+			err = seccomp.Exec(cmd.Context(), f, path, args, os.Environ())
+			if errors.Is(err, seccomp.ErrExecDenied) {
+				return withExitCode(126, fmt.Errorf("profile %s: %w", profile, err))
+			}
+			return err
 		},
 	}
 	pf.add(cmd)
