@@ -11,7 +11,6 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/internal/procfs"
@@ -330,21 +329,19 @@ func TestRecorderCloseLeavesNothing(t *testing.T) {
 			// and a workqueue pass (kernel/bpf/syscall.c:
 			// bpf_prog_put_deferred, bpf_map_free_deferred), so their ids
 			// disappear shortly after Close rather than during it.
-			var left []string
-			for range 400 {
+			testutil.Eventually(t, fmt.Sprintf("the programs and maps %v are freed after Close", ours), func() error {
 				loaded := kernelIDs(t)
-				left = left[:0]
+				var left []string
 				for _, id := range ours {
 					if loaded[id] {
 						left = append(left, id)
 					}
 				}
-				if len(left) == 0 {
-					return
+				if len(left) > 0 {
+					return fmt.Errorf("still loaded: %v", left)
 				}
-				time.Sleep(25 * time.Millisecond)
-			}
-			t.Errorf("still loaded after Close: %v (of %v)", left, ours)
+				return nil
+			})
 		})
 	}
 }

@@ -377,38 +377,31 @@ func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		if _, err := os.Stat(filepath.Join(hdir, "dumping")); err == nil {
-			break
-		}
-		if time.Now().After(deadline) {
-			_ = cmd.Process.Kill()
-			_ = cmd.Wait()
-			t.Fatal("the checkpointing process never started dumping")
-		}
-		time.Sleep(time.Millisecond)
-	}
+	t.Cleanup(func() {
+		// A checkpointing process left by a failed wait.
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	testutil.Eventually(t, "the checkpointing process starts dumping", func() error {
+		_, err := os.Stat(filepath.Join(hdir, "dumping"))
+		return err
+	})
 	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
 	// The orphaned CRIU finishes or fails on its own; until it exits the
 	// target is legitimately traced.
-	deadline = time.Now().Add(60 * time.Second)
-	for {
+	testutil.Eventually(t, "the target is untraced and running after the checkpointing process died", func() error {
 		st, err := ReadProcState("/proc", pid)
 		if err != nil {
 			t.Fatalf("target after SIGKILL of the checkpointing process: %v", err)
 		}
-		if st.TracerPid == 0 && !st.Stopped() {
-			break
+		if st.TracerPid != 0 || st.Stopped() {
+			return fmt.Errorf("target %s", st)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("target still %s a minute after the checkpointing process died", st)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return nil
+	})
 	testworkload.AssertRunning(t, pid, dir)
 	cpdir := filepath.Join(hdir, "root", CheckpointsDir)
 	left, _ := os.ReadDir(cpdir)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/internal/testworkload"
 )
 
 func TestParsePageServer(t *testing.T) {
@@ -165,17 +166,12 @@ func TestLazyMigration(t *testing.T) {
 	if st, err := ReadProcState("/proc", pid); err == nil && !st.Gone() {
 		t.Errorf("the original pid %d is still there (%s) after its memory was fetched", pid, st)
 	}
-	deadline := time.Now().Add(time.Minute)
-	for {
-		n, err := readCount(count)
-		if err == nil && n > before {
-			break
+	testutil.Eventually(t, fmt.Sprintf("the restored tree (pid %d) counts past %d", m.rst.Pid, before), func() error {
+		if n, err := readCount(count); err != nil || n <= before {
+			return fmt.Errorf("count %d, %v", n, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the restored tree (pid %d) did not count past %d", m.rst.Pid, before)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("checkpoint: frozen %s, archive %d bytes in %s, serve %s; restore: running after %s, memory fetched %s later",
 		m.ck.Frozen, m.ck.Size, m.ck.Archive, m.ck.Serve, m.rst.Unpack+m.rst.Restore, m.rst.Fetch)
 }
@@ -225,8 +221,9 @@ func BenchmarkLazyMigration(b *testing.B) {
 					if err != nil {
 						b.Fatal(err)
 					}
-					// The move: the original goes, the archive is restored.
-					_ = syscall.Kill(pid, syscall.SIGKILL)
+					// The move: the original goes, the archive is restored
+					// once its pids are free (its parent has reaped it).
+					testworkload.Kill(b, pid)
 					rst, err := Restore(context.Background(), ck.Path, RestoreOptions{Binary: bin, WorkRoot: b.TempDir()})
 					if err != nil {
 						b.Fatal(err)

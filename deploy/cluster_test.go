@@ -623,10 +623,12 @@ func checkpointOnNode(t *testing.T, c *clustertest.Cluster, cs kubernetes.Interf
 
 	// The container runs on: its count goes up after the checkpoint.
 	before := count()
-	time.Sleep(500 * time.Millisecond)
-	if after := count(); after <= before {
-		t.Errorf("the counter stopped after the checkpoint: %d, then %d", before, after)
-	}
+	testutil.Eventually(t, fmt.Sprintf("the counter counts past %d after the checkpoint", before), func() error {
+		if after := count(); after <= before {
+			return fmt.Errorf("it counts %d", after)
+		}
+		return nil
+	})
 
 	// The reporter publishes the checkpoint's outcome as a Node condition,
 	// and an Event for each condition change of the Node.

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -28,22 +29,22 @@ func TestMain(m *testing.M) { os.Exit(rt.Main(m)) }
 // count to /count in its writable layer and to its log.
 var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; echo $i; sleep 0.1; done"}
 
-// readCount reads /count in container name. The shell truncates the file
-// before it writes the next count, so an empty read is read again.
+// readCount reads /count in container name. A container restored a
+// moment ago may not answer podman exec yet, and the shell truncates the
+// file before it writes the next count: both are read again.
 func readCount(t *testing.T, p *runtimetest.Podman, name string) int {
 	t.Helper()
-	var out []byte
-	for len(bytes.TrimSpace(out)) == 0 {
-		var err error
-		out, err = p.Command("exec", name, "cat", "/count").CombinedOutput()
+	var n int
+	testutil.Eventually(t, "container "+name+" answers with its /count", func() error {
+		out, err := p.Command("exec", name, "cat", "/count").CombinedOutput()
 		if err != nil {
-			t.Fatalf("podman exec %s cat /count: %v: %s", name, err, out)
+			return fmt.Errorf("podman exec %s cat /count: %v: %s", name, err, out)
 		}
-	}
-	n, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	if err != nil {
-		t.Fatalf("/count of %s: %v", name, err)
-	}
+		if n, err = strconv.Atoi(strings.TrimSpace(string(out))); err != nil {
+			return fmt.Errorf("/count of %s: %q", name, out)
+		}
+		return nil
+	})
 	return n
 }
 
