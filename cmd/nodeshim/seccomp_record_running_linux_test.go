@@ -156,7 +156,7 @@ func TestSeccompRecordRunningPodmanContainer(t *testing.T) {
 			dir := t.TempDir()
 			recorded := filepath.Join(dir, "recorded.json")
 			log := recordWhileRunning(t, trigger, func() func() (string, error) {
-				return startRecorder(t, "-o", recorded, "--container-id", id, "--runtime", bin, "--cache-dir", cache)
+				return startRecorder(t, "--out-file", recorded, "--container-id", id, "--runtime", bin, "--cache-dir", cache)
 			})
 			if !strings.Contains(log, "kept=false") {
 				t.Errorf("the runtime's needs were not measured afresh:\n%s", log)
@@ -245,7 +245,7 @@ func TestSeccompRecordRunningCRIContainer(t *testing.T) {
 			dir := t.TempDir()
 			recorded := filepath.Join(dir, "worker.json")
 			log := recordWhileRunning(t, trigger, func() func() (string, error) {
-				return startRecorder(t, "-o", recorded, "--namespace", "shop", "--pod", pod.Config.Metadata.Name,
+				return startRecorder(t, "--out-file", recorded, "--namespace", "shop", "--pod", pod.Config.Metadata.Name,
 					"--container", "worker", "--runtime-endpoint", c.Address, "--cache-dir", cache)
 			})
 			checkRecordedRunning(t, recorded, log, handler)
