@@ -45,6 +45,8 @@ func HostSuite() []Decision {
 		{"internal/kubetest", false, "its test is the kube-apiserver and etcd fixture itself"},
 		{"internal/metricsserver", true, "the metrics and health server on the guest's loopback"},
 		{"internal/mountinfo", true, "the guest's own mount table besides the recorded ones"},
+		{"internal/nodevm", false, "its ordinary tests are the node harness's own, on the host; its scenarios " +
+			"run in the node it boots (make vmtest-node)"},
 		{"internal/procfs", true, "the guest's /proc"},
 		{"internal/runtimetest", false, "its tests are the container runtimes themselves (containerd, podman, runc, crun), which the guest does not carry"},
 		{"internal/syncbuf", true, "portable: a locked buffer"},
@@ -57,6 +59,7 @@ func HostSuite() []Decision {
 		{"kernel", true, "every kernel probe against the guest, expectations derived from the guest itself"},
 		{"kernel/capability", true, "portable: the verdict vocabulary and report"},
 		{"kernel/seccomp", true, "seccomp filters loaded into the guest's kernel, run against busybox's programs"},
+		{"report", true, "the whole catalogue collected twice against the guest's kernel, the second from the per-boot caches"},
 		{"shim/api", true, "the API over a unix socket with peer credentials"},
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
 		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
