@@ -160,7 +160,7 @@ func CheckStatus(b []byte) (*runtimeapi.ContainerStatus, error) {
 	}
 	for _, f := range []struct{ what, v string }{
 		{"image.image", st.GetImage().GetImage()}, {"image.userSpecifiedImage", st.GetImage().GetUserSpecifiedImage()},
-		{"imageRef", st.ImageRef}, {"imageId", st.ImageId},
+		{"image_ref", st.ImageRef}, {"image_id", st.ImageId},
 	} {
 		if f.v != "" {
 			if err := CheckImageRef(StatusDump, f.what, f.v); err != nil {

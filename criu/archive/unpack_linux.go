@@ -61,7 +61,7 @@ func Unpack(r io.Reader, dir string, l Limits) (err error) {
 		}
 	}()
 	tr := tar.NewReader(r)
-	buf := make([]byte, 4<<20)
+	var buf []byte // grown to the largest member, up to 4 MiB
 	for n := 0; ; n++ {
 		h, err := tr.Next()
 		if err == io.EOF {
@@ -72,6 +72,9 @@ func Unpack(r io.Reader, dir string, l Limits) (err error) {
 		}
 		if n >= maxEntries {
 			return fmt.Errorf("%w: more than %d entries", ErrInvalid, maxEntries)
+		}
+		if h.Typeflag == tar.TypeReg && int64(len(buf)) < min(h.Size, 4<<20) {
+			buf = make([]byte, min(h.Size, 4<<20))
 		}
 		if err := u.entry(h, tr, buf); err != nil {
 			return err
@@ -132,7 +135,11 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader, buf []byte) error {
 		// The reader hidden behind a plain io.Reader: tar's WriteTo
 		// would seek over a sparse member's holes, and the size counted
 		// is the size written.
-		n, cerr := io.CopyBuffer(out, io.LimitReader(struct{ io.Reader }{r}, h.Size), buf)
+		var n int64
+		var cerr error
+		if h.Size > 0 {
+			n, cerr = io.CopyBuffer(out, io.LimitReader(archiveReader{r}, h.Size), buf)
+		}
 		if err := errors.Join(cerr, out.Close()); err != nil {
 			return fmt.Errorf("write %s in %s: %w", name, u.dir, err)
 		}
@@ -146,6 +153,18 @@ func (u *unpacker) entry(h *tar.Header, r io.Reader, buf []byte) error {
 		u.created = append(u.created, name)
 	}
 	return nil
+}
+
+// archiveReader marks the errors of reading the archive as ErrInvalid
+// (a truncated or corrupt member), apart from those of writing it out.
+type archiveReader struct{ r io.Reader }
+
+func (a archiveReader) Read(p []byte) (int, error) {
+	n, err := a.r.Read(p)
+	if err != nil && err != io.EOF {
+		err = fmt.Errorf("%w: read tar: %w", ErrInvalid, err)
+	}
+	return n, err
 }
 
 // mkdirAll makes d and its missing parents, recording each one made.
