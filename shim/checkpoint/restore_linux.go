@@ -132,6 +132,11 @@ func RestoreContainerd(ctx context.Context, archive string, o RestoreOptions) (r
 	if spec.Root == nil || spec.Process == nil || spec.Linux == nil {
 		return r, fmt.Errorf("%s: %w: %s has no root, process or linux section", archive, criu.ErrInvalidArchive, criu.SpecDump)
 	}
+	if spec.Hooks != nil {
+		// runc would run them on this node, as root, before the
+		// container: commands an archive names are never run.
+		return r, fmt.Errorf("%s: %w: %s has hooks, which a restore would run on this node", archive, criu.ErrInvalidArchive, criu.SpecDump)
+	}
 
 	r.ID, r.RuncRoot = restoredID(meta.Config.Name), o.RuncRoot
 	if err := os.MkdirAll(o.Dir, 0o700); err != nil {
@@ -178,14 +183,16 @@ func RestoreContainerd(ctx context.Context, archive string, o RestoreOptions) (r
 		}
 		return nil
 	}
-	if err := ctr("images", "mount", "--rw", r.Image, r.Rootfs); err != nil {
+	// r.Image was checked against the reference grammar where the
+	// archive was read (archive.ReadMeta); "--" ends the flags anyway.
+	if err := ctr("images", "mount", "--rw", "--", r.Image, r.Rootfs); err != nil {
 		return r, fmt.Errorf("restore %s: %w", archive, err)
 	}
 	cleanup = append(cleanup, func() error {
 		// Not ctx: it may be what ended, and the mount must go anyway.
-		out, err := exec.Command(o.Ctr, "--namespace", o.Namespace, "--address", o.ContainerdAddress, "images", "unmount", "--rm", r.Rootfs).CombinedOutput()
+		out, err := exec.Command(o.Ctr, "--namespace", o.Namespace, "--address", o.ContainerdAddress, "images", "unmount", "--rm", "--", r.Rootfs).CombinedOutput()
 		if o.ContainerdAddress == "" {
-			out, err = exec.Command(o.Ctr, "--namespace", o.Namespace, "images", "unmount", "--rm", r.Rootfs).CombinedOutput()
+			out, err = exec.Command(o.Ctr, "--namespace", o.Namespace, "images", "unmount", "--rm", "--", r.Rootfs).CombinedOutput()
 		}
 		if err != nil {
 			return fmt.Errorf("ctr images unmount %s: %w: %s", r.Rootfs, err, strings.TrimSpace(string(out)))
@@ -263,7 +270,7 @@ func runcRestore(ctx context.Context, o RestoreOptions, r Restored, unpacked str
 	work := filepath.Join(r.Bundle, "work")
 	cmd := exec.CommandContext(ctx, o.Runc, "--root", o.RuncRoot, "restore", "--detach",
 		"--bundle", r.Bundle, "--image-path", filepath.Join(unpacked, criu.ImagesDir),
-		"--work-path", work, "--pid-file", pidFile, r.ID)
+		"--work-path", work, "--pid-file", pidFile, "--", r.ID)
 	cmd.Stdin, cmd.Stdout = devNull, pw
 	// runc's own stderr too: the container inherits it.
 	cmd.Stderr = pw
