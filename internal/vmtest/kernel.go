@@ -99,6 +99,18 @@ type Fetcher struct {
 	Run Runner
 	// Refresh resolves the image package again even when a kernel is cached.
 	Refresh bool
+	// Modules are the modules kept from the kernel package; GuestModules()
+	// when nil. A kernel cached with another list is fetched again, so a
+	// harness with its own list keeps its own CacheDir.
+	Modules []Module
+}
+
+// modules returns the modules f keeps.
+func (f *Fetcher) modules() []Module {
+	if f.Modules != nil {
+		return f.Modules
+	}
+	return GuestModules()
 }
 
 // KernelImage is a fetched kernel.
@@ -123,7 +135,7 @@ func (f *Fetcher) Fetch(ctx context.Context, k Kernel) (KernelImage, error) {
 			img := f.image(strings.TrimSpace(string(b)))
 			_, errImage := os.Stat(img.Vmlinuz)
 			kept, errRoot := os.ReadFile(filepath.Join(img.Root, "lib", "modules", modulesListFile))
-			if errImage == nil && errRoot == nil && string(kept) == modulesList(GuestModules()) {
+			if errImage == nil && errRoot == nil && string(kept) == modulesList(f.modules()) {
 				return img, nil
 			}
 		}
@@ -241,7 +253,7 @@ func (f *Fetcher) download(ctx context.Context, k Kernel, pkg string) error {
 	if _, err := f.Run(ctx, tmp, "sh", "-c", unpack, "sh", debs[0], unpacked); err != nil {
 		return err
 	}
-	if err := keepModules(ctx, f.Run, unpacked, GuestModules()); err != nil {
+	if err := keepModules(ctx, f.Run, unpacked, f.modules()); err != nil {
 		return fmt.Errorf("%s: %w", filepath.Base(debs[0]), err)
 	}
 	for _, pattern := range []string{"vmlinuz-*", "config-*"} {

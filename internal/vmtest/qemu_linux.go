@@ -31,12 +31,22 @@ type Machine struct {
 	Timeout time.Duration
 	// After returns a channel that fires after d; time.After when nil.
 	After func(d time.Duration) <-chan time.Time
+	// CPUs is the number of virtual CPUs; QEMU's default (one) when 0.
+	CPUs int
+	// Append is added to the kernel command line, e.g. root=/dev/vda.
+	Append string
+	// Extra is added to QEMU's arguments, e.g. a -drive.
+	Extra []string
 }
 
 // Args returns QEMU's command line. TCG only: /dev/kvm hangs on the
 // machines nodeshim is tested on, so -enable-kvm is never passed.
 func (m *Machine) Args() []string {
-	return []string{
+	cmdline := "console=ttyS0 quiet panic=-1 psi=1 NODESHIM_GUEST=" + m.Label
+	if m.Append != "" {
+		cmdline += " " + m.Append
+	}
+	args := []string{
 		"-nographic", "-no-reboot",
 		"-machine", "accel=tcg",
 		"-cpu", "max",
@@ -46,10 +56,14 @@ func (m *Machine) Args() []string {
 		"-initrd", m.Initrd,
 		// panic=-1 reboots at once on a panic and -no-reboot turns that into
 		// QEMU exiting; init passes NODESHIM_GUEST on to the tests.
-		"-append", "console=ttyS0 quiet panic=-1 psi=1 NODESHIM_GUEST=" + m.Label,
+		"-append", cmdline,
 		"-serial", "mon:stdio",
 		"-serial", "file:" + m.ArtifactFile,
 	}
+	if m.CPUs > 0 {
+		args = append(args, "-smp", strconv.Itoa(m.CPUs))
+	}
+	return append(args, m.Extra...)
 }
 
 // Boot runs the guest to its end, feeding each console line to line. It

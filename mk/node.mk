@@ -1,0 +1,69 @@
+# The node Kubernetes runs today, as a test node: `make vmtest-node` boots a
+# whole node under QEMU (TCG) and runs the node scenarios inside it; see
+# internal/nodevm. The node is pure cgroup v2 with systemd as init,
+# containerd $(NODE_CONTAINERD_VERSION) as a systemd service with
+# `SystemdCgroup = true` and runc $(NODE_RUNC_VERSION), and `nodeshim serve`
+# as a systemd service, on Debian trixie's 6.12 kernel and userland
+# (debootstrap; CRIU 4.1.1, crun 1.21, systemd 257).
+#
+# runc and containerd are built from the Go module proxy on the host, once
+# per version, under .tools/.cache/node; nodeshim itself and the scenarios'
+# test binary are built at every run. The root filesystem (debootstrap of
+# trixie through its own mirror and keyring, never the machine's apt
+# sources) and the kernel (internal/vmtest's fetcher, trixie's 6.12) are
+# cached under .cache/vmtest/node. Not part of `make test` yet.
+
+NODE_APT_PACKAGES := debootstrap e2fsprogs busybox-static cpio qemu-system-x86 debian-archive-keyring xz-utils
+
+NODE_RUNC_VERSION       := v1.5.3
+NODE_CONTAINERD_VERSION := v2.2.9
+NODE_TOOLS              := $(TOOLS)/.cache/node
+NODE_RUNC               := $(NODE_TOOLS)/runc-$(NODE_RUNC_VERSION)/runc
+NODE_CONTAINERD_DIR     := $(NODE_TOOLS)/containerd-$(NODE_CONTAINERD_VERSION)/bin
+NODE_CONTAINERD         := $(NODE_CONTAINERD_DIR)/containerd
+# Each guest's time from QEMU's start to power-off.
+NODE_TIMEOUT ?= 25m
+NODE_FLAGS   ?=
+# A nodeshim binary to test instead of the one built from the tree.
+NODE_NODESHIM ?=
+NODEVM       := $(CACHE)/vmtest/node/bin/nodevm
+
+.PHONY: vmtest-node node-apt-deps node-tools node-lint
+
+node-apt-deps:
+	$(call apt-install,$(NODE_APT_PACKAGES))
+
+## node-tools: build runc and containerd for the test node (cached per version)
+node-tools: $(NODE_RUNC) $(NODE_CONTAINERD) $(CRICTL)
+
+# runc with seccomp (libseccomp is linked dynamically; the node's trixie
+# libseccomp2 serves it), stamped as runc's Makefile does.
+$(NODE_RUNC):
+	rm -rf $(@D).tmp && mkdir -p $(@D).tmp
+	GOBIN=$(@D).tmp CGO_ENABLED=1 $(GO) install -trimpath -tags seccomp \
+		-ldflags '-X main.version=$(patsubst v%,%,$(NODE_RUNC_VERSION))' \
+		github.com/opencontainers/runc@$(NODE_RUNC_VERSION)
+	$(@D).tmp/runc --version | grep -q 'libseccomp: '
+	rm -rf $(@D) && mv $(@D).tmp $(@D)
+
+$(NODE_CONTAINERD):
+	rm -rf $(NODE_CONTAINERD_DIR).tmp && mkdir -p $(NODE_CONTAINERD_DIR).tmp
+	GOBIN=$(NODE_CONTAINERD_DIR).tmp CGO_ENABLED=1 $(GO) install -trimpath \
+		-ldflags '-X github.com/containerd/containerd/v2/version.Version=$(NODE_CONTAINERD_VERSION)' \
+		$(foreach c,$(CONTAINERD2_CMDS),github.com/containerd/containerd/v2/cmd/$(c)@$(NODE_CONTAINERD_VERSION))
+	$(NODE_CONTAINERD_DIR).tmp/containerd --version | grep -qF ' $(NODE_CONTAINERD_VERSION)'
+	rm -rf $(NODE_CONTAINERD_DIR) && mv $(NODE_CONTAINERD_DIR).tmp $(NODE_CONTAINERD_DIR)
+
+$(NODEVM): go-deps $(wildcard internal/nodevm/*.go internal/nodevm/cmd/nodevm/*.go internal/vmtest/*.go)
+	$(GO) build -o $@ ./internal/nodevm/cmd/nodevm
+
+## node-lint: go vet and staticcheck the node scenarios, which only build with the nodevm tag
+node-lint: deps $(STATICCHECK)
+	$(GO) vet -tags nodevm ./internal/nodevm/...
+	$(STATICCHECK) -tags nodevm ./internal/nodevm/...
+
+## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5) under QEMU and run the node scenarios
+vmtest-node: node-apt-deps node-lint node-tools $(NODEVM)
+	$(NODEVM) -root $(CURDIR) -cache $(CACHE)/vmtest/node -timeout $(NODE_TIMEOUT) \
+		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -crictl $(CRICTL) \
+		-ldflags '$(LDFLAGS)' -tags '$(GOTAGS)' $(if $(NODE_NODESHIM),-nodeshim $(NODE_NODESHIM)) $(NODE_FLAGS)
