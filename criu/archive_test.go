@@ -15,6 +15,9 @@ import (
 
 	"google.golang.org/protobuf/proto"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/criu/archive/archivetest"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 type member struct {
@@ -214,4 +217,41 @@ func FuzzValidNamePart(f *testing.F) {
 			t.Errorf("validNamePart(%q) = %v, the rule says %v", s, got, want)
 		}
 	})
+}
+
+// TestRestoreRefusesHostileArchives: a chain of symlinks out of the work
+// directory (each link alone inside the archive) and a sparse member of
+// 4 GiB in an archive of a few KiB are refused by Restore before CRIU
+// runs, with ErrInvalidArchive of class errdefs.ErrInvalidArgument, and
+// nothing is written: not the 4 GiB, not the links.
+func TestRestoreRefusesHostileArchives(t *testing.T) {
+	min := archivetest.Minimal("{}", "{}")
+	for _, tc := range []struct {
+		name    string
+		archive func(t *testing.T) []byte
+		wantErr string
+	}{
+		{"symlink chain out of the work directory", func(t *testing.T) []byte {
+			return archivetest.Tar(t, append(min, archivetest.ChainOut(RootfsDiffTar, 2, "etc/passwd")...))
+		}, "leads outside the archive"},
+		{"sparse member of 4 GiB", func(t *testing.T) []byte {
+			return archivetest.TarWith(t, min, archivetest.Sparse("checkpoint/pages-1.img", 4<<30), nil)
+		}, `entry "checkpoint/pages-1.img" is sparse and expands to 4294967296 bytes`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "a.tar")
+			if err := os.WriteFile(path, tc.archive(t), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			work := filepath.Join(dir, "work")
+			_, err := Restore(t.Context(), path, RestoreOptions{Binary: Binary{Path: "/nonexistent/criu"}, WorkRoot: work})
+			if !errors.Is(err, ErrInvalidArchive) || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("Restore: %v, want ErrInvalidArchive with %q", err, tc.wantErr)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 1 {
+				t.Errorf("restore wrote beside the archive: %v", ents)
+			}
+		})
+	}
 }
