@@ -26,8 +26,15 @@ const EnvCriu = "NODESHIM_CRIU"
 // CRIU without configuration, whatever PATH the pod runs with.
 const DefaultPath = "/usr/sbin/criu"
 
-// ErrNotFound is returned, wrapped, when no criu binary can be found.
-var ErrNotFound = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
+// ErrNoBinary is returned, wrapped, when no criu binary can be found: the
+// node lacks a tool the operation needs, errdefs.ErrNotSupported (not
+// errdefs.ErrNotFound, which names a missing container or pod).
+var ErrNoBinary = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
+
+// ErrNotFound is ErrNoBinary.
+//
+// Deprecated: use ErrNoBinary; the name read as errdefs.ErrNotFound.
+var ErrNotFound = ErrNoBinary
 
 // ErrCheckFailed is returned, wrapped, when `criu check` fails; the error
 // carries CRIU's own message.
@@ -63,10 +70,10 @@ func find(configured string, getenv func(string) string, defaultPath string) (Bi
 		}
 		st, err := os.Stat(abs)
 		if err != nil {
-			return Binary{}, fmt.Errorf("criu path %s (%s): %w: %w", abs, src, ErrNotFound, err)
+			return Binary{}, fmt.Errorf("criu path %s (%s): %w: %w", abs, src, ErrNoBinary, err)
 		}
 		if st.IsDir() || st.Mode().Perm()&0o111 == 0 {
-			return Binary{}, fmt.Errorf("criu path %s (%s) is not an executable file: %w", abs, src, ErrNotFound)
+			return Binary{}, fmt.Errorf("criu path %s (%s) is not an executable file: %w", abs, src, ErrNoBinary)
 		}
 		return Binary{Path: abs, Source: src}, nil
 	}
@@ -82,7 +89,7 @@ func find(configured string, getenv func(string) string, defaultPath string) (Bi
 	}
 	b, derr := check(defaultPath, "default")
 	if derr != nil {
-		return Binary{}, fmt.Errorf("criu not configured, $%s unset, not on PATH (%w) and not at %s: %w", EnvCriu, err, defaultPath, ErrNotFound)
+		return Binary{}, fmt.Errorf("criu not configured, $%s unset, not on PATH (%w) and not at %s: %w", EnvCriu, err, defaultPath, ErrNoBinary)
 	}
 	return b, nil
 }
