@@ -74,6 +74,10 @@
 // failure; what a killed nodeshim leaves behind is removed by the next
 // checkpoint into the same directory.
 //
-// Restore validates the whole archive first (ValidateArchive) and unpacks it
-// through an os.Root, so no entry can land outside the work directory.
+// Restore validates the whole archive first (archive.Validate: symlinks
+// followed through each other, sizes bounded) and unpacks it through an
+// os.Root (archive.Unpack), so no entry can land outside the work
+// directory and a refused archive leaves nothing. The archive format
+// itself, and everything that reads an archive from outside, is package
+// criu/archive; the names here that forward to it keep callers compiling.
 package criu
