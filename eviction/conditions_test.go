@@ -1,8 +1,6 @@
 package eviction
 
 import (
-	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -21,72 +19,6 @@ func (c *fakeClock) Now() time.Time          { return c.t }
 func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
 
 func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
-func TestParseThresholds(t *testing.T) {
-	cases := []struct {
-		name, in string
-		want     []string // String() of each threshold
-		wantErr  string
-	}{
-		{"kubelet defaults", DefaultHardThresholds, []string{"memory.available<100Mi", "nodefs.available<10%", "nodefs.inodesFree<5%", "imagefs.available<15%", "imagefs.inodesFree<5%"}, ""},
-		{"pid and allocatable", "pid.available<5%, allocatableMemory.available<1Gi", []string{"pid.available<5%", "allocatableMemory.available<1Gi"}, ""},
-		{"zero disables", "memory.available<0,nodefs.available<0%", nil, ""},
-		{"empty", "", nil, ""},
-		{"unknown signal", "memory.free<1Gi", nil, `unknown signal "memory.free"`},
-		{"wrong operator", "memory.available>1Gi", nil, "want SIGNAL<VALUE"},
-		{"two operators", "memory.available<=1Gi", nil, `only the "<" operator`},
-		{"bad quantity", "memory.available<lots", nil, "quantities must match"},
-		{"negative", "memory.available<-1Gi", nil, "must not be negative"},
-		{"over 100%", "nodefs.available<101%", nil, "must be within"},
-		{"bad percent", "nodefs.available<x%", nil, "bad percentage"},
-		{"repeated", "memory.available<1Gi,memory.available<2Gi", nil, "given twice"},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseThresholds(tc.in)
-			if tc.wantErr != "" {
-				if !errors.Is(err, ErrThreshold) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want ErrThreshold containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			var s []string
-			for _, th := range got {
-				s = append(s, th.String())
-			}
-			if fmt.Sprint(s) != fmt.Sprint(tc.want) {
-				t.Fatalf("got %v, want %v", s, tc.want)
-			}
-		})
-	}
-}
-
-func TestThresholdCrossed(t *testing.T) {
-	ths, _ := ParseThresholds("memory.available<100Mi,nodefs.available<10%")
-	mem, fs := ths[0], ths[1]
-	cases := []struct {
-		name string
-		th   Threshold
-		obs  cgroup.Observation
-		want bool
-	}{
-		{"memory under", mem, cgroup.Observation{Available: 99 << 20, Capacity: 1 << 30}, true},
-		{"memory at", mem, cgroup.Observation{Available: 100 << 20, Capacity: 1 << 30}, false},
-		{"percent under", fs, cgroup.Observation{Available: 99, Capacity: 1000}, true},
-		{"percent at", fs, cgroup.Observation{Available: 100, Capacity: 1000}, false},
-		{"unknown never crosses", mem, cgroup.Observation{Err: cgroup.ErrMissing}, false},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.th.Crossed(tc.obs); got != tc.want {
-				t.Fatalf("Crossed = %v, want %v", got, tc.want)
-			}
-		})
-	}
-}
 
 func obsWith(memAvail uint64, memErr error) Observations {
 	o := Observations{}
@@ -172,38 +104,6 @@ func TestEvaluatorTransitionPeriod(t *testing.T) {
 		}
 	}
 }
-
-func TestPSIEvaluator(t *testing.T) {
-	clk := newFakeClock()
-	e := NewPSIEvaluator(DefaultPSIThresholds)
-	psi := func(a10, a60 cgroup.Avg) cgroup.Pressure {
-		return cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: a10, Avg60: a60}, HasFull: true}}
-	}
-	steps := []struct {
-		name      string
-		p         cgroup.Pressure
-		want      metav1.ConditionStatus
-		sev       condition.Severity
-		wantTrans bool
-	}{
-		{"quiet", psi(0, 0), condition.True, "", true},
-		{"avg10 alone is a spike", psi(4000, 500), condition.True, "", false},
-		{"both over Info", psi(1500, 1100), condition.False, condition.SeverityInfo, true},
-		{"worse: Warning", psi(3000, 2600), condition.False, condition.SeverityWarning, true},
-		{"worse: Error", psi(8000, 5500), condition.False, condition.SeverityError, true},
-		{"avg10 drops, avg60 high: still contended", psi(200, 1200), condition.False, condition.SeverityInfo, true},
-		{"avg60 under Info: cleared", psi(100, 900), condition.True, "", true},
-		{"unreadable", cgroup.Pressure{Err: cgroup.ErrVanished}, condition.Unknown, "", true},
-	}
-	for _, st := range steps {
-		clk.Advance(time.Second)
-		v, tr := e.Update(clk.Now(), cgroup.Memory, st.p)
-		if v.Type != "MemoryContentionFree" || v.Status != st.want || v.Severity != st.sev || (tr != nil) != st.wantTrans || v.Validate() != nil {
-			t.Fatalf("%s: %+v (transition %v); want %s %q transition %v", st.name, v, tr != nil, st.want, st.sev, st.wantTrans)
-		}
-	}
-}
-
 
 // TestPressureConditions checks the conditions the policy emits as the
 // status model and the Node show them: kubelet's polarity with Severity
