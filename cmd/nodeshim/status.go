@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -17,20 +18,28 @@ import (
 
 func newStatusCommand() *cobra.Command {
 	var rootDir, output string
+	var timeout time.Duration
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Print the node status served by a running nodeshim serve",
 		Long: `Print the conditions that nodeshim serve reports, with the capability
 report's summary, the node's PSI, recent OOM kills, recent checkpoints and the
-configuration status, read from its API socket (<root-dir>/nodeshim.sock).`,
+configuration status, read from its API socket (<root-dir>/nodeshim.sock).
+It gives up after --timeout: a shim that does not answer within it is stuck
+or its API saturated.`,
 		Example: `  # Conditions as a table
   nodeshim status
 
   # Everything as JSON
-  nodeshim status -o json`,
+  nodeshim status -o json
+
+  # Wait at most 3 seconds for the answer
+  nodeshim status --timeout 3s`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			d, err := client.New(filepath.Join(rootDir, api.SocketName)).Status(cmd.Context())
+			ctx, cancel := context.WithTimeout(cmd.Context(), timeout)
+			defer cancel()
+			d, err := client.New(filepath.Join(rootDir, api.SocketName), client.WithTimeout(timeout)).Status(ctx)
 			if err != nil {
 				return err
 			}
@@ -38,6 +47,7 @@ configuration status, read from its API socket (<root-dir>/nodeshim.sock).`,
 		},
 	}
 	cmd.Flags().StringVar(&rootDir, "root-dir", "/var/lib/nodeshim", "root dir of the nodeshim serve to query")
+	cmd.Flags().DurationVar(&timeout, "timeout", client.DefaultTimeout, "how long to wait for the answer, connecting included")
 	addOutputFlag(cmd, &output)
 	return cmd
 }

@@ -5,7 +5,11 @@
 // SO_PEERCRED: root has full access, configured reporter uids or gids may
 // read the status endpoints only (403 for anything else), everyone else
 // gets 401. On the optional TCP listener, TLS with a bearer token or a
-// verified client certificate is required. Refusals are logged.
+// verified client certificate is required. Refusals are logged, at most
+// one line per peer and interval (RefusalLog), and the connection of a
+// refused request is closed. Limits bounds what one peer can hold: the
+// time-outs of every listener and, on the unix socket, connections per uid
+// counted at accept (LimitPeers).
 package api
 
 import (
@@ -82,6 +86,10 @@ type Options struct {
 	Auth Authenticator
 	// Logger receives refused requests; slog.Default() when nil.
 	Logger *slog.Logger
+	// Refusals rate-limits the log of refused requests; when nil, one
+	// writing to Logger every DefaultRefusalLogInterval. Share it with
+	// LimitPeers so that a peer's refusals make one line.
+	Refusals *RefusalLog
 	// Metrics, when set, is served at GET /metrics.
 	Metrics http.Handler
 	// Checkpoint, when set, serves POST /checkpoint/{namespace}/{pod}/{container};
@@ -134,6 +142,10 @@ type peer struct {
 // ConnContext records the peer credentials of a unix connection in its
 // context; set it as http.Server.ConnContext of the unix socket's server.
 func ConnContext(ctx context.Context, c net.Conn) context.Context {
+	if pc, ok := c.(*peerConn); ok {
+		// LimitPeers read them at accept.
+		return context.WithValue(ctx, peerKey{}, peer{cred: pc.cred, err: pc.credErr})
+	}
 	uc, ok := c.(*net.UnixConn)
 	if !ok {
 		return context.WithValue(ctx, peerKey{}, peer{err: errors.New("not a unix connection")})
@@ -206,6 +218,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 	}
 	if opts.Logger == nil {
 		opts.Logger = slog.Default()
+	}
+	if opts.Refusals == nil {
+		opts.Refusals = NewRefusalLog(opts.Logger, 0, nil)
 	}
 	if opts.ReportRefreshInterval <= 0 {
 		opts.ReportRefreshInterval = DefaultReportRefreshInterval
@@ -398,7 +413,7 @@ func (f *refresher) run(ctx context.Context, refresh func(context.Context), ever
 }
 
 // authorize serves read-only callers from read and full ones from full;
-// refusals are logged with the caller.
+// refusals are logged through opts.Refusals and end the connection.
 func authorize(read, full http.Handler, opts Options) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		access, who := opts.Auth(r)
@@ -413,14 +428,42 @@ func authorize(read, full http.Handler, opts Options) http.Handler {
 					return
 				}
 			}
-			opts.Logger.Warn("API request refused: read-only caller", "method", r.Method, "path", r.URL.Path, "peer", who)
-			writeJSON(w, http.StatusForbidden, map[string]string{"error": "forbidden: read-only access"})
+			opts.Refusals.Refused(peerID(r), "API request refused: read-only caller", "method", r.Method, "path", r.URL.Path, "caller", who)
+			refuse(w, http.StatusForbidden, "forbidden: read-only access")
 			return
 		}
-		opts.Logger.Warn("API request refused", "method", r.Method, "path", r.URL.Path, "peer", who)
+		opts.Refusals.Refused(peerID(r), "API request refused", "method", r.Method, "path", r.URL.Path, "caller", who)
 		w.Header().Set("WWW-Authenticate", `Bearer realm="nodeshim"`)
-		writeJSON(w, http.StatusUnauthorized, map[string]string{"error": "unauthorized"})
+		refuse(w, http.StatusUnauthorized, "unauthorized")
 	})
+}
+
+// refuse answers a refused request and ends its connection: the answer
+// says "Connection: close", and the read deadline is moved to the past so
+// that net/http, which reads what is left of a request's body before it
+// closes (up to 256 KiB), gives up at once instead of waiting for a body
+// that may never come.
+func refuse(w http.ResponseWriter, code int, msg string) {
+	w.Header().Set("Connection", "close")
+	writeJSON(w, code, map[string]string{"error": msg})
+	// Not every ResponseWriter has a connection (httptest's); the answer
+	// stands either way.
+	_ = http.NewResponseController(w).SetReadDeadline(time.Unix(1, 0))
+}
+
+// peerID is the key a request's refusals are counted under: the uid of a
+// unix peer, the address without the port of a TCP one.
+func peerID(r *http.Request) string {
+	if p, ok := r.Context().Value(peerKey{}).(peer); ok {
+		if p.cred != nil {
+			return "uid=" + strconv.FormatUint(uint64(p.cred.Uid), 10)
+		}
+		return "unknown peer"
+	}
+	if host, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return "remote=" + host
+	}
+	return "remote=" + r.RemoteAddr
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {

@@ -37,21 +37,62 @@ func (e *StatusError) Error() string {
 
 // Client talks to one nodeshim serve over its unix socket.
 type Client struct {
-	socket string
-	http   *http.Client
+	socket  string
+	timeout time.Duration
+	http    *http.Client
 }
 
-// New returns a client of the node API served on socket. Requests take
-// their deadline from their context.
-func New(socket string) *Client {
-	return &Client{socket: socket, http: &http.Client{Transport: &http.Transport{
+// DefaultTimeout bounds a request to the shim whose context has no
+// deadline, and every connect. The shim is local: an answer that takes
+// longer means it is stuck or its API is saturated.
+const DefaultTimeout = 10 * time.Second
+
+// Option configures a Client.
+type Option func(*Client)
+
+// WithTimeout sets the client's time-out (DefaultTimeout when not
+// positive): the bound of every connect and of each request whose context
+// has no deadline, beyond the wait the request asks for (a long poll's
+// wait, a checkpoint's timeout).
+func WithTimeout(d time.Duration) Option {
+	return func(c *Client) {
+		if d > 0 {
+			c.timeout = d
+		}
+	}
+}
+
+// New returns a client of the node API served on socket. A request's
+// deadline is its context's, or the client's time-out when the context
+// has none (WithTimeout).
+func New(socket string, opts ...Option) *Client {
+	c := &Client{socket: socket, timeout: DefaultTimeout}
+	for _, o := range opts {
+		o(c)
+	}
+	c.http = &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			var d net.Dialer
+			d := net.Dialer{Timeout: c.timeout}
 			return d.DialContext(ctx, "unix", socket)
 		},
 		MaxIdleConns:    1,
 		IdleConnTimeout: 30 * time.Second,
-	}}}
+	}}
+	return c
+}
+
+// Timeout is the client's time-out.
+func (c *Client) Timeout() time.Duration { return c.timeout }
+
+// bound gives ctx the client's time-out plus wait when it has no deadline.
+// A wait below zero means the request may take any time: it is left
+// unbounded (a checkpoint without a timeout, which the shim bounds with
+// its configured default).
+func (c *Client) bound(ctx context.Context, wait time.Duration) (context.Context, context.CancelFunc) {
+	if _, ok := ctx.Deadline(); ok || wait < 0 {
+		return ctx, func() {}
+	}
+	return context.WithTimeout(ctx, c.timeout+wait)
 }
 
 // Close releases the idle connection to the shim.
@@ -62,8 +103,32 @@ func (c *Client) Socket() string { return c.socket }
 
 // Do sends a request for path (which may carry a query) and returns the
 // body of a 200 answer; the caller closes it. Any other answer is a
-// *StatusError carrying the API's message.
+// *StatusError carrying the API's message. A context without a deadline
+// gets the client's time-out, which then bounds the reading of the body
+// too.
 func (c *Client) Do(ctx context.Context, method, path string) (io.ReadCloser, error) {
+	ctx, cancel := c.bound(ctx, 0)
+	body, err := c.do(ctx, method, path)
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	return cancelOnClose{body, cancel}, nil
+}
+
+// cancelOnClose releases a request's context with its body.
+type cancelOnClose struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelOnClose) Close() error {
+	err := b.ReadCloser.Close()
+	b.cancel()
+	return err
+}
+
+func (c *Client) do(ctx context.Context, method, path string) (io.ReadCloser, error) {
 	req, err := http.NewRequestWithContext(ctx, method, "http://nodeshim"+path, nil)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
@@ -90,13 +155,18 @@ func (c *Client) Do(ctx context.Context, method, path string) (io.ReadCloser, er
 	return nil, &StatusError{Method: method, Path: path, Code: resp.StatusCode, Message: msg}
 }
 
-// GetJSON reads path and decodes its JSON answer into v.
+// GetJSON reads path and decodes its JSON answer into v. A context
+// without a deadline gets the client's time-out.
 func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
-	return c.decode(ctx, http.MethodGet, path, v)
+	return c.decode(ctx, http.MethodGet, path, 0, v)
 }
 
-func (c *Client) decode(ctx context.Context, method, path string, v any) error {
-	body, err := c.Do(ctx, method, path)
+// decode sends the request with the client's time-out plus wait when ctx
+// has no deadline, and decodes the answer into v.
+func (c *Client) decode(ctx context.Context, method, path string, wait time.Duration, v any) error {
+	ctx, cancel := c.bound(ctx, wait)
+	defer cancel()
+	body, err := c.do(ctx, method, path)
 	if err != nil {
 		return err
 	}
@@ -116,11 +186,12 @@ func (c *Client) Status(ctx context.Context) (status.Document, error) {
 
 // StatusAfter reads GET /status?after=gen&wait=: a long poll that the
 // shim answers once its generation differs from gen, or after wait with
-// the unchanged document. A shim without long polls answers at once. The
-// context must allow for wait.
+// the unchanged document. A shim without long polls answers at once. A
+// context with a deadline must allow for wait; one without gets wait plus
+// the client's time-out.
 func (c *Client) StatusAfter(ctx context.Context, gen int64, wait time.Duration) (status.Document, error) {
 	var d status.Document
-	err := c.GetJSON(ctx, StatusAfterPath(gen, wait), &d)
+	err := c.decode(ctx, http.MethodGet, StatusAfterPath(gen, wait), max(wait, 0), &d)
 	return d, err
 }
 
@@ -133,7 +204,10 @@ func StatusAfterPath(gen int64, wait time.Duration) string {
 
 // Checkpoint asks the shim to checkpoint a container, as kubelet's
 // checkpoint API does, and returns the archive's path on the node. A
-// timeout of 0 leaves the shim's default.
+// timeout of 0 leaves the shim's default. A context without a deadline
+// gets timeout plus the client's time-out; with a timeout of 0 it is
+// bounded by the shim's default alone (the connect by the client's
+// time-out).
 func (c *Client) Checkpoint(ctx context.Context, namespace, pod, container string, timeout time.Duration) (string, error) {
 	for _, p := range []struct{ what, v string }{{"namespace", namespace}, {"pod", pod}, {"container", container}} {
 		if p.v == "" {
@@ -149,7 +223,11 @@ func (c *Client) Checkpoint(ctx context.Context, namespace, pod, container strin
 	var out struct {
 		Items []string `json:"items"`
 	}
-	if err := c.decode(ctx, http.MethodPost, path, &out); err != nil {
+	wait := timeout
+	if wait <= 0 {
+		wait = -1 // the shim's default, unknown here
+	}
+	if err := c.decode(ctx, http.MethodPost, path, wait, &out); err != nil {
 		return "", err
 	}
 	if len(out.Items) != 1 || out.Items[0] == "" {

@@ -413,9 +413,14 @@ func TestAPIAccess(t *testing.T) {
 		t.Fatal(err)
 	}
 	const reporter, stranger = 65534, 65533
-	d := startDaemon(t, checkpointConfig("unix:///nonexistent.sock", filepath.Join(dir, "ck"),
-		"api:\n  tcpAddress: 127.0.0.1:0\n  tlsCertFile: "+cert+"\n  tlsKeyFile: "+key+"\n  tokenFile: "+tokenFile+
-			"\n  readOnlyUIDs: [65534]\n"))
+	d := startDaemonWith(t, func(o *Options) {
+		// Every refusal is logged, so that each one's reason is checked
+		// (serve logs one line per peer and minute).
+		o.APILimits.RefusalLogInterval = time.Nanosecond
+		writeSource(t, o.ConfigSource, checkpointConfig("unix:///nonexistent.sock", filepath.Join(dir, "ck"),
+			"api:\n  tcpAddress: 127.0.0.1:0\n  tlsCertFile: "+cert+"\n  tlsKeyFile: "+key+"\n  tokenFile: "+tokenFile+
+				"\n  readOnlyUIDs: [65534]\n"))
+	})
 	if d.tcp == nil {
 		t.Fatal("no TCP listener")
 	}

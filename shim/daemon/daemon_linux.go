@@ -90,6 +90,9 @@ type Options struct {
 	// TCPListening, when set, is called with the TCP listener's address
 	// each time one starts accepting requests (api.tcpAddress configured).
 	TCPListening func(addr net.Addr)
+	// APILimits bounds what the API's peers can hold (time-outs, connections
+	// per uid, refusal log interval); a zero field takes api.DefaultLimits'.
+	APILimits api.Limits
 
 	// extraSources are run beside the built-in ones (tests).
 	extraSources []source.Source

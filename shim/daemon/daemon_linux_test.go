@@ -37,6 +37,12 @@ func TestMain(m *testing.M) {
 	case "client":
 		runClient()
 		return
+	case "flood":
+		runFlood()
+		return
+	case "probe":
+		runProbe()
+		return
 	default:
 		fmt.Fprintf(os.Stderr, "unknown workload %q\n", os.Getenv(envWorkload))
 		os.Exit(2)

@@ -121,6 +121,9 @@ func (g *apiGroup) shutdownServers(servers []server) error {
 // the first gid as group; with reporter uids only it is 0666, and
 // SO_PEERCRED is what keeps everyone else out (401). With reporters the
 // root dir becomes 0711 so that they can reach the socket by its name.
+// Every local user may then connect: opts.APILimits bounds what each can
+// hold (api.LimitPeers at accept, the servers' time-outs), and refusals
+// are logged once per peer and interval.
 func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options) (sock *api.Socket, out []server, err error) {
 	defer func() {
 		if err != nil {
@@ -132,6 +135,7 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 			}
 		}
 	}()
+	limits := opts.APILimits.WithDefaults()
 	socket := filepath.Join(opts.RootDir, api.SocketName)
 	// The root dir is 0700; a reporter needs to search it (not list it) to
 	// reach the socket. Everything else in it is 0600 root.
@@ -155,13 +159,14 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	}
 	unixOpts := apiOpts
 	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
+	unixOpts.Refusals = api.NewRefusalLog(opts.Logger, limits.RefusalLogInterval, nil)
 	unixStop := make(chan struct{})
 	unixOpts.Stop = unixStop
-	out = append(out, server{addr: socket, ln: sock.UnixListener, srv: &http.Server{
-		Handler:           api.NewHandler(model, unixOpts),
-		ConnContext:       api.ConnContext,
-		ReadHeaderTimeout: 10 * time.Second,
-	}})
+	usrv := api.NewServer(api.NewHandler(model, unixOpts), limits)
+	usrv.ConnContext = api.ConnContext
+	usrv.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
+	out = append(out, server{addr: socket, srv: usrv,
+		ln: api.LimitPeers(sock.UnixListener, limits, c.ReadOnlyUIDs, c.ReadOnlyGIDs, unixOpts.Refusals)})
 	// Long polls of GET /status end at shutdown instead of holding it.
 	// Shutdown may run more than once (shutdownTCP, then shutdown).
 	out[0].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(unixStop) }))
@@ -184,14 +189,13 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	}
 	tcpOpts := apiOpts
 	tcpOpts.Auth = api.Bearer(token)
+	tcpOpts.Refusals = api.NewRefusalLog(opts.Logger, limits.RefusalLogInterval, nil)
 	tcpStop := make(chan struct{})
 	tcpOpts.Stop = tcpStop
-	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: &http.Server{
-		Handler:           api.NewHandler(model, tcpOpts),
-		TLSConfig:         tlsCfg,
-		ReadHeaderTimeout: 10 * time.Second,
-		ErrorLog:          slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn),
-	}})
+	tsrv := api.NewServer(api.NewHandler(model, tcpOpts), limits)
+	tsrv.TLSConfig = tlsCfg
+	tsrv.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
+	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: tsrv})
 	out[1].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(tcpStop) }))
 	return sock, out, nil
 }
