@@ -446,3 +446,50 @@ func TestRetentionPolicy(t *testing.T) {
 		})
 	}
 }
+
+// TestLeftoverRemovedToMakeRoom: a temp archive left by a killed
+// checkpoint fills the filesystem so that CRIU's images and the archive
+// fit only without it; the service's checkpoint removes it (one listing
+// of the directory, one plan) before the freeze, and succeeds.
+func TestLeftoverRemovedToMakeRoom(t *testing.T) {
+	nstestutil.RequireRoot(t)
+	bin := criutest.RequireChecked(t)
+	pid, wdir := testworkload.Start(t, "count", 64)
+	target, err := criu.PIDTarget("/proc", pid, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	est, err := criu.EstimateSize("/proc", target)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := mountSmallTmpfs(t, int(2*est+64<<20))
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, retention.TempPrefix+strconv.Itoa(dead.Process.Pid)+"-00aa"+retention.TempSuffix)
+	f, err := os.OpenFile(left, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, est+32<<20); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	s, _ := pidService(t, bin, pid, dir, filepath.Join(t.TempDir(), "locks"), retention.Policy{})
+	res, err := s.Checkpoint(t.Context(), web, 0)
+	if err != nil {
+		t.Fatalf("checkpoint with a leftover to remove: %v", err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("leftover %s: %v, want it removed", left, err)
+	}
+	if w := workEntries(t, dir); len(w) != 0 {
+		t.Errorf("work entries left: %v", w)
+	}
+	if _, err := os.Stat(res.Path); err != nil {
+		t.Error(err)
+	}
+	testworkload.AssertRunning(t, pid, wdir)
+}
