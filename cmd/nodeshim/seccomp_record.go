@@ -61,12 +61,7 @@ const defaultRuntimeNeedsCache = "/var/lib/nodeshim/runtime-needs"
 // containerMode says whether f names a container to record.
 func (f *recordFlags) containerMode() bool { return f.containerID != "" || f.pod != "" }
 
-func newSeccompRecordCommand() *cobra.Command {
-	var f recordFlags
-	cmd := &cobra.Command{
-		Use:   "record --out-file PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
-		Short: "Record the syscalls of a workload into a seccomp profile",
-		Long: `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
+const recordLong = `Record, with an eBPF program on the raw_syscalls/sys_enter tracepoint, every
 syscall that a workload makes, and write an OCI seccomp profile that allows
 exactly those (by name, for this machine's architecture) and denies every
 other syscall with EPERM (defaultAction SCMP_ACT_ERRNO). With --base the
@@ -122,9 +117,10 @@ Record unconfined: a seccomp filter runs before the tracepoint, so a syscall
 that the workload's current filter denies is never seen. A table of the
 recorded syscalls and their counts goes to stderr, after the logs: stdout
 belongs to the recorded command, so that its output can be redirected and
-compared with a run under the profile.`,
-		Example: `  # Record a running podman container, then run a new one under the profile
-  nodeshim seccomp record -o app.json --container-id $id --duration 1m
+compared with a run under the profile.`
+
+const recordExample = `  # Record a running podman container, then run a new one under the profile
+  nodeshim seccomp record --out-file app.json --container-id $id --duration 1m
   podman run --security-opt seccomp=app.json IMAGE
 
   # Record a command and its children
@@ -146,11 +142,24 @@ compared with a run under the profile.`,
   podman start --attach $id
 
   # Record a pod's container through containerd's CRI for a minute
-  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m`,
+  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m`
+
+func newSeccompRecordCommand() *cobra.Command {
+	var f recordFlags
+	cmd := &cobra.Command{
+		Use:     "record --out-file PROFILE [--base PROFILE] (-- COMMAND [ARGS...] | --cgroup PATH | --pid PID | --container-id ID | --pod POD --container NAME) [--duration D]",
+		Short:   "Record the syscalls of a workload into a seccomp profile",
+		Long:    recordLong,
+		Example: recordExample,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runSeccompRecord(cmd, &f, args)
 		},
 	}
+	f.bind(cmd)
+	return cmd
+}
+
+func (f *recordFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.StringVar(&f.outFile, "out-file", "", "where to write the profile (required)")
 	// The spelling before -o was the output format on every command;
@@ -171,7 +180,6 @@ compared with a run under the profile.`,
 	fl.StringVar(&f.cacheDir, "cache-dir", defaultRuntimeNeedsCache, "where the measured needs of the node's runtimes are kept; empty to measure every time")
 	fl.StringVar(&f.procRoot, "proc-root", "/proc", "where procfs is mounted")
 	fl.StringVar(&f.sysRoot, "sys-root", "/sys", "where sysfs is mounted")
-	return cmd
 }
 
 func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
