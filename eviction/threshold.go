@@ -1,7 +1,6 @@
 package eviction
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"sort"
@@ -11,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 // Threshold is an eviction-style threshold: the signal is crossed when its
@@ -29,8 +29,9 @@ type Threshold struct {
 // imagefs.inodesFree<5%. kubelet sets no pid.available default.
 const DefaultHardThresholds = "memory.available<100Mi,nodefs.available<10%,nodefs.inodesFree<5%,imagefs.available<15%,imagefs.inodesFree<5%"
 
-// ErrThreshold is wrapped by every error ParseThresholds returns.
-var ErrThreshold = errors.New("invalid eviction threshold")
+// ErrThreshold is wrapped by every error ParseThresholds returns; it is of
+// class errdefs.ErrInvalidArgument.
+var ErrThreshold = errdefs.New(errdefs.ErrInvalidArgument, "invalid eviction threshold")
 
 // ParseThresholds parses thresholds in kubelet's --eviction-hard syntax: a
 // comma-separated list of SIGNAL<QUANTITY or SIGNAL<PERCENT%. A threshold of

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 func TestParseThresholds(t *testing.T) {
@@ -32,8 +33,8 @@ func TestParseThresholds(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseThresholds(tc.in)
 			if tc.wantErr != "" {
-				if !errors.Is(err, ErrThreshold) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("err = %v, want ErrThreshold containing %q", err, tc.wantErr)
+				if !errors.Is(err, ErrThreshold) || !errors.Is(err, errdefs.ErrInvalidArgument) || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("err = %v, want ErrThreshold (invalid argument) containing %q", err, tc.wantErr)
 				}
 				return
 			}
