@@ -122,3 +122,52 @@ func TestMonitorRejectsMissingPressureFile(t *testing.T) {
 		t.Fatalf("NewMonitor on a tree without memory.pressure: %v", err)
 	}
 }
+
+// BenchmarkEvaluate measures one evaluation over cgroup's recorded tree:
+// the cgroup.Monitor's reading alone, and with the policy on top, side by
+// side, so that what the policy costs per evaluation is their difference.
+func BenchmarkEvaluate(b *testing.B) {
+	cg, _ := filepath.Abs(filepath.Join("..", "cgroup", "testdata", "unified"))
+	pod := filepath.Join(cg, "kubepods", "burstable", "pod5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09")
+	proc := b.TempDir()
+	for name, data := range map[string]string{
+		"meminfo":                "MemTotal:       16384000 kB\nMemFree:         40000 kB\nInactive(file):  0 kB\n",
+		"sys/kernel/pid_max":     "4194304\n",
+		"sys/kernel/threads-max": "126000\n",
+		"loadavg":                "0.52 0.58 0.59 3/1206 12345\n",
+	} {
+		p := filepath.Join(proc, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			b.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	read := cgroup.MonitorConfig{
+		Sources:    cgroup.NodeSources{ProcRoot: proc, CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: b.TempDir()},
+		WatchPaths: []string{filepath.Join(pod, "memory.pressure")},
+	}
+	b.Run("read", func(b *testing.B) {
+		mon, err := cgroup.NewMonitor(read)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer mon.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			mon.Evaluate()
+		}
+	})
+	b.Run("read+policy", func(b *testing.B) {
+		mon, err := NewMonitor(MonitorConfig{Read: read})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer mon.Close()
+		b.ReportAllocs()
+		for b.Loop() {
+			mon.Evaluate()
+		}
+	})
+}
