@@ -159,7 +159,9 @@ func (id Identity) equal(o Identity) bool {
 }
 
 // Store keeps needs under its runtime's identity, replacing what was there
-// (written whole: O_EXCL temporary file, fsync, rename).
+// (written whole: O_EXCL temporary file, fsync, rename), and removes what
+// was kept for an earlier binary at the same path: a runtime upgraded in
+// place leaves no stale file behind.
 func (c *Cache) Store(needs *Needs) error {
 	if err := os.MkdirAll(c.Dir, 0o700); err != nil {
 		return fmt.Errorf("runtime needs cache: %w", err)
@@ -168,7 +170,31 @@ func (c *Cache) Store(needs *Needs) error {
 	if err != nil {
 		return fmt.Errorf("encode runtime needs: %w", err)
 	}
-	return atomicfile.WriteFile(c.path(needs.Runtime), append(data, '\n'), 0o600)
+	path := c.path(needs.Runtime)
+	if err := atomicfile.WriteFile(path, append(data, '\n'), 0o600); err != nil {
+		return err
+	}
+	kept, err := filepath.Glob(filepath.Join(c.Dir, "runtime-needs-*.json"))
+	if err != nil {
+		return fmt.Errorf("runtime needs cache: %w", err)
+	}
+	for _, k := range kept {
+		if k == path {
+			continue
+		}
+		b, err := os.ReadFile(k)
+		if err != nil || len(b) > maxCacheFile {
+			continue
+		}
+		// A file that does not decode is left alone: Load reports it
+		// for its own identity, and Store replaces it then.
+		if old, err := Decode(b); err == nil && old.Runtime.Path == needs.Runtime.Path {
+			if err := os.Remove(k); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return fmt.Errorf("runtime needs cache: %w", err)
+			}
+		}
+	}
+	return nil
 }
 
 // Decode parses a kept measurement and checks it: known fields only, a

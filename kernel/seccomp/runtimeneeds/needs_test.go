@@ -127,7 +127,8 @@ func FuzzDecode(f *testing.F) {
 }
 
 // TestCache keeps a measurement per identity: another size, mtime,
-// version or kernel finds nothing; a file that holds another identity or
+// version or kernel finds nothing; a new measurement of a path removes the
+// earlier binary's; a file that holds another identity or
 // does not decode is refused; For measures over what is refused.
 func TestCache(t *testing.T) {
 	c := &Cache{Dir: filepath.Join(t.TempDir(), "cache")}
@@ -159,13 +160,40 @@ func TestCache(t *testing.T) {
 			t.Errorf("another %s: %v, want not found", name, err)
 		}
 	}
-	// A file under the name of one identity that holds another's.
-	other := n.Runtime
-	other.Size++
-	if err := os.Rename(c.path(n.Runtime), c.path(other)); err != nil {
+	// The same path measured again after an upgrade in place: the
+	// earlier binary's file goes, another path's stays.
+	upgraded := *n
+	upgraded.Runtime.Size++
+	other := *n
+	other.Runtime.Path = "/usr/bin/crun"
+	if err := c.Store(&other); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := c.Load(other); !errors.Is(err, errdefs.ErrInvalidArgument) {
+	if err := c.Store(&upgraded); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Load(n.Runtime); !errors.Is(err, errdefs.ErrNotFound) {
+		t.Errorf("the earlier binary's measurement is still kept: %v", err)
+	}
+	for _, id := range []Identity{upgraded.Runtime, other.Runtime} {
+		if _, err := c.Load(id); err != nil {
+			t.Errorf("%s: %v", id, err)
+		}
+	}
+	if err := os.Remove(c.path(upgraded.Runtime)); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Store(n); err != nil {
+		t.Fatal(err)
+	}
+
+	// A file under the name of one identity that holds another's.
+	renamed := n.Runtime
+	renamed.Size++
+	if err := os.Rename(c.path(n.Runtime), c.path(renamed)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Load(renamed); !errors.Is(err, errdefs.ErrInvalidArgument) {
 		t.Errorf("another identity's file: %v", err)
 	}
 	if err := os.WriteFile(c.path(n.Runtime), []byte("{"), 0o600); err != nil {
