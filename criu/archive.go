@@ -61,12 +61,6 @@ type Spec = archive.Spec
 // SpecProcess is the process part of an OCI spec (archive.SpecProcess).
 type SpecProcess = archive.SpecProcess
 
-// metaFile is one metadata member at the archive's root.
-type metaFile struct {
-	name string
-	data []byte
-}
-
 // metadata returns config.dump, spec.dump and status.dump for t
 // checkpointed at at, in that order. config.dump is t.ConfigDump when the
 // runtime gave its own, else nodeshim's ContainerConfig; spec.dump is
@@ -74,7 +68,7 @@ type metaFile struct {
 // process. The CRI annotations that name the container are added where
 // the spec does not have them. status.dump is t.Status, or what is known
 // of the target in a CRI ContainerStatus (see statusOf).
-func metadata(t Target, at time.Time) ([]metaFile, error) {
+func metadata(t Target, at time.Time) ([]archive.MetaFile, error) {
 	config := t.ConfigDump
 	if config == nil {
 		cfg := ContainerConfig{
@@ -135,7 +129,7 @@ func metadata(t Target, at time.Time) ([]metaFile, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encode %s: %w", StatusDump, err)
 	}
-	return []metaFile{{ConfigDump, config}, {SpecDump, spec}, {StatusDump, status}}, nil
+	return []archive.MetaFile{{Name: ConfigDump, Data: config}, {Name: SpecDump, Data: spec}, {Name: StatusDump, Data: status}}, nil
 }
 
 // statusOf returns t.Status, or else the CRI ContainerStatus of a running

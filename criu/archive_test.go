@@ -189,14 +189,14 @@ func TestStatusDump(t *testing.T) {
 			}
 			var names []string
 			for _, f := range files {
-				names = append(names, f.name)
+				names = append(names, f.Name)
 			}
 			if want := []string{ConfigDump, SpecDump, StatusDump}; !slices.Equal(names, want) {
 				t.Fatalf("metadata files %q, want %q", names, want)
 			}
 			var got runtimeapi.ContainerStatus
-			if err := json.Unmarshal(files[2].data, &got); err != nil {
-				t.Fatalf("status.dump %s: %v", files[2].data, err)
+			if err := json.Unmarshal(files[2].Data, &got); err != nil {
+				t.Fatalf("status.dump %s: %v", files[2].Data, err)
 			}
 			if !proto.Equal(&got, tc.want) {
 				t.Errorf("status.dump decodes to %v, want %v", &got, tc.want)

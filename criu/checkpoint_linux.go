@@ -2,7 +2,6 @@ package criu
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +18,8 @@ import (
 	"github.com/checkpoint-restore/go-criu/v7/stats"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // DefaultTimeout bounds a checkpoint when the caller gives no timeout
@@ -663,7 +663,7 @@ func errOr(err error, st ProcState) string {
 // writeArchive writes the tar of a finished dump to a private temp file in
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
-func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []metaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []archive.MetaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	if big := largestPages(images); big != "" && !o.CopyArchive {
 		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, meta, name)
 		if !errors.Is(err, errNoInPlace) {
@@ -685,12 +685,12 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 			_ = os.Remove(tmp)
 		}
 	}()
-	aw := &archiveWriter{ctx: ctx, f: f, progress: o.Progress, every: o.ProgressInterval}
-	if err := addTree(aw, work, images, meta); err != nil {
+	aw := archive.NewWriter(ctx, f, 0, archivingProgress(o), o.ProgressInterval)
+	if err := archive.WriteTree(aw, work, images, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 	}
 	if o.Progress != nil {
-		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.off})
+		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.Offset()})
 	}
 	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
@@ -709,171 +709,16 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 	if err != nil {
 		return "", 0, 0, err
 	}
-	return final, aw.off, fsync, nil
+	return final, aw.Offset(), fsync, nil
 }
 
-// addTree writes the archive's members: checkpoint/ and the CRIU images
-// under it, then config.dump, spec.dump, status.dump, dump.log and stats-dump at the
-// root, then the end-of-archive blocks.
-func addTree(aw *archiveWriter, work, images string, meta []metaFile) error {
-	now := time.Now()
-	if err := aw.header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
-		return err
+// archivingProgress reports the archive's bytes as PhaseArchiving to
+// o.Progress, or is nil without one.
+func archivingProgress(o Options) func(int64) {
+	if o.Progress == nil {
+		return nil
 	}
-	ents, err := os.ReadDir(images)
-	if err != nil {
-		return err
-	}
-	names := make([]string, 0, len(ents))
-	for _, e := range ents {
-		if e.Type().IsRegular() {
-			names = append(names, e.Name())
-		}
-	}
-	sort.Strings(names)
-	for _, n := range names {
-		if err := aw.file(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
-			return err
-		}
-	}
-	return aw.rest(work, meta)
-}
-
-// rest writes the members at the archive's root, the metadata files
-// (config.dump, spec.dump, status.dump),
-// rootfs-diff.tar and deleted.files when the work directory has them,
-// dump.log and stats-dump, and the end of the archive.
-func (a *archiveWriter) rest(work string, meta []metaFile) error {
-	now := time.Now()
-	for _, m := range meta {
-		if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: m.name, Mode: 0o600, Size: int64(len(m.data)), ModTime: now}); err != nil {
-			return err
-		}
-		if err := a.write(m.data); err != nil {
-			return err
-		}
-		if err := a.pad(); err != nil {
-			return err
-		}
-	}
-	// The writable layer's changes, when the target is a container.
-	for _, n := range []string{RootfsDiffTar, DeletedFiles} {
-		src := filepath.Join(work, n)
-		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err := a.file(src, n); err != nil {
-			return err
-		}
-	}
-	if err := a.file(filepath.Join(work, DumpLog), DumpLog); err != nil {
-		return err
-	}
-	// CRIU writes stats-dump to its work directory, at its end: a lazy
-	// dump's archive, written while CRIU serves the memory, has none.
-	if err := a.file(filepath.Join(work, StatsDump), StatsDump); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	// Two zero blocks end a tar archive.
-	return a.write(make([]byte, 2*blockSize))
-}
-
-const (
-	blockSize = 512
-	// writebackChunk is how much archive data is written before its
-	// writeback is started (sync_file_range), so that the final fsync
-	// finds most of the archive on disk already.
-	writebackChunk = 32 << 20
-)
-
-// archiveWriter writes a tar stream to a file: headers through
-// archive/tar, file contents with copy_file_range (one in-kernel copy, no
-// trip through user space), starting writeback as it goes.
-type archiveWriter struct {
-	ctx      context.Context
-	f        *os.File
-	off      int64
-	synced   int64
-	progress func(Progress)
-	every    time.Duration
-	last     time.Time
-}
-
-// header writes the header block(s) of h. archive/tar writes a header as
-// soon as WriteHeader is called, so the bytes it produced are the header.
-func (a *archiveWriter) header(h *tar.Header) error {
-	// Whole seconds and short names keep every header plain USTAR, which
-	// any tar reads, with no PAX records.
-	h.ModTime = h.ModTime.Truncate(time.Second)
-	h.Uid, h.Gid = 0, 0
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	if err := tw.WriteHeader(h); err != nil {
-		return fmt.Errorf("tar header for %s: %w", h.Name, err)
-	}
-	return a.write(buf.Bytes())
-}
-
-func (a *archiveWriter) write(p []byte) error {
-	if err := a.ctx.Err(); err != nil {
-		return err
-	}
-	n, err := a.f.Write(p)
-	a.advance(int64(n))
-	return err
-}
-
-// pad fills the current member up to a block boundary.
-func (a *archiveWriter) pad() error {
-	if r := a.off % blockSize; r != 0 {
-		return a.write(make([]byte, blockSize-r))
-	}
-	return nil
-}
-
-func (a *archiveWriter) advance(n int64) {
-	a.off += n
-	if a.off-a.synced >= writebackChunk {
-		// Start writeback of what is written so far without waiting
-		// (SYNC_FILE_RANGE_WRITE); errors surface in the final fsync.
-		_ = unix.SyncFileRange(int(a.f.Fd()), a.synced, a.off-a.synced, unix.SYNC_FILE_RANGE_WRITE)
-		a.synced = a.off
-	}
-	if a.progress != nil && time.Since(a.last) >= a.every {
-		a.last = time.Now()
-		a.progress(Progress{Phase: PhaseArchiving, Bytes: a.off})
-	}
-}
-
-// file writes the regular file src as member name.
-func (a *archiveWriter) file(src, name string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	fi, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	if err := a.header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
-		return err
-	}
-	for left := fi.Size(); left > 0; {
-		if err := a.ctx.Err(); err != nil {
-			return err
-		}
-		n, err := unix.CopyFileRange(int(in.Fd()), nil, int(a.f.Fd()), nil, int(min(left, writebackChunk)), 0)
-		if err != nil {
-			return fmt.Errorf("copy %s: %w", src, err)
-		}
-		if n == 0 {
-			return fmt.Errorf("copy %s: file shrank by %d bytes while it was archived", src, left)
-		}
-		left -= int64(n)
-		a.advance(int64(n))
-	}
-	return a.pad()
+	return func(n int64) { o.Progress(Progress{Phase: PhaseArchiving, Bytes: n}) }
 }
 
 // cgroupFrozen reports whether the freezer cgroup dir is frozen or

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
 )
 
 // errNoInPlace says that the archive cannot be built around CRIU's pages
@@ -57,7 +59,7 @@ func largestPages(images string) string {
 //
 // It returns errNoInPlace, with the pages image untouched, when the
 // filesystem cannot insert a range.
-func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big string, meta []metaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
+func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big string, meta []archive.MetaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
 	bigPath := filepath.Join(images, big)
 	f, err := os.OpenFile(bigPath, os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
 	if err != nil {
@@ -77,14 +79,14 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 		return "", 0, 0, fmt.Errorf("%w: statfs %s: %v", errNoInPlace, bigPath, err)
 	}
 	bs := int64(st.Bsize)
-	if bs <= 0 || bs%blockSize != 0 {
+	if bs <= 0 || bs%archive.BlockSize != 0 {
 		return "", 0, 0, fmt.Errorf("%w: block size %d", errNoInPlace, bs)
 	}
 
 	// The head: checkpoint/ and every small image but the pages image.
 	now := time.Now()
 	var head bytes.Buffer
-	if err := writeMember(&head, &tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}, nil); err != nil {
+	if err := archive.AppendMember(&head, &tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}, nil); err != nil {
 		return "", 0, 0, err
 	}
 	ents, err := os.ReadDir(images)
@@ -113,15 +115,15 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 		if err != nil {
 			return "", 0, 0, err
 		}
-		if err := writeMember(&head, &tar.Header{Typeflag: tar.TypeReg, Name: ImagesDir + "/" + n, Mode: 0o600, Size: int64(len(data)), ModTime: info.ModTime()}, data); err != nil {
+		if err := archive.AppendMember(&head, &tar.Header{Typeflag: tar.TypeReg, Name: ImagesDir + "/" + n, Mode: 0o600, Size: int64(len(data)), ModTime: info.ModTime()}, data); err != nil {
 			return "", 0, 0, err
 		}
 	}
 	// The pages image's header must end on a block boundary of the file
 	// system: a PAX "comment" record (which readers ignore) fills the gap.
 	s := int64(head.Len())
-	gap := roundUp(s+3*blockSize, bs)
-	pax := gap - s - 2*blockSize // the PAX record's data, whole blocks
+	gap := roundUp(s+3*archive.BlockSize, bs)
+	pax := gap - s - 2*archive.BlockSize // the PAX record's data, whole blocks
 	digits := len(strconv.FormatInt(pax, 10))
 	filler := pax - int64(digits) - int64(len(" comment=\n"))
 	hdr := &tar.Header{
@@ -129,7 +131,7 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 		ModTime: fi.ModTime().Truncate(time.Second), Format: tar.FormatPAX,
 		PAXRecords: map[string]string{"comment": strings.Repeat("x", int(filler))},
 	}
-	hb, err := headerBytes(hdr)
+	hb, err := archive.HeaderBytes(hdr)
 	if err != nil {
 		return "", 0, 0, err
 	}
@@ -149,16 +151,16 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 	if err != nil {
 		return "", 0, 0, fmt.Errorf("seek %s: %w", bigPath, err)
 	}
-	aw := &archiveWriter{ctx: ctx, f: f, off: end, synced: end, progress: o.Progress, every: o.ProgressInterval}
-	if err := aw.pad(); err != nil {
+	aw := archive.NewWriter(ctx, f, end, archivingProgress(o), o.ProgressInterval)
+	if err := aw.Pad(); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", bigPath, err)
 	}
 	for _, n := range tail {
-		if err := aw.file(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
+		if err := aw.File(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
 			return "", 0, 0, fmt.Errorf("write %s: %w", bigPath, err)
 		}
 	}
-	if err := aw.rest(work, meta); err != nil {
+	if err := aw.Rest(work, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", bigPath, err)
 	}
 	// CRIU made the file; the archive is root-only whatever its umask was.
@@ -166,7 +168,7 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 		return "", 0, 0, fmt.Errorf("chmod %s: %w", bigPath, err)
 	}
 	if o.Progress != nil {
-		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.off})
+		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.Offset()})
 	}
 	syncStart := time.Now()
 	if err := f.Sync(); err != nil {
@@ -185,34 +187,10 @@ func writeArchiveInPlace(ctx context.Context, o Options, dir, work, images, big 
 	if err != nil {
 		return "", 0, 0, err
 	}
-	return final, aw.off, fsync, nil
+	return final, aw.Offset(), fsync, nil
 }
 
 func roundUp(n, m int64) int64 { return (n + m - 1) / m * m }
-
-// headerBytes returns the header block(s) archive/tar writes for h.
-func headerBytes(h *tar.Header) ([]byte, error) {
-	var buf bytes.Buffer
-	if err := tar.NewWriter(&buf).WriteHeader(h); err != nil {
-		return nil, fmt.Errorf("tar header for %s: %w", h.Name, err)
-	}
-	return buf.Bytes(), nil
-}
-
-// writeMember appends a whole member, padded, to buf.
-func writeMember(buf *bytes.Buffer, h *tar.Header, data []byte) error {
-	h.ModTime = h.ModTime.Truncate(time.Second)
-	hb, err := headerBytes(h)
-	if err != nil {
-		return err
-	}
-	buf.Write(hb)
-	buf.Write(data)
-	if r := len(data) % blockSize; r != 0 {
-		buf.Write(make([]byte, blockSize-r))
-	}
-	return nil
-}
 
 // startWriteback starts the writeback of CRIU's pages images every
 // interval while CRIU writes them (SYNC_FILE_RANGE_WRITE does not wait),

@@ -1,0 +1,221 @@
+package archive
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// MetaFile is one metadata member at the archive's root (config.dump,
+// spec.dump, status.dump).
+type MetaFile struct {
+	Name string
+	Data []byte
+}
+
+// NewWriter returns a Writer that appends to f from offset off (the
+// file's end), calling progress, when set, with the bytes written at
+// most every interval.
+func NewWriter(ctx context.Context, f *os.File, off int64, progress func(written int64), every time.Duration) *Writer {
+	return &Writer{ctx: ctx, f: f, off: off, synced: off, progress: progress, every: every}
+}
+
+// Offset is the bytes of the archive written so far.
+func (a *Writer) Offset() int64 { return a.off }
+
+// HeaderBytes returns the header block(s) archive/tar writes for h.
+func HeaderBytes(h *tar.Header) ([]byte, error) {
+	var buf bytes.Buffer
+	if err := tar.NewWriter(&buf).WriteHeader(h); err != nil {
+		return nil, fmt.Errorf("tar header for %s: %w", h.Name, err)
+	}
+	return buf.Bytes(), nil
+}
+
+// AppendMember appends a whole member, padded, to buf.
+func AppendMember(buf *bytes.Buffer, h *tar.Header, data []byte) error {
+	h.ModTime = h.ModTime.Truncate(time.Second)
+	hb, err := HeaderBytes(h)
+	if err != nil {
+		return err
+	}
+	buf.Write(hb)
+	buf.Write(data)
+	if r := len(data) % BlockSize; r != 0 {
+		buf.Write(make([]byte, BlockSize-r))
+	}
+	return nil
+}
+
+// WriteTree writes the archive's members: checkpoint/ and the CRIU images
+// under it, then config.dump, spec.dump, status.dump, dump.log and stats-dump at the
+// root, then the end-of-archive blocks.
+func WriteTree(aw *Writer, work, images string, meta []MetaFile) error {
+	now := time.Now()
+	if err := aw.Header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(images)
+	if err != nil {
+		return err
+	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.Type().IsRegular() {
+			names = append(names, e.Name())
+		}
+	}
+	sort.Strings(names)
+	for _, n := range names {
+		if err := aw.File(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
+			return err
+		}
+	}
+	return aw.Rest(work, meta)
+}
+
+// Rest writes the members at the archive's root, the metadata files
+// (config.dump, spec.dump, status.dump),
+// rootfs-diff.tar and deleted.files when the work directory has them,
+// dump.log and stats-dump, and the end of the archive.
+func (a *Writer) Rest(work string, meta []MetaFile) error {
+	now := time.Now()
+	for _, m := range meta {
+		if err := a.Header(&tar.Header{Typeflag: tar.TypeReg, Name: m.Name, Mode: 0o600, Size: int64(len(m.Data)), ModTime: now}); err != nil {
+			return err
+		}
+		if err := a.WriteBytes(m.Data); err != nil {
+			return err
+		}
+		if err := a.Pad(); err != nil {
+			return err
+		}
+	}
+	// The writable layer's changes, when the target is a container.
+	for _, n := range []string{RootfsDiffTar, DeletedFiles} {
+		src := filepath.Join(work, n)
+		if _, err := os.Lstat(src); errors.Is(err, os.ErrNotExist) {
+			continue
+		}
+		if err := a.File(src, n); err != nil {
+			return err
+		}
+	}
+	if err := a.File(filepath.Join(work, DumpLog), DumpLog); err != nil {
+		return err
+	}
+	// CRIU writes stats-dump to its work directory, at its end: a lazy
+	// dump's archive, written while CRIU serves the memory, has none.
+	if err := a.File(filepath.Join(work, StatsDump), StatsDump); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	// Two zero blocks end a tar archive.
+	return a.WriteBytes(make([]byte, 2*BlockSize))
+}
+
+const (
+	// BlockSize is tar's block.
+	BlockSize = 512
+	// writebackChunk is how much archive data is written before its
+	// writeback is started (sync_file_range), so that the final fsync
+	// finds most of the archive on disk already.
+	writebackChunk = 32 << 20
+)
+
+// Writer writes a tar stream to a file: headers through
+// archive/tar, file contents with copy_file_range (one in-kernel copy, no
+// trip through user space), starting writeback as it goes.
+type Writer struct {
+	ctx      context.Context
+	f        *os.File
+	off      int64
+	synced   int64
+	progress func(written int64)
+	every    time.Duration
+	last     time.Time
+}
+
+// Header writes the header block(s) of h. archive/tar writes a header as
+// soon as WriteHeader is called, so the bytes it produced are the header.
+func (a *Writer) Header(h *tar.Header) error {
+	// Whole seconds and short names keep every header plain USTAR, which
+	// any tar reads, with no PAX records.
+	h.ModTime = h.ModTime.Truncate(time.Second)
+	h.Uid, h.Gid = 0, 0
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	if err := tw.WriteHeader(h); err != nil {
+		return fmt.Errorf("tar header for %s: %w", h.Name, err)
+	}
+	return a.WriteBytes(buf.Bytes())
+}
+
+func (a *Writer) WriteBytes(p []byte) error {
+	if err := a.ctx.Err(); err != nil {
+		return err
+	}
+	n, err := a.f.Write(p)
+	a.advance(int64(n))
+	return err
+}
+
+// Pad fills the current member up to a block boundary.
+func (a *Writer) Pad() error {
+	if r := a.off % BlockSize; r != 0 {
+		return a.WriteBytes(make([]byte, BlockSize-r))
+	}
+	return nil
+}
+
+func (a *Writer) advance(n int64) {
+	a.off += n
+	if a.off-a.synced >= writebackChunk {
+		// Start writeback of what is written so far without waiting
+		// (SYNC_FILE_RANGE_WRITE); errors surface in the final fsync.
+		_ = unix.SyncFileRange(int(a.f.Fd()), a.synced, a.off-a.synced, unix.SYNC_FILE_RANGE_WRITE)
+		a.synced = a.off
+	}
+	if a.progress != nil && time.Since(a.last) >= a.every {
+		a.last = time.Now()
+		a.progress(a.off)
+	}
+}
+
+// File writes the regular file src as member name.
+func (a *Writer) File(src, name string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	fi, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	if err := a.Header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
+		return err
+	}
+	for left := fi.Size(); left > 0; {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := unix.CopyFileRange(int(in.Fd()), nil, int(a.f.Fd()), nil, int(min(left, writebackChunk)), 0)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("copy %s: file shrank by %d bytes while it was archived", src, left)
+		}
+		left -= int64(n)
+		a.advance(int64(n))
+	}
+	return a.Pad()
+}
