@@ -170,7 +170,7 @@ func (f *recordFlags) bind(cmd *cobra.Command) {
 	fl.IntVar(&f.pid, "pid", 0, "record this running process (its mount namespace if it has its own, else its process tree)")
 	fl.DurationVar(&f.duration, "duration", 0, "with --cgroup, --pid or a container, stop after this long (default: until interrupted, or the container's end)")
 	fl.StringVar(&f.containerID, "container-id", "", "record this OCI runtime container (see --runtime, --runtime-root)")
-	fl.StringVar(&f.runtime, "runtime", "runc", "with --container-id, the OCI runtime binary that runs the container (runc, crun or a path)")
+	fl.StringVar(&f.runtime, "runtime", "runc", "the OCI runtime binary that runs the container (runc, crun or a path): with --container-id, the one asked for its state; in both container modes, the one whose needs are measured, unless the CRI runtime names another (binary_name)")
 	fl.StringVar(&f.runtimeRoot, "runtime-root", "", "with --container-id, the runtime's state root (its --root; default: the runtime's own)")
 	fl.StringVar(&f.namespace, "namespace", "default", "with --pod, the pod's namespace")
 	fl.StringVar(&f.pod, "pod", "", "record a container of this pod through CRI (with --container)")

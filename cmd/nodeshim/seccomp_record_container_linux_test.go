@@ -32,9 +32,15 @@ echo end`
 
 // startRecorder runs `nodeshim seccomp record ARGS...` in the background
 // and returns once it logs that it is recording, with a function that
-// waits for it to end and returns its stderr.
+// waits for it to end and returns its stderr. Without --cache-dir in args,
+// the runtime's needs are kept in a directory of t.
 func startRecorder(t *testing.T, args ...string) (wait func() (string, error)) {
 	t.Helper()
+	// The runtime's needs are kept under the test's directory, not the
+	// host's default.
+	if !slices.Contains(args, "--cache-dir") {
+		args = append(args, "--cache-dir", t.TempDir())
+	}
 	js, err := json.Marshal(append([]string{"seccomp", "record"}, args...))
 	if err != nil {
 		t.Fatal(err)
