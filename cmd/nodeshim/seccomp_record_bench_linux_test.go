@@ -22,8 +22,9 @@ const containerSyscalls = 100000
 // blocks: 200,000 syscalls) run in a podman container's mount namespace
 // (nsenter into it, as podman exec does), unrecorded and while the
 // recorder records the container (its mount namespace, what record
-// --container-id attaches to), side by side in one binary. ns/syscall is
-// the round's wall time over its syscalls, the process start included.
+// --container-id attaches to), side by side in one binary, and in
+// alternating rounds ("interleaved"). ns/syscall is the round's wall time
+// over its syscalls, the process start included.
 func BenchmarkRecordContainer(b *testing.B) {
 	testutil.RequireRoot(b)
 	testutil.RequireFile(b, "/sys/kernel/btf/vmlinux")
@@ -50,6 +51,41 @@ func BenchmarkRecordContainer(b *testing.B) {
 			b.Fatalf("dd in the container: %v: %s", err, out)
 		}
 	}
+	target, err := bpf.PIDTarget("/proc", pid)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if target.Kind != bpf.TargetMountNS {
+		b.Fatalf("the container is recorded as a %s, not its mount namespace", target.Kind)
+	}
+	// Rounds without and with the recorder alternate, so that the load
+	// of other users of the machine falls on both alike; attaching and
+	// detaching are outside the timed rounds.
+	b.Run("interleaved", func(b *testing.B) {
+		var plain, recorded time.Duration
+		b.ReportAllocs()
+		for b.Loop() {
+			start := time.Now()
+			round(b)
+			plain += time.Since(start)
+			rec, err := bpf.NewRecorder(target)
+			if err != nil {
+				b.Fatal(err)
+			}
+			start = time.Now()
+			round(b)
+			recorded += time.Since(start)
+			if err := rec.Close(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		per := func(d time.Duration) float64 {
+			return float64(d.Nanoseconds()) / float64(b.N) / (2 * containerSyscalls)
+		}
+		b.ReportMetric(per(plain), "unrecorded-ns/syscall")
+		b.ReportMetric(per(recorded), "recorded-ns/syscall")
+		b.ReportMetric(float64(recorded)/float64(plain), "recorded/unrecorded")
+	})
 	for _, recorded := range []bool{false, true} {
 		name := "unrecorded"
 		if recorded {
@@ -58,13 +94,7 @@ func BenchmarkRecordContainer(b *testing.B) {
 		b.Run(name, func(b *testing.B) {
 			var rec *bpf.Recorder
 			if recorded {
-				target, err := bpf.PIDTarget("/proc", pid)
-				if err != nil {
-					b.Fatal(err)
-				}
-				if target.Kind != bpf.TargetMountNS {
-					b.Fatalf("the container is recorded as a %s, not its mount namespace", target.Kind)
-				}
+				var err error
 				if rec, err = bpf.NewRecorder(target); err != nil {
 					b.Fatal(err)
 				}
