@@ -169,10 +169,11 @@ func cdiName(s string) bool {
 }
 
 // CheckRuntime checks a runtime's name as config.dump gives it ("runc",
-// "io.containerd.runc.v2", "containerd/runc", "host"): letters, digits,
-// '_', '.', ':', '/' and '-', starting with a letter or digit, at most 253.
+// "io.containerd.runc.v2", "containerd/runc", "host", or podman's path of
+// the binary, "/usr/sbin/runc"): letters, digits, '_', '.', ':', '/' and
+// '-', starting with a letter, a digit or '/', without "..", at most 253.
 func CheckRuntime(member, v string) error {
-	ok := len(v) > 0 && len(v) <= maxNameLen && alnum(v[0])
+	ok := len(v) > 0 && len(v) <= maxNameLen && (alnum(v[0]) || v[0] == '/') && !strings.Contains(v, "..")
 	for i := 1; ok && i < len(v); i++ {
 		ok = alnum(v[i]) || strings.IndexByte("_.:/-", v[i]) >= 0
 	}

@@ -120,6 +120,7 @@ func TestReadMetaRefusesHostileValues(t *testing.T) {
 		{name: "pod with a slash", config: `{"name":"c","pod":"a/b"}`, wantErr: "pod"},
 		{name: "id with a newline", config: `{"id":"a\nb","name":"c"}`, wantErr: "id"},
 		{name: "runtime that is a flag", config: `{"name":"c","runtime":"--debug"}`, wantErr: "runtime"},
+		{name: "runtime path that climbs", config: `{"name":"c","runtime":"/usr/../../tmp/x"}`, wantErr: "runtime"},
 		{name: "spec annotation key", config: `{"name":"c"}`, spec: `{"annotations":{"a b":"c"}}`, wantErr: "spec.dump"},
 		{name: "spec CDI annotation", config: `{"name":"c"}`, spec: `{"annotations":{"cdi.k8s.io/x":"/dev/sda"}}`, wantErr: "cdi.k8s.io/x"},
 		{name: "status image reference that is a flag", config: `{"name":"c"}`, status: `{"image_ref":"--address=/x"}`, wantErr: "image_ref"},
@@ -168,4 +169,21 @@ func FuzzCheckImageRef(f *testing.F) {
 			t.Fatalf("accepted %q", s)
 		}
 	})
+}
+
+func TestCheckRuntime(t *testing.T) {
+	for _, tc := range []struct {
+		v  string
+		ok bool
+	}{
+		{"runc", true}, {"io.containerd.runc.v2", true}, {"containerd/runc", true}, {"host", true},
+		{"/usr/sbin/runc", true}, // podman's config.dump
+		{"", false}, {"-x", false}, {"--root=/", false}, {"/usr/../bin/sh", false}, {"run c", false},
+	} {
+		t.Run(tc.v, func(t *testing.T) {
+			if err := CheckRuntime("config.dump", tc.v); (err == nil) != tc.ok {
+				t.Fatalf("CheckRuntime(%q) = %v, want ok %v", tc.v, err, tc.ok)
+			}
+		})
+	}
 }
