@@ -85,7 +85,7 @@ func (f *checkpointFlags) bind(cmd *cobra.Command) {
 	fl := cmd.Flags()
 	fl.IntVar(&f.pid, "pid", 0, "root pid of the process tree to checkpoint")
 	fl.StringVar(&f.podmanID, "container-id", "", "id, id prefix or name of a podman container to checkpoint as runc does; podman container restore --import restores the archive")
-	fl.StringVar(&f.podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose libpod/bolt_state.db names the containers")
+	fl.StringVar(&f.podmanRoot, "podman-root", podman.DefaultGraphRoot, "podman's storage root (podman --root), whose state database (db.sql, podman 5; libpod/bolt_state.db, podman 4) names the containers")
 	fl.StringVar(&f.ref.Namespace, "namespace", "", "namespace of the pod (needs the nodeshim daemon)")
 	fl.StringVar(&f.ref.Pod, "pod", "", "pod name (needs the nodeshim daemon)")
 	fl.StringVar(&f.ref.Container, "container", "", "container name (needs the nodeshim daemon)")

@@ -159,7 +159,11 @@ func TestRestore(t *testing.T) {
 	if r.Name != name || r.ID != target.ID {
 		t.Errorf("restored %q (%s), want %q (%s)", r.Name, r.ID, name, target.ID)
 	}
-	c, err := podman.Lookup(podman.DBPath(p.Root), r.ID, podman.LockWait)
+	st, err := podman.FindState(p.Root, podman.BackendDefault)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := st.Lookup(r.ID, podman.LockWait)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 // Package podman resolves a container that podman runs (with runc or crun,
-// outside any CRI) from podman's own state database, the BoltDB under its
-// storage root (<graph root>/libpod/bolt_state.db, podman 4's default): the
-// container's config (podman's ContainerConfig, which podman writes as
-// config.dump into its checkpoint archives and reads back to restore one),
-// its OCI runtime spec, and its state (pid, root mount point). Reading the
-// database directly needs no podman binary and no podman service; the
-// database is opened read-only, so podman waits at most for one short read.
+// outside any CRI) from podman's own state database: the SQLite database
+// podman 5 keeps by default (<graph root>/db.sql, tables ContainerConfig and
+// ContainerState with JSON columns, libpod/sqlite_state.go) or the BoltDB of
+// podman 4 (<graph root>/libpod/bolt_state.db). FindState picks the one
+// podman itself would open. From it comes the container's config (podman's
+// ContainerConfig, which podman writes as config.dump into its checkpoint
+// archives and reads back to restore one), its OCI runtime spec, and its
+// state (pid, root mount point). Reading the database directly needs no
+// podman binary and no podman service; the database is opened read-only,
+// so podman waits at most for one short read.
 package podman
 
 import (
@@ -25,11 +28,6 @@ import (
 
 // DefaultGraphRoot is podman's default storage root for root.
 const DefaultGraphRoot = "/var/lib/containers/storage"
-
-// DBPath returns the state database under a podman graph root.
-func DBPath(graphRoot string) string {
-	return filepath.Join(graphRoot, "libpod", "bolt_state.db")
-}
 
 // ErrNotFound: no container of that id, id prefix or name.
 var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "podman container not found")
@@ -75,17 +73,14 @@ var (
 	networksBkt     = []byte("networks")
 )
 
-// Lookup finds the container idOrName (a full id, a unique id prefix or a
-// name) in the state database at dbPath. A database held by a podman
-// command for longer than timeout is an error of class
-// errdefs.ErrUnavailable.
-func Lookup(dbPath, idOrName string, timeout time.Duration) (Container, error) {
+// lookupBolt finds the container idOrName in podman 4's BoltDB at dbPath.
+func lookupBolt(dbPath, idOrName string, timeout time.Duration) (Container, error) {
 	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout})
 	if errors.Is(err, bolt.ErrTimeout) {
-		return Container{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("podman state %s is locked: %v", dbPath, err))
+		return Container{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("podman boltdb state %s is locked: %v", dbPath, err))
 	}
 	if err != nil {
-		return Container{}, fmt.Errorf("open podman state %s: %w", dbPath, err)
+		return Container{}, fmt.Errorf("open podman boltdb state %s: %w", dbPath, err)
 	}
 	defer db.Close()
 	var c Container
@@ -116,8 +111,14 @@ func Lookup(dbPath, idOrName string, timeout time.Duration) (Container, error) {
 		return err
 	})
 	if err != nil {
-		return Container{}, fmt.Errorf("podman container %q: %w", idOrName, err)
+		return Container{}, fmt.Errorf("podman container %q in boltdb state %s: %w", idOrName, dbPath, err)
 	}
+	return c.withBundleSpec()
+}
+
+// withBundleSpec replaces c.Spec by the bundle's config.json, which a
+// running container must have.
+func (c Container) withBundleSpec() (Container, error) {
 	if c.SpecPath != "" {
 		b, err := os.ReadFile(c.SpecPath)
 		if err != nil && c.State == "running" {

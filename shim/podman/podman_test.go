@@ -72,7 +72,7 @@ func TestLookup(t *testing.T) {
 	db := writeDB(t, specPath)
 	for _, name := range []string{testID, "cnt", testID[:12]} {
 		t.Run(name, func(t *testing.T) {
-			c, err := Lookup(db, name, time.Second)
+			c, err := (State{BackendBoltDB, db}).Lookup(name, time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,10 +96,10 @@ func TestLookup(t *testing.T) {
 			}
 		})
 	}
-	if _, err := Lookup(db, "nope", time.Second); !errors.Is(err, ErrNotFound) {
+	if _, err := (State{BackendBoltDB, db}).Lookup("nope", time.Second); !errors.Is(err, ErrNotFound) {
 		t.Errorf("unknown container: err = %v, want ErrNotFound", err)
 	}
-	if _, err := Lookup(filepath.Join(t.TempDir(), "missing.db"), "cnt", time.Second); err == nil {
+	if _, err := (State{BackendBoltDB, filepath.Join(t.TempDir(), "missing.db")}).Lookup("cnt", time.Second); err == nil {
 		t.Error("a missing database: no error")
 	}
 }

@@ -2,6 +2,7 @@ package podman
 
 import (
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -17,9 +18,25 @@ const LockWait = 10 * time.Second
 // container restore --import`): runc's CRIU options from the bundle's
 // spec, podman's own config as config.dump, the bundle spec as spec.dump
 // and the writable layer's changes. It is named pod and container after
-// the container, in namespace "podman".
+// the container, in namespace "podman". The state database is the one
+// podman on this host opens for graphRoot: the backend that the host's
+// containers.conf files (or $CONTAINERS_CONF) set, else the BoltDB when it
+// exists and SQLite otherwise.
 func Target(procRoot, graphRoot, idOrName string, now time.Time) (criu.Target, error) {
-	c, err := Lookup(DBPath(graphRoot), idOrName, LockWait)
+	backend, err := ConfiguredBackend(ConfigFiles("/", os.Getenv("CONTAINERS_CONF")))
+	if err != nil {
+		return criu.Target{}, err
+	}
+	st, err := FindState(graphRoot, backend)
+	if err != nil {
+		return criu.Target{}, err
+	}
+	return StateTarget(procRoot, st, idOrName, now)
+}
+
+// StateTarget is Target on the state database st.
+func StateTarget(procRoot string, st State, idOrName string, now time.Time) (criu.Target, error) {
+	c, err := st.Lookup(idOrName, LockWait)
 	if err != nil {
 		return criu.Target{}, err
 	}
