@@ -23,7 +23,8 @@ type Collector struct {
 	// Now is the clock; nil means time.Now.
 	Now func() time.Time
 	// ProbeTimeout bounds each probe; zero means DefaultProbeTimeout. A
-	// probe that does not answer in time is reported Unknown.
+	// probe that does not answer in time is reported Unknown. A
+	// requirement with a longer Timeout of its own gets that one.
 	ProbeTimeout time.Duration
 	// Workers is how many quick probes run at once; zero means
 	// DefaultWorkers. Slow probes always get a goroutine each.
@@ -69,7 +70,10 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 	for i, r := range reqs {
 		chans[i] = make(chan outcome, 1) // buffered: a late probe never blocks
 		timeouts[i] = timeout
-		if r.Timeout > 0 {
+		// A requirement's own timeout is a floor for a probe known to take
+		// longer, not a cap: a longer ProbeTimeout (--probe-timeout on a
+		// slow node) raises it too.
+		if r.Timeout > timeouts[i] {
 			timeouts[i] = r.Timeout
 		}
 		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeouts[i])

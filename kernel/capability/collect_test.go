@@ -72,6 +72,29 @@ func TestCollectTurnsBadProbesIntoUnknown(t *testing.T) {
 	}
 }
 
+// TestCollectProbeTimeoutRaisesOwnTimeout: a requirement's own timeout
+// does not cut a probe short under a longer collector timeout
+// (--probe-timeout 30s on a slow node once left the eBPF probes, with
+// their own 10 s, Unknown after 10 s).
+func TestCollectProbeTimeoutRaisesOwnTimeout(t *testing.T) {
+	const own = 50 * time.Millisecond
+	reqs := []Requirement{{ID: "slow", Group: "g", Timeout: own, Slow: true, Probe: func(ctx context.Context, _ Host) Finding {
+		select {
+		case <-ctx.Done():
+			return Findingf(Unknown, "cut short: %v", ctx.Err())
+		case <-time.After(4 * own): // beyond its own timeout, within the collector's
+			return Findingf(Supported, "took its time")
+		}
+	}}}
+	rep, err := Collector{ProbeTimeout: time.Minute}.Collect(t.Context(), &fakeHost{}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := rep.Result("slow"); res.Verdict != Supported {
+		t.Errorf("slow: %s (%s), want Supported: the collector's longer timeout applies", res.Verdict, res.Evidence)
+	}
+}
+
 func TestCollectRejectsBadCatalogues(t *testing.T) {
 	p := func(context.Context, Host) Finding { return Findingf(Supported, "x") }
 	for name, reqs := range map[string][]Requirement{

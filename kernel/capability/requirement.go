@@ -105,8 +105,9 @@ type Requirement struct {
 	// kernel, or asks the kernel something no setting changes), so that a
 	// BootCache may answer it in later runs instead of probing again.
 	PerBoot bool `json:"-"`
-	// Timeout overrides the collector's per-probe timeout for a probe
-	// known to take longer (a tool's full self-check); zero means the
-	// collector's.
+	// Timeout is the least time a probe known to take longer (a tool's
+	// full self-check) gets, whatever shorter per-probe timeout the
+	// collector has; a longer collector timeout applies to it too. Zero
+	// means the collector's.
 	Timeout time.Duration `json:"-"`
 }
