@@ -2,6 +2,8 @@ package podman_test
 
 import (
 	"bytes"
+	"context"
+	"database/sql"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -260,6 +262,19 @@ func TestPodman5State(t *testing.T) {
 				t.Errorf("FindState(%s) = %v, want ErrNoState naming the backend", other, err)
 			}
 
+			// The checkpoint's target: podman's config as config.dump, the
+			// bundle's spec, the container's init.
+			target, err := podman.StateTarget("/proc", st, name, time.Now())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if target.ID != id || target.Runtime != want.OCIRuntime || target.Ref.Container != name || !json.Valid(target.ConfigDump) {
+				t.Errorf("StateTarget = id %s runtime %s ref %+v config.dump %d bytes", target.ID, target.Runtime, target.Ref, len(target.ConfigDump))
+			}
+			if tc.want == podman.BackendSQLite {
+				lockedSQLite(t, st)
+			}
+
 			p.mustRun(t, "stop", "--time", "0", id)
 			testutil.Eventually(t, "the stopped container's state", func() error {
 				c, err := st.Lookup(name, time.Second)
@@ -282,4 +297,46 @@ func hasMount(s *specs.Spec, dest string) bool {
 		}
 	}
 	return false
+}
+
+// lockedSQLite holds podman's db.sql as a podman writer does (podman's
+// transactions are _txlock=exclusive) and checks that a lookup waits for
+// its busy timeout and then says the state is locked, and that it reads
+// once the writer is done.
+func lockedSQLite(t *testing.T, st podman.State) {
+	t.Helper()
+	db, err := sql.Open("sqlite", st.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	conn, err := db.Conn(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	var mode string
+	if err := conn.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("%s: journal mode %s", st, mode)
+	if _, err := conn.ExecContext(ctx, "BEGIN EXCLUSIVE"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = st.Lookup("ns-p5-sqlite", 50*time.Millisecond)
+	if mode == "wal" {
+		// A WAL database lets readers read past a writer.
+		if err != nil {
+			t.Errorf("WAL database held by a writer: %v", err)
+		}
+	} else if !errors.Is(err, errdefs.ErrUnavailable) || !strings.Contains(err.Error(), st.Path) {
+		t.Errorf("%s database (journal %s) held by a writer: %v, want unavailable naming it", st.Backend, mode, err)
+	}
+	if _, err := conn.ExecContext(ctx, "COMMIT"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.Lookup("ns-p5-sqlite", time.Second); err != nil {
+		t.Errorf("after the writer: %v", err)
+	}
 }
