@@ -31,9 +31,8 @@ const DefaultPath = "/usr/sbin/criu"
 // errdefs.ErrNotFound, which names a missing container or pod).
 var ErrNoBinary = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
 
-// ErrNotFound is ErrNoBinary.
-//
-// Deprecated: use ErrNoBinary; the name read as errdefs.ErrNotFound.
+// ErrNotFound is the former name of ErrNoBinary, kept while callers move
+// to the new name (it read as errdefs.ErrNotFound, which it is not).
 var ErrNotFound = ErrNoBinary
 
 // ErrCheckFailed is returned, wrapped, when `criu check` fails; the error
