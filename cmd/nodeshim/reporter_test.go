@@ -207,10 +207,20 @@ func testReporterEndToEnd(t *testing.T, thin bool) {
 			t.Errorf("reporter wrote kubelet's %s", c.Type)
 		}
 	}
-	if _, err := e.cluster.AdminClient(t).CoordinationV1().Leases("nodeshim").Get(context.Background(), e.node, metav1.GetOptions{}); err != nil {
-		t.Errorf("lease: %v", err)
-	}
-	m := e.scrape(t)
+	// The Lease and its first renewal may come after the status write
+	// that waitNode saw.
+	admin := e.cluster.AdminClient(t)
+	var m map[string]float64
+	testutil.Eventually(t, "the reporter has its Lease renewed and the shim up", func() error {
+		if _, err := admin.CoordinationV1().Leases("nodeshim").Get(context.Background(), e.node, metav1.GetOptions{}); err != nil {
+			return fmt.Errorf("lease: %w", err)
+		}
+		m = e.scrape(t)
+		if m[`nodeshim_reporter_shim_up`] != 1 || m[`nodeshim_reporter_lease_renewals_total`] < 1 {
+			return fmt.Errorf("shim_up %v, lease renewals %v", m[`nodeshim_reporter_shim_up`], m[`nodeshim_reporter_lease_renewals_total`])
+		}
+		return nil
+	})
 	for _, name := range []string{
 		`nodeshim_reporter_lease_renewals_total`,
 		`nodeshim_reporter_api_writes_total{kind="status"}`,
@@ -221,9 +231,6 @@ func testReporterEndToEnd(t *testing.T, thin bool) {
 		if _, ok := m[name]; !ok {
 			t.Errorf("/metrics lacks %s", name)
 		}
-	}
-	if m[`nodeshim_reporter_shim_up`] != 1 || m[`nodeshim_reporter_lease_renewals_total`] < 1 {
-		t.Errorf("shim_up %v, lease renewals %v", m[`nodeshim_reporter_shim_up`], m[`nodeshim_reporter_lease_renewals_total`])
 	}
 	// Published and renewed (both seen above): the readiness probe's
 	// endpoint says so.

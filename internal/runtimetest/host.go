@@ -43,12 +43,13 @@ func mountsUnder(dir string) ([]string, error) {
 // second podman storage root leaves on its overlay directory) and removes
 // dir: for a test's own runtime state, whose mounts are expected. A
 // directory still busy (EBUSY: a runtime's clean-up process mounting or
-// holding it a moment longer) is retried, detaching again, up to
-// removeAttempts times.
+// holding it a moment longer), or filled again while it is removed
+// (ENOTEMPTY: that process writing into it after podman rm returned), is
+// retried, detaching again, up to removeAttempts times.
 func RemoveAll(dir string) error {
 	var err error
 	for range removeAttempts {
-		if err = removeAllOnce(dir); !errors.Is(err, syscall.EBUSY) {
+		if err = removeAllOnce(dir); !errors.Is(err, syscall.EBUSY) && !errors.Is(err, syscall.ENOTEMPTY) {
 			return err
 		}
 		time.Sleep(100 * time.Millisecond)
