@@ -26,6 +26,12 @@ func Modules() []vmtest.Module {
 		{Name: "packet_diag", Why: "CRIU's packet socket dump"},
 		{Name: "af_packet_diag", Why: "CRIU's packet socket dump (older name)"},
 		{Name: "tun", Why: "CRIU's kernel checks (criu check)"},
+		{Name: "nf_conntrack", Why: "kube-proxy's and CRIU's connection tracking"},
+		{Name: "nf_defrag_ipv4", Why: "nf_conntrack depends on it"},
+		{Name: "nf_defrag_ipv6", Why: "nf_conntrack depends on it"},
+		{Name: "nf_conntrack_netlink", Why: "CRIU dumps every network namespace's conntrack entries through " +
+			"ctnetlink, also one it takes as external: where nfnetlink is loaded without it, nfnetlink " +
+			"answers EINVAL and every container dump fails"},
 	}...)
 }
 

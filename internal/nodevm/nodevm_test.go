@@ -29,6 +29,7 @@ func TestParseResults(t *testing.T) {
 			passed: 0, skipped: 1, journal: "--- PASS: TestNot (1.00s)\nNov 28 containerd[1]: started\n",
 		},
 		{name: "nothing ran", out: "panic: boom\n"},
+		{name: "a test the node stopped in", out: "=== RUN   TestA\n--- PASS: TestA (1.00s)\n=== RUN   TestB\n=== RUN   TestB/x\n    b_test.go:9: waiting\n", passed: 1, failed: 1},
 		{name: "a verdict line cut by the kernel", out: "--- PASS: TestA (1.5\n--- PASS: TestB (0.25s)\n", passed: 1},
 	}
 	for _, tt := range tests {

@@ -17,6 +17,9 @@ type TestResult struct {
 	Passed, Failed, Skipped bool
 	// Duration is what go test printed.
 	Duration time.Duration
+	// Unfinished says that the test started and printed no verdict (the
+	// node stopped, or the binary crashed): it counts as failed.
+	Unfinished bool
 }
 
 // Results are the verdicts of one run of a test binary.
@@ -63,11 +66,20 @@ func ParseResults(out []byte) Results {
 	r.Output, r.Journal = string(text), string(journal)
 	sc := bufio.NewScanner(bytes.NewReader(text))
 	sc.Buffer(make([]byte, 0, 64*1024), 4*1024*1024)
+	var started []string
+	seen := map[string]bool{}
 	for sc.Scan() {
+		if name, ok := strings.CutPrefix(sc.Text(), "=== RUN   "); ok {
+			if name = strings.TrimSpace(name); name != "" && !strings.Contains(name, "/") {
+				started = append(started, name)
+			}
+			continue
+		}
 		m := verdictLine.FindStringSubmatch(sc.Text())
 		if m == nil {
 			continue
 		}
+		seen[m[2]] = true
 		secs, err := strconv.ParseFloat(m[3], 64)
 		if err != nil {
 			continue
@@ -82,6 +94,12 @@ func ParseResults(out []byte) Results {
 			t.Skipped = true
 		}
 		r.Tests = append(r.Tests, t)
+	}
+	for _, name := range started {
+		if !seen[name] {
+			seen[name] = true
+			r.Tests = append(r.Tests, TestResult{Name: name, Failed: true, Unfinished: true})
+		}
 	}
 	return r
 }

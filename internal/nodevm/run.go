@@ -226,8 +226,9 @@ func boot(ctx context.Context, cfg Config, vmlinuz, initrd, disk string, res *Re
 		MemoryMB: cfg.MemoryMB, CPUs: cfg.CPUs, ArtifactFile: serial, Timeout: cfg.Timeout,
 		// The disk image is made for this run alone: cache=unsafe spares
 		// the host's fsyncs.
-		Extra:  []string{"-drive", "file=" + disk + ",format=raw,if=virtio,cache=unsafe"},
-		Append: "rw systemd.show_status=auto",
+		Extra:     []string{"-drive", "file=" + disk + ",format=raw,if=virtio,cache=unsafe"},
+		Append:    "rw systemd.show_status=auto",
+		TCGThread: "single",
 	}
 	var c vmtest.Console
 	var mu sync.Mutex

@@ -37,6 +37,11 @@ type Machine struct {
 	Append string
 	// Extra is added to QEMU's arguments, e.g. a -drive.
 	Extra []string
+	// TCGThread, when set, is TCG's thread mode ("single" or "multi"):
+	// QEMU 7.2's multi-threaded TCG, its default with -smp 2, has crashed a
+	// 6.12 guest in the kernel's live code patching (int3 in __schedule, a
+	// double fault in early boot); "single" runs every vCPU on one thread.
+	TCGThread string
 }
 
 // Args returns QEMU's command line. TCG only: /dev/kvm hangs on the
@@ -46,9 +51,13 @@ func (m *Machine) Args() []string {
 	if m.Append != "" {
 		cmdline += " " + m.Append
 	}
+	accel := []string{"-machine", "accel=tcg"}
+	if m.TCGThread != "" {
+		accel = []string{"-accel", "tcg,thread=" + m.TCGThread}
+	}
 	args := []string{
 		"-nographic", "-no-reboot",
-		"-machine", "accel=tcg",
+		accel[0], accel[1],
 		"-cpu", "max",
 		"-m", strconv.Itoa(m.MemoryMB) + "M",
 		"-net", "none",

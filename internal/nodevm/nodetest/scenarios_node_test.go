@@ -295,9 +295,13 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	before := c.waitCount(t, 5)
 
 	start := time.Now()
-	out := run(t, nodeshimBin, "checkpoint", "--namespace", p.Namespace, "--pod", p.Name, "--container", c.Name,
+	out, err := runErr(nodeshimBin, "checkpoint", "--namespace", p.Namespace, "--pod", p.Name, "--container", c.Name,
 		"--socket", nodeshimSock, "-o", "json")
 	tCheckpoint := time.Since(start)
+	if err != nil {
+		diagnoseCheckpoint(t, c)
+		t.Fatal(err)
+	}
 	var ck checkpointResult
 	if err := json.Unmarshal([]byte(out), &ck); err != nil {
 		t.Fatalf("nodeshim checkpoint -o json: %v: %s", err, out)
@@ -335,4 +339,69 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	t.Logf("counter %d before the checkpoint, %d after it, %d then %d restored", before, after, first, next)
 	t.Logf("checkpoint through the node API %s (frozen %.3fs, CRIU total %.3fs, %d pages); checkpoint image %s; ctr import %s; CRI create+start (restore) %s",
 		ms(tCheckpoint), ck.FrozenSeconds, ck.TotalSeconds, ck.PagesWritten, ms(tImage), ms(tImport), ms(tRestore))
+}
+
+// diagnoseCheckpoint logs what tells a failed checkpoint's cause apart:
+// the container's namespaces as its OCI spec joins them and as its process
+// has them, containerd's own checkpoint of it (runc and CRIU without
+// nodeshim), and CRIU's logs nodeshim left.
+func diagnoseCheckpoint(t *testing.T, c *container) {
+	t.Helper()
+	out := run(t, crictlBin, "inspect", "-o", "json", c.ID)
+	var in struct {
+		Info struct {
+			Pid         int `json:"pid"`
+			RuntimeSpec struct {
+				Linux struct {
+					Namespaces []struct{ Type, Path string } `json:"namespaces"`
+				} `json:"linux"`
+			} `json:"runtimeSpec"`
+		} `json:"info"`
+	}
+	if err := json.Unmarshal([]byte(out), &in); err != nil {
+		t.Errorf("crictl inspect: %v", err)
+		return
+	}
+	for _, ns := range in.Info.RuntimeSpec.Linux.Namespaces {
+		name := ns.Type
+		if n, ok := map[string]string{"network": "net", "mount": "mnt"}[name]; ok {
+			name = n
+		}
+		own, _ := os.Readlink(fmt.Sprintf("/proc/%d/ns/%s", in.Info.Pid, name))
+		joined := ""
+		if ns.Path != "" {
+			joined, _ = os.Readlink(ns.Path)
+			if fi, err := os.Stat(ns.Path); err == nil {
+				joined += fmt.Sprintf(" (stat %v)", fi.Sys())
+			}
+		}
+		t.Logf("spec namespace %s path %q %s; process %d has %s", ns.Type, ns.Path, joined, in.Info.Pid, own)
+	}
+	exported := filepath.Join(t.TempDir(), "containerd.tar")
+	if out, err := runErr(crictlBin, "checkpoint", "--export="+exported, c.ID); err != nil {
+		t.Logf("containerd's own checkpoint (crictl checkpoint) fails too: %v %s", err, out)
+	} else {
+		t.Logf("containerd's own checkpoint (crictl checkpoint --export) of the same container succeeds")
+	}
+	var logs []string
+	_ = filepath.WalkDir("/var/lib/nodeshim", func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(d.Name(), ".log") {
+			logs = append(logs, p)
+		}
+		return nil
+	})
+	for _, l := range logs {
+		b, _ := os.ReadFile(l)
+		lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+		t.Logf("%s (last lines):\n%s", l, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+	}
+	if b, err := os.ReadFile("/proc/modules"); err == nil {
+		var mods []string
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) > 0 {
+				mods = append(mods, f[0])
+			}
+		}
+		t.Logf("modules loaded: %s", strings.Join(mods, " "))
+	}
 }

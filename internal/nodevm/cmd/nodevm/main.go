@@ -102,6 +102,8 @@ func summary(w io.Writer, res nodevm.Result, total time.Duration) {
 	for _, t := range res.Results.Tests {
 		verdict := "PASS"
 		switch {
+		case t.Unfinished:
+			verdict = "FAIL (no verdict: the node stopped in it)"
 		case t.Failed:
 			verdict = "FAIL"
 		case t.Skipped:
