@@ -17,6 +17,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
@@ -339,4 +341,82 @@ func lockedSQLite(t *testing.T, st podman.State) {
 	if _, err := st.Lookup("ns-p5-sqlite", time.Second); err != nil {
 		t.Errorf("after the writer: %v", err)
 	}
+}
+
+// count reads /count of container name, again while a container just
+// restored does not answer exec yet or the shell has truncated the file.
+func (p *podman5) count(t *testing.T, name string, above int) int {
+	t.Helper()
+	var n int
+	testutil.Eventually(t, fmt.Sprintf("container %s counts past %d", name, above), func() error {
+		out, err := p.cmd("exec", name, "cat", "/count").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("podman exec %s cat /count: %v: %s", name, err, out)
+		}
+		if n, err = strconv.Atoi(strings.TrimSpace(string(out))); err != nil {
+			return fmt.Errorf("/count of %s: %q", name, out)
+		}
+		if n <= above {
+			return fmt.Errorf("count %d", n)
+		}
+		return nil
+	})
+	return n
+}
+
+// TestPodman5CheckpointRestore is `nodeshim checkpoint --container-id` and
+// `nodeshim restore` on podman 5: nodeshim resolves a podman 5 runc
+// container from its SQLite state, checkpoints it, and podman 5 restores
+// the archive (`podman container restore --import`, through
+// podman.Restore); the restored container is in the SQLite state at the
+// pid Restore reports and counts on.
+func TestPodman5CheckpointRestore(t *testing.T) {
+	p := newPodman5(t, "")
+	bin := criutest.RequireOnPath(t)
+	img := rt.Images(t)
+	out := p.mustRun(t, "load", "-i", img.Busybox)
+	if p.cmd("image", "exists", runtimetest.BusyboxImage).Run() != nil {
+		// An OCI archive's image may be named by its id only.
+		loaded := strings.TrimSpace(out[strings.LastIndex(out, ":")+1:])
+		p.mustRun(t, "tag", loaded, runtimetest.BusyboxImage)
+	}
+	const name = "ns-p5-counter"
+	p.mustRun(t, "run", "--detach", "--name", name, "--network", "none", "--cgroup-parent", p.cgroupParent,
+		runtimetest.BusyboxImage, "sh", "-c", counter[2])
+	before := p.count(t, name, 20)
+	st, err := podman.FindState(p.root, podman.BackendDefault)
+	if err != nil || st.Backend != podman.BackendSQLite {
+		t.Fatalf("FindState = %v, %v; want podman 5's sqlite", st, err)
+	}
+	target, err := podman.StateTarget("/proc", st, name, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := criu.Checkpoint(context.Background(), target, criu.Options{Binary: bin, ArchiveDir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.mustRun(t, "rm", "--force", "--time", "0", name)
+	global := p.cmd().Args[1:]
+	r, err := podman.Restore(context.Background(), res.Path, podman.RestoreOptions{Podman: p.bin, GlobalFlags: global, Env: p.env, Criu: bin})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Name != name || r.ID != target.ID {
+		t.Errorf("restored %q (%s), want %q (%s)", r.Name, r.ID, name, target.ID)
+	}
+	c, err := st.Lookup(name, podman.LockWait)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.State != "running" || c.Pid != r.Pid {
+		t.Errorf("podman 5 has %s %s at pid %d, Restore said pid %d", c.Name, c.State, c.Pid, r.Pid)
+	}
+	// A fresh start would count from 1.
+	restored := p.count(t, name, 0)
+	if restored < before {
+		t.Fatalf("restored container counts %d, below %d seen before the checkpoint: it was not restored", restored, before)
+	}
+	p.count(t, name, restored)
+	t.Logf("podman 5: count %d at the checkpoint, %d restored; restore took %s", before, restored, r.Took)
 }
