@@ -50,7 +50,7 @@ func newService(enabled bool, r cri.Resolver, dialErr error) (*Service, *status.
 			}
 			return r, func() error { return nil }, nil
 		},
-		FindCriu: func() (criu.Binary, error) { return criu.Binary{}, criu.ErrNotFound },
+		FindCriu: func() (criu.Binary, error) { return criu.Binary{}, criu.ErrNoBinary },
 		Model:    m,
 	}), m
 }
@@ -84,7 +84,7 @@ func TestCheckpointErrors(t *testing.T) {
 		{"container process gone", true, web, resolverFunc(func(context.Context, cri.Target) (cri.Process, error) {
 			return cri.Process{PID: 1 << 30}, nil
 		}), nil, false, criu.ErrNoProcess},
-		{"no criu", true, web, found, nil, false, criu.ErrNotFound},
+		{"no criu", true, web, found, nil, false, criu.ErrNoBinary},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
