@@ -42,6 +42,9 @@ type podman5 struct {
 func newPodman5(t *testing.T, podman4 string) *podman5 {
 	t.Helper()
 	testutil.RequireRoot(t)
+	// The kernel-matrix guests carry no container runtime (vmtest's
+	// GuestLacks names podman); the host's run covers podman 5.
+	testutil.SkipIfGuestLacks(t, "podman")
 	bin := testutil.RequireTool(t, EnvPodman5, "podman5")
 	runc := testutil.RequireBinary(t, "runc")
 	busybox := testutil.RequireBinary(t, "busybox")

@@ -30,6 +30,12 @@ func sqliteDSN(path string, timeout time.Duration) string {
 	return (&url.URL{Scheme: "file", OmitHost: true, Path: path, RawQuery: q.Encode()}).String()
 }
 
+// The driver is modernc.org/sqlite, SQLite translated to Go: nodeshim
+// builds without cgo for it. It adds about 6 MB to the nodeshim binary
+// (35.7 to 41.7 MB); mattn/go-sqlite3, the cgo binding podman itself
+// uses, is smaller (in a bare program 4.2 MB against modernc's 7.0 MB)
+// but needs cgo and a C compiler for every build.
+
 // lookupSQLite finds the container idOrName in podman 5's SQLite state at
 // dbPath: ContainerConfig(ID, Name, JSON) and ContainerState(ID, JSON)
 // (libpod/sqlite_state_internal.go, schema version 1). Unlike the BoltDB,
