@@ -391,7 +391,11 @@ func TestPodman5CheckpointRestore(t *testing.T) {
 	if err != nil || st.Backend != podman.BackendSQLite {
 		t.Fatalf("FindState = %v, %v; want podman 5's sqlite", st, err)
 	}
-	target, err := podman.StateTarget("/proc", st, name, time.Now())
+	// Target, as `nodeshim checkpoint --container-id --podman-root` runs
+	// it: the backend from containers.conf ($CONTAINERS_CONF, podman's
+	// own, which leaves database_backend unset), then the database.
+	t.Setenv("CONTAINERS_CONF", filepath.Join(p.dir, "containers.conf"))
+	target, err := podman.Target("/proc", p.root, name, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
