@@ -32,8 +32,10 @@ var (
 const cgroupRoot = "/sys/fs/cgroup"
 
 // counterCommand writes a rising count to /count every 100 ms, as the host's
-// CRI checkpoint tests' counter does.
-var counterCommand = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.1; done"}
+// CRI checkpoint tests' counter does, after a token read once at start
+// from the kernel's random UUID: a restored counter keeps its token, one
+// started afresh from the same image has another.
+var counterCommand = []string{"sh", "-c", "read r < /proc/sys/kernel/random/uuid; i=0; while true; do i=$((i+1)); echo $r $i > /count; sleep 0.1; done"}
 
 func TestMain(m *testing.M) {
 	if _, ok := testutil.InGuest(); ok {
@@ -236,31 +238,38 @@ func (c *container) inspect(t *testing.T) inspection {
 	return in
 }
 
-// count reads the counter's /count in c.
-func (c *container) count() (int, error) {
+// count reads the counter's /count in c: its start token and count.
+func (c *container) count() (string, int, error) {
 	out, err := runErr(crictlBin, "exec", c.ID, "cat", "/count")
 	if err != nil {
-		return 0, err
+		return "", 0, err
 	}
-	return strconv.Atoi(strings.TrimSpace(out))
+	f := strings.Fields(out)
+	if len(f) != 2 {
+		return "", 0, fmt.Errorf("/count holds %q, want a token and a count", out)
+	}
+	n, err := strconv.Atoi(f[1])
+	return f[0], n, err
 }
 
-// waitCount waits until c's counter is above n and returns it.
-func (c *container) waitCount(t *testing.T, n int) int {
+// waitCount waits until c's counter is above n and returns its token and
+// count.
+func (c *container) waitCount(t *testing.T, n int) (string, int) {
 	t.Helper()
+	var token string
 	var got int
 	testutil.Eventually(t, fmt.Sprintf("counter of %s above %d", c.Name, n), func() error {
-		v, err := c.count()
+		tok, v, err := c.count()
 		if err != nil {
 			return err
 		}
 		if v <= n {
 			return fmt.Errorf("count %d", v)
 		}
-		got = v
+		token, got = tok, v
 		return nil
 	})
-	return got
+	return token, got
 }
 
 // stopRemove stops and removes c.

@@ -292,7 +292,7 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	requireNode(t)
 	p := runPod(t, "ckpt")
 	c := p.runContainer(t, containerOptions{Name: "counter", Command: counterCommand, MemoryLimit: 64 << 20})
-	before := c.waitCount(t, 5)
+	token, before := c.waitCount(t, 5)
 
 	start := time.Now()
 	out, err := runErr(nodeshimBin, "checkpoint", "--namespace", p.Namespace, "--pod", p.Name, "--container", c.Name,
@@ -310,7 +310,7 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 		t.Errorf("checkpoint through the node API: %+v; want an archive with its frozen time and pages", ck)
 	}
 	// The workload runs on after its checkpoint.
-	after := c.waitCount(t, before)
+	_, after := c.waitCount(t, before)
 
 	ref := "localhost/nodeshim/counter-checkpoint:" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	file := filepath.Join(t.TempDir(), "counter.oci.tar")
@@ -330,11 +330,11 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	if st := rc.inspect(t).Status.State; st != "CONTAINER_RUNNING" {
 		t.Fatalf("container restored from %s is %s", ref, st)
 	}
-	first := rc.waitCount(t, 0)
-	if first < before {
-		t.Fatalf("restored counter at %d, below the %d seen before the checkpoint: it started afresh", first, before)
+	restoredToken, first := rc.waitCount(t, 0)
+	if restoredToken != token || first < before {
+		t.Fatalf("restored counter %s at %d; before the checkpoint %s at %d: it started afresh", restoredToken, first, token, before)
 	}
-	next := rc.waitCount(t, first)
+	_, next := rc.waitCount(t, first)
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	t.Logf("counter %d before the checkpoint, %d after it, %d then %d restored", before, after, first, next)
 	t.Logf("checkpoint through the node API %s (frozen %.3fs, CRIU total %.3fs, %d pages); checkpoint image %s; ctr import %s; CRI create+start (restore) %s",
