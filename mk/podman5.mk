@@ -1,4 +1,4 @@
-# podman 5 for shim/podman's tests: podman 5 keeps its state in SQLite
+# podman 5 for runtimes/podman's tests: podman 5 keeps its state in SQLite
 # (<graph root>/db.sql) where podman 4 (bookworm's 4.3.1, the machine's)
 # keeps a BoltDB, and nodeshim reads both.
 #
@@ -47,5 +47,5 @@ $(PODMAN5_STAMP):
 	touch $@
 
 .PHONY: podman5
-## podman5: Debian trixie's podman 5 (SQLite state) in $(PODMAN5_PREFIX), for shim/podman's tests
+## podman5: Debian trixie's podman 5 (SQLite state) in $(PODMAN5_PREFIX), for runtimes/podman's tests
 podman5: $(PODMAN5_STAMP)

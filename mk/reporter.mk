@@ -1,4 +1,4 @@
-# The reporter (`nodeshim reporter`, shim/reporter) and the Kubernetes test
+# The reporter (`nodeshim reporter`, cluster/reporter) and the Kubernetes test
 # control plane of internal/kubetest: a real kube-apiserver and a real etcd,
 # started by the tests on 127.0.0.1 ports.
 #

@@ -18,7 +18,7 @@ import (
 	"runtime/debug"
 	"syscall"
 
-	"github.com/nodeshim/nodeshim/shim/reporter/command"
+	"github.com/nodeshim/nodeshim/cluster/reporter/command"
 )
 
 // Set by the build (-X main.version=... -X main.commit=...).

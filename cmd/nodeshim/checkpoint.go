@@ -14,12 +14,12 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/runtimes/podman"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
-	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
 // criuFlags are the CRIU switches shared by checkpoint and restore.

@@ -9,16 +9,16 @@ import (
 	"net"
 	"os"
 
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/internal/metricsserver"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/cobra"
 
-	"github.com/nodeshim/nodeshim/shim/controller"
-	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/cluster/controller"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 func newControllerCommand() *cobra.Command {

@@ -10,9 +10,9 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/cluster/controller"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
-	"github.com/nodeshim/nodeshim/shim/controller"
 )
 
 func TestControllerUsage(t *testing.T) {

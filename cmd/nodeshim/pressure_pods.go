@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/pressure"
 	"github.com/nodeshim/nodeshim/shim/status"
 )

@@ -7,7 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/nodeshim/nodeshim/shim/reporter/command"
+	"github.com/nodeshim/nodeshim/cluster/reporter/command"
 )
 
 func newReporterCommand() *cobra.Command {

@@ -12,9 +12,9 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/runtimes/podman"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
-	"github.com/nodeshim/nodeshim/shim/podman"
 )
 
 // restoreOutput is the machine-readable form of `nodeshim restore`.

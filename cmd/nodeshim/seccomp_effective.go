@@ -13,8 +13,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/config"
-	"github.com/nodeshim/nodeshim/shim/cri"
 )
 
 // effectiveFlags are the flags of `nodeshim seccomp effective`.

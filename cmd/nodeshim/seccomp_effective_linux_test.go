@@ -11,7 +11,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 )
 
 // TestSeccompEffectiveOnCRIPods runs two real CRI pods and asks `seccomp

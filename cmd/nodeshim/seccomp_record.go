@@ -26,8 +26,8 @@ import (
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/kernel/seccomp/runtimeneeds"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/config"
-	"github.com/nodeshim/nodeshim/shim/cri"
 )
 
 // recordFlags are the flags of `nodeshim seccomp record`.

@@ -1,10 +1,10 @@
 // Package fleet is a kubemark-style benchmark of what nodeshim costs one
 // API server: many simulated nodes in one process, each a real reporter
-// (shim/reporter, built as `nodeshim reporter` builds it) reading an
+// (cluster/reporter, built as `nodeshim reporter` builds it) reading an
 // in-process shim (Shim: a status model filled as a healthy node's daemon
 // fills it, with a kernel capability report), against the real etcd and
 // kube-apiserver of internal/kubetest, with the nodeshim controller
-// (shim/controller) running.
+// (cluster/controller) running.
 //
 // Run measures, phase by phase, the API server's writes (its own
 // apiserver_request_total, by verb and resource), the CPU time and
@@ -49,12 +49,12 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/nodeshim/nodeshim/cluster/controller"
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/controller"
-	"github.com/nodeshim/nodeshim/shim/reporter"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 // Where deploy/ puts the reporter and the controller.

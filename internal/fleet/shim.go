@@ -8,9 +8,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/reporter"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 // TestShimLongPoll: Shim answers a long poll at a change or at the end of

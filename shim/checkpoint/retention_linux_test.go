@@ -17,8 +17,8 @@ import (
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
-	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/status"
 )

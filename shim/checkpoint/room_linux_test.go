@@ -24,9 +24,9 @@ import (
 	"github.com/nodeshim/nodeshim/internal/procfs"
 	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
-	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

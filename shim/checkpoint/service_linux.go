@@ -1,6 +1,6 @@
 // Package checkpoint serves kubelet-style container checkpoints for the node
 // API: it resolves namespace/pod/container to a process through the node's
-// CRI runtime (shim/cri), checkpoints it with CRIU (criu/), and records the
+// CRI runtime (runtimes/cri), checkpoints it with CRIU (criu/), and records the
 // outcome in the status model (progress, history) and in the metrics.
 package checkpoint
 
@@ -20,9 +20,9 @@ import (
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
-	"github.com/nodeshim/nodeshim/shim/cri"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/status"
 )

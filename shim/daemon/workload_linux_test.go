@@ -16,7 +16,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/internal/testworkload"
-	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 )
 
 // Environment of the test binary started as a workload or a client.

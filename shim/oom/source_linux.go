@@ -16,7 +16,7 @@ import (
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/capability"
-	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/eviction"
 	"github.com/nodeshim/nodeshim/kernel"
-	"github.com/nodeshim/nodeshim/shim/cri"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

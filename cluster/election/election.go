@@ -9,7 +9,7 @@
 //
 // It exists because client-go's leaderelection imports the clientset (for
 // coordinated election), whose scheme registers every API group of
-// Kubernetes; this package needs only a Lease client (shim/reporter/kubeapi).
+// Kubernetes; this package needs only a Lease client (cluster/kubeapi).
 package election
 
 import (

@@ -17,9 +17,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/internal/metricsserver"
-	"github.com/nodeshim/nodeshim/shim/reporter"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 // DefaultSocket is the shim's node API socket as the DaemonSet mounts it.

@@ -20,9 +20,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
-	"github.com/nodeshim/nodeshim/shim/election"
-	"github.com/nodeshim/nodeshim/shim/reporter"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/election"
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 // Defaults of Options.
@@ -73,7 +73,7 @@ type Options struct {
 	// SyncPeriod is how often every node is looked at again.
 	SyncPeriod time.Duration
 	// LeaseDuration, RenewDeadline and RetryPeriod drive the election as in
-	// client-go's leaderelection (see shim/election).
+	// client-go's leaderelection (see cluster/election).
 	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
 	// Workers is how many nodes are synced at once.
 	Workers int

@@ -9,7 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 // Message is what a marked condition says: which Lease went silent and

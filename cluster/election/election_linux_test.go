@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 )
 
 // Short periods: a standby takes over 2 s after a leader vanishes, at once

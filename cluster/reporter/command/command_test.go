@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 func TestReady(t *testing.T) {

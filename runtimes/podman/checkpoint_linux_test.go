@@ -18,7 +18,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/podman"
+	"github.com/nodeshim/nodeshim/runtimes/podman"
 )
 
 var rt runtimetest.Env

@@ -29,13 +29,13 @@ import (
 	"k8s.io/client-go/kubernetes"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
 	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/daemon"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

@@ -9,7 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeshim/nodeshim/shim/reporter"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 func TestMessage(t *testing.T) {

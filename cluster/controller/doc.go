@@ -3,7 +3,7 @@
 // controller is for kubelet's.
 //
 // Every node's reporter renews a Lease named after the node in its own
-// namespace (shim/reporter). The controller watches those Leases and the
+// namespace (cluster/reporter). The controller watches those Leases and the
 // Nodes through informers and, once a node's Lease has not been renewed for
 // a grace period (40 s by default, kubelet's), sets each of that node's
 // nodeshim conditions (NodeShim*, never kubelet's) to Unknown with reason
@@ -20,8 +20,8 @@
 // grace period before it marks anything.
 //
 // Several replicas may run: they elect a leader through a Lease of their
-// own (shim/election: client-go's algorithm and Lease record on nodeshim's
-// small API client, shim/reporter/kubeapi), every replica keeps its
+// own (cluster/election: client-go's algorithm and Lease record on nodeshim's
+// small API client, cluster/kubeapi), every replica keeps its
 // informers and observations warm, and only the leader writes. A condition that is
 // already Unknown keeps its lastTransitionTime, and one that is already
 // marked is not written again, so a restart or a change of leader neither

@@ -16,11 +16,11 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/internal/kubetest"
-	"github.com/nodeshim/nodeshim/shim/reporter"
-	"github.com/nodeshim/nodeshim/shim/reporter/kubeapi"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 

@@ -22,7 +22,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/shim/podman"
+	"github.com/nodeshim/nodeshim/runtimes/podman"
 )
 
 // EnvPodman5 names podman 5 (mk/podman5.mk: Debian trixie's podman 5.4.2

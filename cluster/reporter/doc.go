@@ -24,7 +24,7 @@
 // stale True stays on the Node. When the API server cannot be reached the
 // reporter keeps the latest state and retries until it converges.
 //
-// The nodeshim controller (shim/controller) marks the conditions Unknown
+// The nodeshim controller (cluster/controller) marks the conditions Unknown
 // with ReasonReporterStopped when the Lease goes stale; recovery is the
 // reporter's. It reads the Node when it starts, and reads it back after a
 // gap in its heartbeat (its first renewal, a failed one, or one more than
