@@ -120,7 +120,7 @@ lint: deps $(STATICCHECK)
 # run on top (criu 26 s plain + 35 s -race, shim/daemon 3.4 s + 13.7 s),
 # more than -race adds to the others (cmd/nodeshim 19 s -> 27 s, deploy
 # 17 s under -race), and no package is left out of the race detector. Skips need no check here: every skip goes through
-# internal/testutil, which fails it under NODESHIM_REQUIRE_PRIVILEGED=1
+# testenv/testutil, which fails it under NODESHIM_REQUIRE_PRIVILEGED=1
 # (TestEverySkipGoesThroughTheGate holds the tree to that).
 test: lint $(TEST_DEPS)
 	@mkdir -p $(CACHE)

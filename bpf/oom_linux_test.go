@@ -11,8 +11,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/cgroup"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestOOMWatcherHooks attaches each hook over each transport and holds the

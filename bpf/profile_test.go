@@ -11,7 +11,7 @@ import (
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 func mustParse(t *testing.T, file string) *seccomp.Profile {

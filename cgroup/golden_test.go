@@ -9,7 +9,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // errString renders err for a golden file: its sentinel class and its

@@ -16,14 +16,14 @@ import (
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // These tests run on the machine that runs `go test`, whatever its cgroup
 // layout and kernel: what they expect of it they read here from sources
 // other than the package (/proc/self/cgroup, /proc/cgroups, statfs(2), and
 // PSI triggers written directly). The kernel-matrix guests run them too,
-// on pure cgroup v2 (internal/vmtest's host suite).
+// on pure cgroup v2 (testenv/vmtest's host suite).
 
 func hostMount(t *testing.T) Mount {
 	t.Helper()

@@ -8,8 +8,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // kernelHZ is the running kernel's CONFIG_HZ, from its config.

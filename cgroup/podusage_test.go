@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // podUsageView is a PodUsage with its errors as text, relative to root.

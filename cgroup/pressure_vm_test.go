@@ -17,7 +17,7 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // Guest tests: a Debian kernel booted under QEMU with cgroup2 alone at

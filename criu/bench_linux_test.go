@@ -11,7 +11,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // BenchmarkCheckpoint measures a checkpoint of a process with 64 MiB,

@@ -9,9 +9,9 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func TestParseVersion(t *testing.T) {

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // cacheFixture is a CheckCache in a temporary dir with its own boot id

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"golang.org/x/sys/unix"
 )
 

@@ -6,8 +6,8 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/internal/mountinfo"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // podmanSpec is the shape of a podman 4 container's config.json under

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // The test binary doubles as the workloads it checkpoints: started with

@@ -18,7 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 // runKubectl runs kubectl with the kubeconfig and returns its combined
@@ -35,7 +35,7 @@ func runKubectl(t *testing.T, kubeconfig string, stdin []byte, args ...string) (
 }
 
 // TestServerDryRun runs `kubectl apply --dry-run=server -k deploy/` against a
-// real kube-apiserver (internal/kubetest), with strict server-side field
+// real kube-apiserver (testenv/kubetest), with strict server-side field
 // validation: every object passes the API server's validation and
 // admission, and nothing is stored. A broken overlay of the same
 // directory must be refused, so that the dry run is known to validate.

@@ -25,11 +25,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/cluster/reporter"
-	"github.com/nodeshim/nodeshim/internal/clustertest"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/clustertest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestNodeReady: this machine registers as a Node with kubelet's own
@@ -227,7 +227,7 @@ spec:
 }
 
 // TestDaemonSetOnRealNode applies deploy/ (with a loopback overlay) to a
-// real single-node cluster (internal/clustertest): the DaemonSet's pod is
+// real single-node cluster (testenv/clustertest): the DaemonSet's pod is
 // scheduled on this machine and runs both containers from an image built
 // here, the shim serves on its socket, the reporter publishes the NodeShim*
 // conditions next to kubelet's (which stay as they were), renews its Lease

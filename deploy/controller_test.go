@@ -15,7 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 // TestControllerRBACLeastPrivilege compares the controller's rights with

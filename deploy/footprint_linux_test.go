@@ -25,9 +25,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/nodeshim/nodeshim/internal/kubetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/config"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 var (
@@ -403,7 +403,7 @@ func shimConfigDir(b *testing.B) string {
 // node with -footprint.pods pod cgroups, with the real reporter (the
 // image's nodeshim-reporter, built with the Dockerfile's command) long
 // polling it and publishing to a real kube-apiserver
-// (internal/kubetest) as deploy/'s ServiceAccount, beside `nodeshim
+// (testenv/kubetest) as deploy/'s ServiceAccount, beside `nodeshim
 // pressure --watch` (the cgroup and PSI monitor, which polls kubepods' PSI
 // totals here since triggers are refused) and, as the floor, a Go program
 // that only waits for a signal. All four run at once in a cgroup namespace

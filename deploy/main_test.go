@@ -11,7 +11,7 @@ import (
 	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/clustertest"
+	"github.com/nodeshim/nodeshim/testenv/clustertest"
 )
 
 // envThrash makes the test binary BenchmarkFootprint's memory-pressure

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // dockerBuild returns the environment assignments and the arguments of the

@@ -5,8 +5,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // TestReportGolden renders the report of each recorded host as a table,

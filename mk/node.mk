@@ -1,6 +1,6 @@
 # The node Kubernetes runs today, as a test node: `make vmtest-node` boots a
 # whole node under QEMU (TCG) and runs the node scenarios inside it; see
-# internal/nodevm. The node is pure cgroup v2 with systemd as init,
+# testenv/nodevm. The node is pure cgroup v2 with systemd as init,
 # containerd $(NODE_CONTAINERD_VERSION) as a systemd service with
 # `SystemdCgroup = true` and runc $(NODE_RUNC_VERSION), and `nodeshim serve`
 # as a systemd service, on Debian trixie's 6.12 kernel and userland
@@ -10,7 +10,7 @@
 # per version, under .tools/.cache/node; nodeshim itself and the scenarios'
 # test binary are built at every run. The root filesystem (debootstrap of
 # trixie through its own mirror and keyring, never the machine's apt
-# sources) and the kernel (internal/vmtest's fetcher, trixie's 6.12) are
+# sources) and the kernel (testenv/vmtest's fetcher, trixie's 6.12) are
 # cached under .cache/vmtest/node. Not part of `make test` yet.
 
 NODE_APT_PACKAGES := debootstrap e2fsprogs busybox-static cpio qemu-system-x86 debian-archive-keyring xz-utils
@@ -54,13 +54,13 @@ $(NODE_CONTAINERD):
 	$(NODE_CONTAINERD_DIR).tmp/containerd --version | grep -qF ' $(NODE_CONTAINERD_VERSION)'
 	rm -rf $(NODE_CONTAINERD_DIR) && mv $(NODE_CONTAINERD_DIR).tmp $(NODE_CONTAINERD_DIR)
 
-$(NODEVM): go-deps $(wildcard internal/nodevm/*.go internal/nodevm/cmd/nodevm/*.go internal/vmtest/*.go)
-	$(GO) build -o $@ ./internal/nodevm/cmd/nodevm
+$(NODEVM): go-deps $(wildcard testenv/nodevm/*.go testenv/nodevm/cmd/nodevm/*.go testenv/vmtest/*.go)
+	$(GO) build -o $@ ./testenv/nodevm/cmd/nodevm
 
 ## node-lint: go vet and staticcheck the node scenarios, which only build with the nodevm tag
 node-lint: deps $(STATICCHECK)
-	$(GO) vet -tags nodevm ./internal/nodevm/...
-	$(STATICCHECK) -tags nodevm ./internal/nodevm/...
+	$(GO) vet -tags nodevm ./testenv/nodevm/...
+	$(STATICCHECK) -tags nodevm ./testenv/nodevm/...
 
 ## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5) under QEMU and run the node scenarios
 vmtest-node: node-apt-deps node-lint node-tools $(NODEVM)

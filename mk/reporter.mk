@@ -1,5 +1,5 @@
 # The reporter (`nodeshim reporter`, cluster/reporter) and the Kubernetes test
-# control plane of internal/kubetest: a real kube-apiserver and a real etcd,
+# control plane of testenv/kubetest: a real kube-apiserver and a real etcd,
 # started by the tests on 127.0.0.1 ports.
 #
 # kube-apiserver is built from the Go module proxy in its own tools module
@@ -16,7 +16,7 @@
 # The tests find both through NODESHIM_KUBE_APISERVER and NODESHIM_ETCD.
 #
 # kubelet, kube-controller-manager and kube-scheduler (the single-node
-# cluster of internal/clustertest) build in the same tools module with the
+# cluster of testenv/clustertest) build in the same tools module with the
 # same version stamp; tools.go imports all four commands so that one
 # `go mod tidy` records every module they need (kubelet alone adds cadvisor
 # and a few more). Each binary is keyed by version under $(TOOLS)/bin; the
@@ -93,7 +93,7 @@ $(ETCD):
 	$(call deb-prefix,$(ETCD_APT),$(ETCD_SUITE),etcd-server,$(ETCD_PREFIX),$(ETCD_PREFIX).tmp/usr/bin/etcd --version)
 
 # bench-fleet: 1,000 simulated nodes against one API server (BenchmarkFleet
-# in internal/fleet): each a real reporter over an in-process shim, with the
+# in e2e/fleet): each a real reporter over an in-process shim, with the
 # controller, beside kubelet's own heartbeat for the same nodes; 7-9
 # minutes on 2 shared cores. `make bench` runs it too, with the same defaults. FLEET_FLAGS
 # change the shape, e.g. -fleet.nodes=200 -fleet.idle=5m; -short is 50 nodes
@@ -104,6 +104,6 @@ FLEET_FLAGS ?=
 ## bench-fleet: 1,000 simulated nodes against one API server (results in BENCHMARKS.md)
 bench-fleet: deps kube-testenv
 	@mkdir -p $(CACHE)
-	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 30m ./internal/fleet \
+	$(GO) test -count=1 -v -run '^$$' -bench '^BenchmarkFleet$$' -benchtime 1x -timeout 30m ./e2e/fleet \
 		$(FLEET_FLAGS) 2>&1 | grep -v '^I[0-9]\{4\} ' | tee $(CACHE)/bench-fleet.log
 	@! grep -qE '^(--- FAIL|FAIL)' $(CACHE)/bench-fleet.log

@@ -1,4 +1,4 @@
-# Real container runtimes for the tests (internal/runtimetest): Debian
+# Real container runtimes for the tests (testenv/runtimetest): Debian
 # bookworm's containerd 1.6 (CRI plugin), runc, crun, podman with conmon,
 # the CNI plugins (containerd's pod network), busybox-static (the test
 # image's userland; the pause image is compiled with gcc -static, which

@@ -1,7 +1,7 @@
 # Kernel matrix: `make vmtest KERNELS="6.1 6.12"` boots each Debian kernel
 # under QEMU (TCG) and runs the vmtest-tagged tests inside it, and the host
 # suite of the packages that vmtest.HostSuite selects unless
-# VMTEST_HOST_SUITE=false; see internal/vmtest. Kernels, the build and the guests' artifacts (console.log,
+# VMTEST_HOST_SUITE=false; see testenv/vmtest. Kernels, the build and the guests' artifacts (console.log,
 # report.json) are kept under $(CACHE)/vmtest.
 
 TEST_APT_PACKAGES += busybox-static cpio qemu-system-x86 debian-archive-keyring
@@ -20,8 +20,8 @@ VMTEST         := $(CACHE)/vmtest/bin/vmtest
 
 .PHONY: vmtest vmtest-lint
 
-$(VMTEST): go-deps $(wildcard internal/vmtest/*.go internal/vmtest/cmd/vmtest/*.go)
-	$(GO) build -o $@ ./internal/vmtest/cmd/vmtest
+$(VMTEST): go-deps $(wildcard testenv/vmtest/*.go testenv/vmtest/cmd/vmtest/*.go)
+	$(GO) build -o $@ ./testenv/vmtest/cmd/vmtest
 
 ## vmtest-lint: go vet and staticcheck the files that only build with the vmtest tag
 vmtest-lint: deps $(STATICCHECK)

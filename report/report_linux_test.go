@@ -6,9 +6,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestCollectUsesPerBootCache collects the report twice with one cache

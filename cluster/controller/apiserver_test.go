@@ -20,8 +20,8 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
-	"github.com/nodeshim/nodeshim/internal/kubetest"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 // Names from deploy/: the reporters' namespace and ServiceAccount, the

@@ -12,7 +12,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 // Short periods: a standby takes over 2 s after a leader vanishes, at once

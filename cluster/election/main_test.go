@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 func TestMain(m *testing.M) {

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 func TestMain(m *testing.M) {

@@ -32,11 +32,11 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
-	"github.com/nodeshim/nodeshim/internal/kubetest"
-	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/daemon"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
+	nstestutil "github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // rbacYAML is the reporter's Namespace, ServiceAccount and RBAC from

@@ -18,12 +18,12 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/criutest"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestCheckpointImageRestoredByContainerd2 is the path of a container

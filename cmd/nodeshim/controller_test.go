@@ -12,7 +12,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/controller"
 	"github.com/nodeshim/nodeshim/deploy"
-	"github.com/nodeshim/nodeshim/internal/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
 )
 
 func TestControllerUsage(t *testing.T) {

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/criutest"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
 // downtimeScript is the benchmarked container: a busybox shell that holds

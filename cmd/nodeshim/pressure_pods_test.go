@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/internal/golden"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/golden"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func TestPodTable(t *testing.T) {

@@ -13,7 +13,7 @@ import (
 	"github.com/nodeshim/nodeshim/cgroup"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/eviction"
-	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // pressureFixture is one evaluation of a hybrid node under memory

@@ -10,10 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/report"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // BenchmarkReport measures the full report on this machine's kernel.

@@ -11,10 +11,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/report"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func exitCode(err error) int {

@@ -22,8 +22,8 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/deploy"
-	"github.com/nodeshim/nodeshim/internal/kubetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func TestReporterUsage(t *testing.T) {

@@ -4,10 +4,10 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
-// rt is the package's real container runtimes (internal/runtimetest),
+// rt is the package's real container runtimes (testenv/runtimetest),
 // started on first use and closed by TestMain.
 var rt runtimetest.Env
 

@@ -9,8 +9,8 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/bpf"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // containerSyscalls is how many one-byte reads and writes a round of the

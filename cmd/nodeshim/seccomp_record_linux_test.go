@@ -17,7 +17,7 @@ import (
 	"github.com/cilium/ebpf"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // bpfIDsHeldBy returns the BPF program and link ids that process pid holds

@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // buildWorkload compiles testdata/record/workload.c, a C program that does

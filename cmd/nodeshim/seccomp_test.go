@@ -10,8 +10,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 const seccompTestdata = "../../kernel/seccomp/testdata"

@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestServeEndToEnd runs the real binary: serve, query every endpoint over

@@ -13,7 +13,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu/archive/archivetest"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 type amember = archivetest.Member

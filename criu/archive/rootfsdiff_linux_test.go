@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestWriteRootfsDiff builds an overlay upper directory by hand (a whiteout

@@ -14,7 +14,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/archive/archivetest"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestWriteRefusesHostileArchives: `checkpoint image` refuses, before it

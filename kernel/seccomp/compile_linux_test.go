@@ -9,8 +9,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/golden"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func mustParse(t testing.TB, s string) *Profile {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestCheckExec: the kernel decides whether a filter lets Exec's child

@@ -1,8 +1,8 @@
 package seccomp
 
-import "github.com/nodeshim/nodeshim/internal/runtimetest"
+import "github.com/nodeshim/nodeshim/testenv/runtimetest"
 
-// rt is the test binary's real container runtimes (internal/runtimetest),
+// rt is the test binary's real container runtimes (testenv/runtimetest),
 // started on first use and closed by TestMain.
 var rt runtimetest.Env
 

@@ -8,7 +8,7 @@ import (
 
 	libseccomp "github.com/seccomp/libseccomp-golang"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func TestJudge(t *testing.T) {

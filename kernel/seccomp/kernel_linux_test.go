@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"golang.org/x/sys/unix"
 )
 

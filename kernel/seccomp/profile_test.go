@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // TestInvalidProfilesGolden checks the error of every profile under

@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/profiles"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // rt is the package's real container runtimes (export_test.go), started on

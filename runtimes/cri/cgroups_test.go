@@ -12,7 +12,7 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/internal/critest"
+	"github.com/nodeshim/nodeshim/testenv/fakecri"
 )
 
 func TestCgroupRelPath(t *testing.T) {
@@ -102,7 +102,7 @@ func TestCgroupIndexLookup(t *testing.T) {
 	}
 	add("a", "web", "nginx", "/kubepods/burstable/poduid-web/a")
 	add("b", "db", "pg", "kubepods-besteffort-poduid_db.slice:cri-containerd:b")
-	sock := critest.Serve(t, srv)
+	sock := fakecri.Serve(t, srv)
 	r, err := Dial(sock)
 	if err != nil {
 		t.Fatal(err)

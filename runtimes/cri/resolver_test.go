@@ -13,7 +13,7 @@ import (
 	"google.golang.org/grpc/status"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/internal/critest"
+	"github.com/nodeshim/nodeshim/testenv/fakecri"
 )
 
 func TestMain(m *testing.M) {
@@ -109,7 +109,7 @@ func TestRuntimeResolver(t *testing.T) {
 	}
 	for _, ignore := range []bool{false, true} {
 		srv.ignoreFilter = ignore
-		sock := critest.Serve(t, srv)
+		sock := fakecri.Serve(t, srv)
 		r, err := Dial(sock)
 		if err != nil {
 			t.Fatal(err)

@@ -18,11 +18,11 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/runtimes/podman"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // EnvPodman5 names podman 5 (mk/podman5.mk: Debian trixie's podman 5.4.2
@@ -74,7 +74,7 @@ func newPodman5(t *testing.T, podman4 string) *podman5 {
 		}
 	}
 	// Limits within this machine's hard limits (runc cannot raise them,
-	// see internal/runtimetest).
+	// see testenv/runtimetest).
 	conf := fmt.Sprintf(`[containers]
 default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
 log_driver = "k8s-file"

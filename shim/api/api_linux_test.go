@@ -20,9 +20,9 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/syncbuf"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 const envChild = "NODESHIM_API_TEST_CHILD"

@@ -7,8 +7,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestPodsEndpoint: the per-pod view is served on GET /pods and in

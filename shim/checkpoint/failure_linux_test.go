@@ -16,11 +16,11 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/criutest"
 	"github.com/nodeshim/nodeshim/internal/procfs"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
 // workload counts to /count while a shell variable holds mib MiB, so that

@@ -14,13 +14,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/criutest"
-	nstestutil "github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/metrics"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	nstestutil "github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // counterService is a Service whose one container is a counter process

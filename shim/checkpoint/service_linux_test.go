@@ -9,10 +9,10 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 var rt runtimetest.Env

@@ -13,10 +13,10 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/checkpointtest"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // serve runs the real node API handler over a unix socket.

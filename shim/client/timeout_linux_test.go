@@ -8,9 +8,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // stuckSocket is a socket whose server never accepts: a connect lands in

@@ -7,7 +7,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/nodeshim/nodeshim/internal/golden"
+	"github.com/nodeshim/nodeshim/testenv/golden"
 )
 
 // TestDefaultsGolden pins the local default configuration as a document,

@@ -10,10 +10,10 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu"
-	"github.com/nodeshim/nodeshim/internal/critest"
-	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/fakecri"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // BenchmarkCheckpoint compares a checkpoint through the node API (HTTP over
@@ -23,7 +23,7 @@ import (
 func BenchmarkCheckpoint(b *testing.B) {
 	requireCriu(b)
 	pid, _ := testworkload.Start(b, "count", 64)
-	endpoint := "unix://" + critest.Serve(b, &criServer{containers: map[string]int{"default/bench-0/app": pid}})
+	endpoint := "unix://" + fakecri.Serve(b, &criServer{containers: map[string]int{"default/bench-0/app": pid}})
 	ckDir := filepath.Join(b.TempDir(), "archives")
 	d := startDaemon(b, checkpointConfig(endpoint, ckDir, ""))
 	bin, err := criu.Find("", nil)

@@ -24,12 +24,12 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/critest"
-	"github.com/nodeshim/nodeshim/internal/criutest"
-	"github.com/nodeshim/nodeshim/internal/syncbuf"
-	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/fakecri"
+	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // requireCriu gates a test on root and a criu that passes `criu check`
@@ -203,7 +203,7 @@ func TestCheckpointEndpoint(t *testing.T) {
 	pid, wdir := testworkload.Start(t, "count", 16)
 	tcpPid, tcpDir := testworkload.Start(t, "count-tcp", 4)
 	rt := &criServer{containers: map[string]int{"default/web-0/app": pid, "default/web-0/tcp": tcpPid}}
-	endpoint := "unix://" + critest.Serve(t, rt)
+	endpoint := "unix://" + fakecri.Serve(t, rt)
 	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 
@@ -315,7 +315,7 @@ func TestCheckpointEndpoint(t *testing.T) {
 func TestCheckpointAbortedByShutdown(t *testing.T) {
 	requireCriu(t)
 	pid, wdir := testworkload.Start(t, "count", 512)
-	endpoint := "unix://" + critest.Serve(t, &criServer{containers: map[string]int{"default/big-0/app": pid}})
+	endpoint := "unix://" + fakecri.Serve(t, &criServer{containers: map[string]int{"default/big-0/app": pid}})
 	ckDir := filepath.Join(t.TempDir(), "archives")
 	d := startDaemon(t, checkpointConfig(endpoint, ckDir, ""))
 

@@ -13,10 +13,10 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 const typeMeta = "apiVersion: nodeshim.io/v1alpha1\nkind: ShimConfiguration\n"

@@ -20,9 +20,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/client"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // Environment of the test binary started as a flooding local user or as

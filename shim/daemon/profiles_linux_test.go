@@ -8,9 +8,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/profiles"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 const (

@@ -10,9 +10,9 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/lock"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestSecondServeSameRootDir starts a second serve on the root dir of a

@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // TestReport: the report injected by the command is collected at start,

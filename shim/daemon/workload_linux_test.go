@@ -14,9 +14,9 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/internal/testutil"
-	"github.com/nodeshim/nodeshim/internal/testworkload"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
 // Environment of the test binary started as a workload or a client.

@@ -12,7 +12,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/internal/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 const envChild = "NODESHIM_LOCK_TEST_CHILD"

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
 // rtEnv runs the real container runtimes of the package's tests.

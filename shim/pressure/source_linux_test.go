@@ -7,10 +7,10 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
-	"github.com/nodeshim/nodeshim/internal/syncbuf"
-	"github.com/nodeshim/nodeshim/internal/testutil"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 var discard = slog.New(slog.DiscardHandler)

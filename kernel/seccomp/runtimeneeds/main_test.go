@@ -4,7 +4,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/nodeshim/nodeshim/internal/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
 // rt is the package's real container runtimes: the runc and crun that

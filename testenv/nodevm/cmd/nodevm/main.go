@@ -1,0 +1,120 @@
+// Command nodevm boots the test node (trixie 6.12, systemd, containerd 2.x
+// with the systemd cgroup driver, runc, nodeshim serve) under QEMU and runs
+// the node scenarios in it; `make vmtest-node` runs it. See package
+// testenv/nodevm.
+//
+// It prints each scenario's verdict and time, the node's boot times and
+// `N passed, N failed`, and exits 0 when every scenario passed, 1
+// otherwise (a failed scenario, none run, a guest that hung or panicked, a
+// build or fetch that failed).
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/nodeshim/nodeshim/testenv/nodevm"
+)
+
+func main() {
+	os.Exit(run())
+}
+
+func run() int {
+	var cfg nodevm.Config
+	var quiet bool
+	flag.StringVar(&cfg.Root, "root", ".", "module root")
+	flag.StringVar(&cfg.CacheDir, "cache", ".cache/vmtest/node", "cache directory (git-ignored)")
+	flag.StringVar(&cfg.Go, "go", "go", "go command")
+	flag.StringVar(&cfg.QEMU, "qemu", "qemu-system-x86_64", "QEMU binary")
+	flag.StringVar(&cfg.Busybox, "busybox", "/bin/busybox", "statically linked busybox (busybox-static)")
+	flag.StringVar(&cfg.Mirror, "mirror", "http://deb.debian.org/debian", "Debian archive")
+	flag.StringVar(&cfg.Keyring, "keyring", "/usr/share/keyrings/debian-archive-keyring.gpg", "keyring that signs the archive")
+	flag.StringVar(&cfg.Runc, "runc", "", "runc binary for the node")
+	flag.StringVar(&cfg.ContainerdDir, "containerd", "", "directory of containerd, containerd-shim-runc-v2 and ctr for the node")
+	flag.StringVar(&cfg.Crictl, "crictl", "", "crictl binary for the node")
+	flag.StringVar(&cfg.LDFlags, "ldflags", "", "-ldflags for nodeshim")
+	flag.StringVar(&cfg.Tags, "tags", "grpcnotrace", "build tags for nodeshim")
+	flag.StringVar(&cfg.Nodeshim, "nodeshim", "", "a nodeshim binary to use instead of building one from -root")
+	flag.DurationVar(&cfg.Timeout, "timeout", 25*time.Minute, "time the node has from QEMU's start to power-off before QEMU is killed")
+	flag.IntVar(&cfg.MemoryMB, "memory", 3072, "node memory in MiB")
+	flag.IntVar(&cfg.CPUs, "cpus", 2, "node CPUs")
+	flag.IntVar(&cfg.DiskMB, "disk", 4096, "node disk in MiB (sparse)")
+	flag.StringVar(&cfg.Run, "run", "", "run only the scenarios matching this -test.run pattern")
+	flag.BoolVar(&quiet, "quiet", false, "do not copy the node's console to stdout (it is kept in the artifacts)")
+	flag.Parse()
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Log = log
+	if !quiet {
+		cfg.Console = os.Stdout
+	}
+	for _, p := range []*string{&cfg.Root, &cfg.CacheDir} {
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			log.Error("bad path", "path", *p, "err", err)
+			return 1
+		}
+		*p = abs
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+	res, err := nodevm.Run(ctx, cfg)
+	summary(os.Stdout, res, time.Since(start))
+	if err != nil {
+		for _, line := range strings.Split(err.Error(), "\n") {
+			fmt.Fprintln(os.Stderr, "nodevm: FAIL:", line)
+		}
+		return 1
+	}
+	return 0
+}
+
+// summary prints the steps' and scenarios' times, the node's boot times
+// and the counts.
+func summary(w io.Writer, res nodevm.Result, total time.Duration) {
+	for _, s := range res.Steps {
+		note := ""
+		if s.Note != "" {
+			note = " (" + s.Note + ")"
+		}
+		fmt.Fprintf(w, "nodevm: step %s: %s%s\n", s.Name, s.Duration.Round(100*time.Millisecond), note)
+	}
+	var names []string
+	for k := range res.GuestTimes {
+		names = append(names, k)
+	}
+	sort.Slice(names, func(i, j int) bool { return res.GuestTimes[names[i]] < res.GuestTimes[names[j]] })
+	for _, k := range names {
+		fmt.Fprintf(w, "nodevm: node %s at %.1fs of its uptime, %.1fs after QEMU started\n", k, res.GuestTimes[k], res.HostTimes[k])
+	}
+	for _, t := range res.Results.Tests {
+		verdict := "PASS"
+		switch {
+		case t.Unfinished:
+			verdict = "FAIL (no verdict: the node stopped in it)"
+		case t.Failed:
+			verdict = "FAIL"
+		case t.Skipped:
+			verdict = "SKIP"
+		}
+		fmt.Fprintf(w, "nodevm: %s %s (%s)\n", verdict, t.Name, t.Duration.Round(10*time.Millisecond))
+	}
+	if res.ArtifactDir != "" {
+		fmt.Fprintf(w, "nodevm: console, scenarios' output and the node's journal in %s\n", res.ArtifactDir)
+	}
+	passed, failed, skipped := res.Results.Counts()
+	fmt.Fprintf(w, "nodevm: total %s\n", total.Round(time.Second))
+	fmt.Fprintf(w, "%d passed, %d failed, %d skipped\n", passed, failed, skipped)
+}

@@ -1,0 +1,38 @@
+// Package nodevm boots the node Kubernetes runs today as a test node under
+// QEMU and runs nodeshim's node scenarios inside it (`make vmtest-node`).
+//
+// The host tests prove nodeshim on a hybrid cgroup machine with the cgroupfs
+// driver; real nodes are pure cgroup v2 with systemd as init and kubelet's
+// systemd cgroup driver, containerd 2.x and runc >= 1.3, where pods live
+// under kubepods.slice/kubepods-<qos>.slice/kubepods-<qos>-pod<uid>.slice/
+// cri-containerd-<id>.scope, the freezer is cgroup.freeze, every pod has
+// its own PSI files and OOM kills are counted in memory.events. The node
+// here is that machine:
+//
+//   - the kernel is Debian trixie's 6.12, fetched by testenv/vmtest's
+//     Fetcher (its own cache under .cache/vmtest/node, with the modules of
+//     Modules kept, uncompressed);
+//   - the root filesystem is Debian trixie (debootstrap --variant=minbase
+//     with systemd, systemd-sysv, dbus, kmod, crun, criu, iproute2 and the
+//     CNI plugins; RootfsPackages), made once and cached by its package
+//     list, then copied (hard links) into a staging tree per run with the
+//     kernel's modules, runc, containerd, crictl, nodeshim, the scenarios'
+//     test binary, the test images and the systemd units, and written into
+//     an ext4 image (mkfs.ext4 -d) that QEMU serves as a virtio disk;
+//   - a small busybox initramfs loads the virtio disk's and ext4's modules,
+//     mounts the disk and switch_roots to systemd;
+//   - systemd starts containerd (SystemdCgroup = true, runc as its
+//     handler, CRIU for checkpoints) and `nodeshim serve`, each a systemd
+//     service, then the scenarios' unit, which waits for both, runs the
+//     test binary and powers the node off.
+//
+// QEMU runs under TCG only (-machine accel=tcg -cpu max -smp 2 -m 3072M), once
+// per run: every scenario runs in the same boot. The scenarios are the
+// `//go:build nodevm` tests in *_node_test.go files of testenv/nodevm/nodetest;
+// their verbose output comes back on the second serial port, and the
+// harness prints `N passed, N failed` with each scenario's time, the time
+// from QEMU's start to containerd answering, and fails when any scenario
+// failed, when none ran, or when the guest hung or panicked. The console,
+// the scenarios' output and the node's journal of containerd and nodeshim
+// are kept under .cache/vmtest/node/artifacts.
+package nodevm
