@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/proto"
 )

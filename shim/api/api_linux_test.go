@@ -20,8 +20,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/shim/status"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 

@@ -17,8 +17,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/shim/status"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 )
 
 // fakeClock is a clock the test moves by hand.

@@ -24,10 +24,10 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/fakecri"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )

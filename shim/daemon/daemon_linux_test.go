@@ -18,11 +18,11 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/status"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/cgroup"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 )
 
 // refusingPass is a PassSource whose every pass fails the same way.

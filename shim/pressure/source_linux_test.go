@@ -7,9 +7,9 @@ import (
 	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	"github.com/nodeshim/nodeshim/shim/source/sourcetest"
 	"github.com/nodeshim/nodeshim/shim/status"
-	"github.com/nodeshim/nodeshim/testenv/syncbuf"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
