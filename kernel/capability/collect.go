@@ -63,12 +63,16 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 		elapsed time.Duration
 	}
 	chans := make([]chan outcome, len(reqs))
+	// started[i] receives probe i's context as the probe starts: its time
+	// runs from its own start, not from the report's, so that a quick probe
+	// queued behind slower ones on a busy node is not cut off before it ran.
+	started := make([]chan context.Context, len(reqs))
 	cancels := make([]context.CancelFunc, len(reqs))
-	ctxs := make([]context.Context, len(reqs))
 	jobs := make(chan int, len(reqs))
 	timeouts := make([]time.Duration, len(reqs))
 	for i, r := range reqs {
 		chans[i] = make(chan outcome, 1) // buffered: a late probe never blocks
+		started[i] = make(chan context.Context, 1)
 		timeouts[i] = timeout
 		// A requirement's own timeout is a floor for a probe known to take
 		// longer, not a cap: a longer ProbeTimeout (--probe-timeout on a
@@ -76,12 +80,19 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 		if r.Timeout > timeouts[i] {
 			timeouts[i] = r.Timeout
 		}
-		ctxs[i], cancels[i] = context.WithTimeout(ctx, timeouts[i])
 	}
 	run := func(i int) {
+		pctx, cancel := context.WithTimeout(ctx, timeouts[i])
+		cancels[i] = cancel // read by the collector after started[i]
+		started[i] <- pctx
 		t0 := now()
-		f := runProbe(ctxs[i], h, reqs[i])
+		f := runProbe(pctx, h, reqs[i])
 		chans[i] <- outcome{f, now().Sub(t0)}
+	}
+	worker := func() {
+		for i := range jobs {
+			run(i)
+		}
 	}
 	for _, i := range launchOrder(reqs) {
 		if reqs[i].Slow {
@@ -96,23 +107,31 @@ func (c Collector) Collect(ctx context.Context, h Host, reqs []Requirement) (*Re
 		workers = DefaultWorkers
 	}
 	for range min(workers, len(jobs)) {
-		go func() {
-			for i := range jobs {
-				run(i)
-			}
-		}()
+		go worker()
 	}
 	results := make([]Result, len(reqs))
 	for i, r := range reqs {
+		var pctx context.Context
+		select {
+		case pctx = <-started[i]:
+		case <-ctx.Done():
+			results[i] = newResult(r, node.Kernel, Findingf(Unknown, "probe did not start: %v", ctx.Err()), 0)
+			continue
+		}
 		var o outcome
 		select {
 		case o = <-chans[i]:
-		case <-ctxs[i].Done():
+		case <-pctx.Done():
 			// The probe may have answered just as the deadline passed.
 			select {
 			case o = <-chans[i]:
 			default:
-				o = outcome{f: Findingf(Unknown, "probe gave no answer within %v: %v", timeouts[i], ctxs[i].Err()), elapsed: timeouts[i]}
+				o = outcome{f: Findingf(Unknown, "probe gave no answer within %v: %v", timeouts[i], pctx.Err()), elapsed: timeouts[i]}
+				if !r.Slow {
+					// Its worker may stay in a probe that ignores its
+					// context: another one takes the queue on.
+					go worker()
+				}
 			}
 		}
 		cancels[i]()

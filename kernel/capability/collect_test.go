@@ -220,3 +220,57 @@ func mustContain(t *testing.T, got, want string) {
 		t.Errorf("got %q, want it to contain %q", got, want)
 	}
 }
+
+// TestCollectTimesEachProbeFromItsStart: a quick probe queued behind
+// another on the only worker has its whole timeout once it starts; before,
+// its time ran from the start of the report, and a busy node's first report
+// called it Unknown without it having run.
+func TestCollectTimesEachProbeFromItsStart(t *testing.T) {
+	const timeout = 2 * time.Second
+	sleeps := func(d time.Duration) func(context.Context, Host) Finding {
+		return func(ctx context.Context, _ Host) Finding {
+			select {
+			case <-ctx.Done():
+				return Findingf(Unknown, "cut short: %v", ctx.Err())
+			case <-time.After(d):
+				return Findingf(Supported, "done in %v", d)
+			}
+		}
+	}
+	// Together they outlast one timeout; each alone is well within it.
+	reqs := []Requirement{
+		{ID: "first", Group: "g", Probe: sleeps(timeout * 3 / 4)},
+		{ID: "second", Group: "g", Probe: sleeps(timeout / 2)},
+	}
+	rep, err := Collector{ProbeTimeout: timeout, Workers: 1}.Collect(t.Context(), &fakeHost{}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"first", "second"} {
+		if res, _ := rep.Result(id); res.Verdict != Supported {
+			t.Errorf("%s: %s (%s), want Supported: each probe's time runs from its own start", id, res.Verdict, res.Evidence)
+		}
+	}
+}
+
+// TestCollectGoesOnPastAHungProbe: a quick probe that ignores its context
+// holds its worker forever; the probes queued behind it still run, on
+// another worker, once it is given up.
+func TestCollectGoesOnPastAHungProbe(t *testing.T) {
+	release := make(chan struct{})
+	defer close(release)
+	reqs := []Requirement{
+		{ID: "hung", Group: "g", Probe: func(context.Context, Host) Finding { <-release; return Findingf(Supported, "late") }},
+		{ID: "after", Group: "g", Probe: func(context.Context, Host) Finding { return Findingf(Supported, "ran") }},
+	}
+	rep, err := Collector{ProbeTimeout: 50 * time.Millisecond, Workers: 1}.Collect(t.Context(), &fakeHost{}, reqs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := rep.Result("hung"); res.Verdict != Unknown || !strings.Contains(res.Evidence, "no answer within") {
+		t.Errorf("hung: %s (%s), want Unknown for no answer", res.Verdict, res.Evidence)
+	}
+	if res, _ := rep.Result("after"); res.Verdict != Supported {
+		t.Errorf("after: %s (%s), want Supported: it runs on another worker", res.Verdict, res.Evidence)
+	}
+}
