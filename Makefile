@@ -127,6 +127,7 @@ test: lint $(TEST_DEPS)
 	$(GO) test -count=1 -race -v ./... 2>&1 | tee $(CACHE)/test.log | grep -E '^(---|===|ok|FAIL|PASS|panic|WARNING: DATA RACE|\s+\S+_test\.go)' | grep -v '^=== ' || true
 	@if grep -qE '^(FAIL|--- FAIL|panic:|WARNING: DATA RACE)' $(CACHE)/test.log; then grep -vE '^(=== |\s*--- PASS|PASS$$)' $(CACHE)/test.log | tail -300; echo "tests failed: see $(CACHE)/test.log"; exit 1; fi
 	$(MAKE) --no-print-directory vmtest vmtest-faults KERNELS="$(TEST_KERNELS)"
+	$(MAKE) --no-print-directory vmtest-node
 	@echo "$$(grep -cE '^\s*--- PASS' $(CACHE)/test.log) passed, $$(grep -cE '^\s*--- FAIL' $(CACHE)/test.log) failed, $$(grep -cE '^\s*--- SKIP' $(CACHE)/test.log) skipped"
 
 ## bench: run the benchmarks (results are written up in BENCHMARKS.md)

@@ -11,7 +11,8 @@
 # test binary are built at every run. The root filesystem (debootstrap of
 # trixie through its own mirror and keyring, never the machine's apt
 # sources) and the kernel (testenv/vmtest's fetcher, trixie's 6.12) are
-# cached under .cache/vmtest/node. Not part of `make test` yet.
+# cached under .cache/vmtest/node. `make test` runs it after the host suite
+# and the kernel matrix.
 
 NODE_APT_PACKAGES := debootstrap e2fsprogs busybox-static cpio qemu-system-x86 debian-archive-keyring xz-utils
 
