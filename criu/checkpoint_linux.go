@@ -250,7 +250,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}
 
 	if t.Container.Descriptors != nil {
-		if err := writeJSON(filepath.Join(images, DescriptorsFile), t.Container.Descriptors); err != nil {
+		if err := archive.WriteJSON(filepath.Join(images, DescriptorsFile), t.Container.Descriptors); err != nil {
 			return res, err
 		}
 	}

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -239,24 +238,4 @@ func startWriteback(images string, interval time.Duration) func() {
 		close(done)
 		<-stopped
 	}
-}
-
-// writeJSON writes v as JSON to a new file p, mode 0600.
-func writeJSON(p string, v any) error {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return fmt.Errorf("encode %s: %w", p, err)
-	}
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
-	if err != nil {
-		return fmt.Errorf("create %s: %w", p, err)
-	}
-	if _, err := f.Write(b); err != nil {
-		f.Close()
-		return fmt.Errorf("write %s: %w", p, err)
-	}
-	if err := f.Close(); err != nil {
-		return fmt.Errorf("close %s: %w", p, err)
-	}
-	return nil
 }

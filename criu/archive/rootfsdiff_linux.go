@@ -150,7 +150,7 @@ func writeRootfsDiff(ctx context.Context, layer Layer, dir string) (err error) {
 	if len(deleted) == 0 {
 		return nil
 	}
-	return writeJSON(filepath.Join(dir, DeletedFiles), deleted)
+	return WriteJSON(filepath.Join(dir, DeletedFiles), deleted)
 }
 
 // copyInto copies size bytes of the file p into tw; a file that changed
@@ -209,8 +209,10 @@ func hiddenByOpaque(layer Layer, rel string) ([]string, error) {
 	return out, nil
 }
 
-// writeJSON writes v as JSON to a new file p, mode 0600.
-func writeJSON(p string, v any) error {
+// WriteJSON writes v as JSON to a new file p (never over an existing one),
+// mode 0600 from the first byte: an archive member such as deleted.files or
+// descriptors.json, written into a checkpoint's work directory.
+func WriteJSON(p string, v any) error {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", p, err)
