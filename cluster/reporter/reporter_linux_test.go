@@ -84,10 +84,11 @@ func startTestShim(t testing.TB) *testShim {
 func (s *testShim) Start() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	ln, err := api.ListenGroup(s.Socket, 0o600, -1)
+	lnSock, err := api.ListenSocket(s.Socket, 0o600, -1)
 	if err != nil {
 		s.t.Fatal(err)
 	}
+	ln := lnSock.UnixListener
 	s.ln = ln
 	s.srv = &http.Server{
 		// Root only, the API's default: the tests run as root.

@@ -43,10 +43,11 @@ func TestCheckpointContainerThroughDaemon(t *testing.T) {
 	testutil.RequireRoot(t)
 	dir := t.TempDir()
 	sock := filepath.Join(dir, api.SocketName)
-	l, err := api.ListenGroup(sock, 0o600, -1)
+	lSock, err := api.ListenSocket(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	srv := &http.Server{Handler: api.NewHandler(status.New(nil), api.Options{
 		Checkpoint: namedCheckpointer{dir: dir},
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),

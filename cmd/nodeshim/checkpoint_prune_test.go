@@ -45,9 +45,9 @@ func TestCheckpointPrune(t *testing.T) {
 		if !slices.Equal(removed, names[:2]) {
 			t.Errorf("dry run %v: removed %v, want %v", dry, removed, names[:2])
 		}
-		left, _ := retention.List(dir)
-		if want := map[bool]int{true: 3, false: 1}[dry]; len(left) != want {
-			t.Errorf("dry run %v: %d archives left, want %d", dry, len(left), want)
+		left, _ := retention.Scan(dir, retention.Owners{})
+		if want := map[bool]int{true: 3, false: 1}[dry]; len(left.Archives) != want {
+			t.Errorf("dry run %v: %d archives left, want %d", dry, len(left.Archives), want)
 		}
 	}
 	if _, _, err := runSplit(t, "checkpoint", "prune", "--dir", dir, "--max-bytes", "lots"); err == nil || !strings.Contains(err.Error(), "--max-bytes") {

@@ -45,10 +45,11 @@ func TestCheckpointImageRestoredByContainerd2(t *testing.T) {
 	dir := t.TempDir()
 	svc := criCheckpointService(t, c, bin, dir)
 	sock := filepath.Join(dir, api.SocketName)
-	l, err := api.ListenGroup(sock, 0o600, -1)
+	lSock, err := api.ListenSocket(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	srv := &http.Server{Handler: api.NewHandler(status.New(nil), api.Options{
 		Checkpoint: svc,
 		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),

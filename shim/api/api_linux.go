@@ -475,22 +475,8 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 // ErrNotSocket is returned, wrapped, when the socket path holds something
-// other than a socket, which ListenGroup refuses to remove.
+// other than a socket, which ListenSocket refuses to remove.
 var ErrNotSocket = errors.New("path exists and is not a socket")
-
-// ListenGroup creates the API socket at path with mode perm from the
-// start: it binds in a private (0700) directory beside path, sets the mode
-// and the group gid (when not negative, so that a reporter group can connect
-// through a 0660 socket), and renames the socket into place, so that it is
-// never reachable with a wider mode or another group. A stale socket at path
-// is replaced; anything else is an error.
-func ListenGroup(path string, perm os.FileMode, gid int) (*net.UnixListener, error) {
-	s, err := ListenSocket(path, perm, gid)
-	if err != nil {
-		return nil, err
-	}
-	return s.UnixListener, nil
-}
 
 // Socket is a unix listener bound by ListenSocket, with the identity
 // (device and inode) of the socket file it created, so that it removes
@@ -502,8 +488,13 @@ type Socket struct {
 	dev, ino uint64
 }
 
-// ListenSocket does what ListenGroup does and records the socket file's
-// identity for Remove.
+// ListenSocket creates the API socket at path with mode perm from the
+// start: it binds in a private (0700) directory beside path, sets the mode
+// and the group gid (when not negative, so that a reporter group can connect
+// through a 0660 socket), and renames the socket into place, so that it is
+// never reachable with a wider mode or another group. A stale socket at path
+// is replaced; anything else is an error. It records the socket file's
+// identity (device and inode) for Remove.
 func ListenSocket(path string, perm os.FileMode, gid int) (*Socket, error) {
 	if fi, err := os.Lstat(path); err == nil && fi.Mode().Type() != fs.ModeSocket {
 		return nil, fmt.Errorf("listen on %s: %w", path, ErrNotSocket)

@@ -56,10 +56,11 @@ func serve(t *testing.T, src Source, perm os.FileMode, logs io.Writer) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, SocketName)
-	l, err := ListenGroup(sock, perm, -1)
+	lSock, err := ListenSocket(sock, perm, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	srv := &http.Server{
 		Handler:     NewHandler(src, Options{Logger: slog.New(slog.NewTextHandler(logs, nil))}),
 		ConnContext: ConnContext,
@@ -170,15 +171,15 @@ func TestPeerNotRootIsRefused(t *testing.T) {
 	}
 }
 
-func TestListenGroupReplacesOnlySockets(t *testing.T) {
+func TestListenSocketReplacesOnlySockets(t *testing.T) {
 	dir := t.TempDir()
 	t.Run("refuses a regular file", func(t *testing.T) {
 		p := filepath.Join(dir, "file")
 		if err := os.WriteFile(p, []byte("keep me"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := ListenGroup(p, 0o600, -1); !errors.Is(err, ErrNotSocket) {
-			t.Errorf("ListenGroup over a file = %v, want ErrNotSocket", err)
+		if _, err := ListenSocket(p, 0o600, -1); !errors.Is(err, ErrNotSocket) {
+			t.Errorf("ListenSocket over a file = %v, want ErrNotSocket", err)
 		}
 		if b, _ := os.ReadFile(p); string(b) != "keep me" {
 			t.Error("file was touched")
@@ -192,10 +193,11 @@ func TestListenGroupReplacesOnlySockets(t *testing.T) {
 		}
 		old.SetUnlinkOnClose(false)
 		old.Close()
-		l, err := ListenGroup(p, 0o600, -1)
+		lSock, err := ListenSocket(p, 0o600, -1)
 		if err != nil {
 			t.Fatal(err)
 		}
+		l := lSock.UnixListener
 		defer os.Remove(p)
 		defer l.Close()
 		entries, _ := os.ReadDir(dir)

@@ -25,10 +25,11 @@ import (
 func serveWith(t *testing.T, opts Options) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), SocketName)
-	l, err := ListenGroup(sock, 0o600, -1)
+	lSock, err := ListenSocket(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
@@ -94,13 +95,14 @@ func TestCheckpointHandler(t *testing.T) {
 	}
 }
 
-func TestListenGroup(t *testing.T) {
+func TestListenSocketGroup(t *testing.T) {
 	testutil.RequireRoot(t)
 	p := filepath.Join(t.TempDir(), SocketName)
-	l, err := ListenGroup(p, 0o660, 65534)
+	lSock, err := ListenSocket(p, 0o660, 65534)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	defer os.Remove(p)
 	defer l.Close()
 	fi, err := os.Lstat(p)

@@ -88,10 +88,11 @@ func TestLimitPeersAdmit(t *testing.T) {
 func serveRaw(t *testing.T, srv *http.Server, src Source, opts Options) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), SocketName)
-	l, err := ListenGroup(sock, 0o600, -1)
+	lSock, err := ListenSocket(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}

@@ -84,7 +84,7 @@ func TestRetentionAfterCheckpoints(t *testing.T) {
 		}
 		paths = append(paths, filepath.Base(res.Path))
 	}
-	left, err := retention.List(dir)
+	left, err := archivesIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestConcurrentCheckpointsOfOneContainer(t *testing.T) {
 	if ok == 0 {
 		t.Error("no checkpoint succeeded")
 	}
-	left, err := retention.List(dir)
+	left, err := archivesIn(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +149,7 @@ func TestRefusedBeforeFreezing(t *testing.T) {
 	if !strings.Contains(err.Error(), "estimated archive size") || !strings.Contains(err.Error(), "maxBytes 4096 bytes") {
 		t.Errorf("error does not name the estimate and the budget: %v", err)
 	}
-	if left, _ := retention.List(dir); len(left) != 0 {
+	if left, _ := archivesIn(dir); len(left) != 0 {
 		t.Errorf("archives %+v", left)
 	}
 	h := m.Snapshot().Checkpoints
@@ -189,4 +189,10 @@ func mustTime(t *testing.T, s string) time.Time {
 		t.Fatal(err)
 	}
 	return at
+}
+
+// archivesIn is the checkpoint archives of dir, as retention lists them.
+func archivesIn(dir string) ([]retention.Archive, error) {
+	l, err := retention.Scan(dir, retention.Owners{})
+	return l.Archives, err
 }

@@ -215,7 +215,7 @@ func TestImagesAndArchiveMustFit(t *testing.T) {
 		if w := workEntries(t, dir); len(w) != 0 {
 			t.Errorf("work entries left: %v", w)
 		}
-		if a, _ := retention.List(dir); len(a) != 0 {
+		if a, _ := archivesIn(dir); len(a) != 0 {
 			t.Errorf("archives %+v", a)
 		}
 		testworkload.AssertRunning(t, pid, wdir)
@@ -383,7 +383,7 @@ func TestCLIAndServiceCheckpointOneProcess(t *testing.T) {
 	if _, err := s.Checkpoint(t.Context(), web, 0); err != nil {
 		t.Fatalf("service checkpoint after the CLI's: %v", err)
 	}
-	if a, _ := retention.List(dir); len(a) != 2 {
+	if a, _ := archivesIn(dir); len(a) != 2 {
 		t.Errorf("archives %+v, want the CLI's and the service's", a)
 	}
 }

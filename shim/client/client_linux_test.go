@@ -23,10 +23,11 @@ import (
 func serve(t *testing.T, model *status.Model, opts api.Options) string {
 	t.Helper()
 	sock := filepath.Join(t.TempDir(), api.SocketName)
-	l, err := api.ListenGroup(sock, 0o600, -1)
+	lSock, err := api.ListenSocket(sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	l := lSock.UnixListener
 	opts.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	srv := &http.Server{Handler: api.NewHandler(model, opts), ConnContext: api.ConnContext}
 	done := make(chan struct{})

@@ -83,10 +83,11 @@ func TestSecondServeSameRootDir(t *testing.T) {
 func TestExitLeavesAnotherSocket(t *testing.T) {
 	testutil.RequireRoot(t)
 	d := startDaemon(t, "")
-	other, err := api.ListenGroup(d.sock, 0o600, -1)
+	otherSock, err := api.ListenSocket(d.sock, 0o600, -1)
 	if err != nil {
 		t.Fatal(err)
 	}
+	other := otherSock.UnixListener
 	defer os.Remove(d.sock)
 	defer other.Close()
 	if err := d.stop(t); err != nil {

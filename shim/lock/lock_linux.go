@@ -85,14 +85,6 @@ func AcquireDir(dir string, opts Options) (*Lock, error) {
 	return acquire(filepath.Join(dir, DirLockName), 0o600, opts)
 }
 
-// Path is the lock file's name.
-func (l *Lock) Path() string {
-	if l == nil || l.f == nil {
-		return ""
-	}
-	return l.f.Name()
-}
-
 func acquire(path string, perm os.FileMode, opts Options) (*Lock, error) {
 	if opts.ProcRoot == "" {
 		opts.ProcRoot = "/proc"

@@ -20,19 +20,6 @@ const TrashDir = ".nodeshim-trash"
 // image being built) and was not removed.
 var ErrHeld = errors.New("archive is in use")
 
-// List returns the checkpoint archives of dir: regular files whose name
-// ParseName accepts. A missing dir is an empty listing.
-func List(dir string) ([]Archive, error) {
-	ents, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("list checkpoint archives: %w", err)
-	}
-	return archives(ents)
-}
-
 // archives returns the checkpoint archives among the entries of a directory.
 func archives(ents []os.DirEntry) ([]Archive, error) {
 	var out []Archive
@@ -156,7 +143,8 @@ func syncDir(dir string) error {
 // Listing is what Scan finds in a checkpoint directory: the archives,
 // and the work entries of checkpoints and restores, live or left over.
 type Listing struct {
-	// Archives are the checkpoint archives (List).
+	// Archives are the checkpoint archives: regular files whose name
+	// ParseName accepts.
 	Archives []Archive
 	// Leftovers are the work entries, judged by the Owners given.
 	Leftovers []Leftover
