@@ -1,6 +1,8 @@
 package archive
 
 import (
+	"github.com/nodeshim/nodeshim/internal/ref"
+
 	"fmt"
 	"time"
 )
@@ -56,17 +58,9 @@ const (
 )
 
 // ContainerRef names a Kubernetes container the way kubelet's Checkpoint API
-// does: /checkpoint/{namespace}/{pod}/{container}.
-type ContainerRef struct {
-	Namespace string `json:"namespace"`
-	Pod       string `json:"pod"`
-	Container string `json:"container"`
-}
-
-// String formats r as namespace/pod/container.
-func (r ContainerRef) String() string {
-	return r.Namespace + "/" + r.Pod + "/" + r.Container
-}
+// does: /checkpoint/{namespace}/{pod}/{container}. It is nodeshim's one
+// container reference, ref.Container.
+type ContainerRef = ref.Container
 
 // Name returns kubelet's name for a checkpoint of ref taken at t,
 // "checkpoint-<pod>_<namespace>-<container>-<RFC3339 time>.tar", with the

@@ -5,6 +5,8 @@
 package cri
 
 import (
+	"github.com/nodeshim/nodeshim/internal/ref"
+
 	"context"
 	"encoding/json"
 	"errors"
@@ -33,15 +35,9 @@ const (
 // namespace, pod or container (kubelet answers 404 for it).
 var ErrNotFound = errdefs.New(errdefs.ErrNotFound, "container not found")
 
-// Target names a container the way kubelet's API does.
-type Target struct {
-	Namespace string
-	Pod       string
-	Container string
-}
-
-// String returns namespace/pod/container.
-func (t Target) String() string { return t.Namespace + "/" + t.Pod + "/" + t.Container }
+// Target names a container the way kubelet's API does: nodeshim's one
+// container reference, ref.Container.
+type Target = ref.Container
 
 // Process is a resolved container.
 type Process struct {

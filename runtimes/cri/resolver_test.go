@@ -97,15 +97,15 @@ func TestRuntimeResolver(t *testing.T) {
 		wantErr error
 		errSub  string
 	}{
-		{"running container", Target{"default", "web", "nginx"}, Process{ContainerID: "c-new", PodSandboxID: "s1", PID: 4242}, nil, ""},
-		{"other container of the pod", Target{"default", "web", "sidecar"}, Process{ContainerID: "c-side", PodSandboxID: "s1", PID: 4343}, nil, ""},
-		{"newest of two running", Target{"prod", "db", "pg"}, Process{ContainerID: "c-restart-b", PodSandboxID: "s2", PID: 20}, nil, ""},
-		{"unknown namespace", Target{"nope", "web", "nginx"}, Process{}, ErrNotFound, "nope/web/nginx"},
-		{"unknown pod", Target{"default", "nope", "nginx"}, Process{}, ErrNotFound, ""},
-		{"unknown container", Target{"default", "web", "nope"}, Process{}, ErrNotFound, ""},
-		{"verbose info without pid", Target{"prod", "broken", "x"}, Process{}, ErrNoPID, "c-nopid"},
-		{"verbose info not JSON", Target{"prod", "broken", "y"}, Process{}, nil, "decode verbose info"},
-		{"status call fails", Target{"prod", "broken", "z"}, Process{}, nil, "container status of prod/broken/z"},
+		{"running container", Target{Namespace: "default", Pod: "web", Container: "nginx"}, Process{ContainerID: "c-new", PodSandboxID: "s1", PID: 4242}, nil, ""},
+		{"other container of the pod", Target{Namespace: "default", Pod: "web", Container: "sidecar"}, Process{ContainerID: "c-side", PodSandboxID: "s1", PID: 4343}, nil, ""},
+		{"newest of two running", Target{Namespace: "prod", Pod: "db", Container: "pg"}, Process{ContainerID: "c-restart-b", PodSandboxID: "s2", PID: 20}, nil, ""},
+		{"unknown namespace", Target{Namespace: "nope", Pod: "web", Container: "nginx"}, Process{}, ErrNotFound, "nope/web/nginx"},
+		{"unknown pod", Target{Namespace: "default", Pod: "nope", Container: "nginx"}, Process{}, ErrNotFound, ""},
+		{"unknown container", Target{Namespace: "default", Pod: "web", Container: "nope"}, Process{}, ErrNotFound, ""},
+		{"verbose info without pid", Target{Namespace: "prod", Pod: "broken", Container: "x"}, Process{}, ErrNoPID, "c-nopid"},
+		{"verbose info not JSON", Target{Namespace: "prod", Pod: "broken", Container: "y"}, Process{}, nil, "decode verbose info"},
+		{"status call fails", Target{Namespace: "prod", Pod: "broken", Container: "z"}, Process{}, nil, "container status of prod/broken/z"},
 	}
 	for _, ignore := range []bool{false, true} {
 		srv.ignoreFilter = ignore
@@ -153,7 +153,7 @@ func TestRuntimeResolverUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer r.Close()
-	_, err = r.Resolve(context.Background(), Target{"a", "b", "c"})
+	_, err = r.Resolve(context.Background(), Target{Namespace: "a", Pod: "b", Container: "c"})
 	if err == nil || errors.Is(err, ErrNotFound) || status.Code(errors.Unwrap(err)) != codes.Unavailable {
 		t.Errorf("Resolve without a runtime = %v, want Unavailable, not ErrNotFound", err)
 	}

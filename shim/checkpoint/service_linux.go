@@ -400,7 +400,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	if err != nil {
 		return criu.Result{}, err
 	}
-	proc, err := resolver.Resolve(ctx, cri.Target{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container})
+	proc, err := resolver.Resolve(ctx, ref)
 	if errors.Is(err, cri.ErrNotFound) {
 		return criu.Result{}, fmt.Errorf("%w: %w", err, ErrNotFound)
 	}

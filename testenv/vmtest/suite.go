@@ -51,6 +51,7 @@ func HostSuite() []Decision {
 			"run in the node it boots (make vmtest-node)"},
 		{"internal/procfs", true, "the guest's /proc"},
 		{"testenv/runtimetest", false, "its tests are the container runtimes themselves (containerd, podman, runc, crun), which the guest does not carry"},
+		{"internal/ref", true, "portable: the container reference"},
 		{"internal/syncbuf", true, "portable: a locked buffer"},
 		{"testenv/testproc", true, "starting, waiting for and stopping a process with its log"},
 		{"testenv/testutil", false, "TestEverySkipGoesThroughTheGate reads the module's source tree, " +
