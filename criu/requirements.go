@@ -225,6 +225,9 @@ type ReportOptions struct {
 // criu binary found (through $NODESHIM_CRIU or PATH), its version, the
 // result of `criu check`, and one entry per feature in ProbedFeatures, each
 // probed with `criu check --feature NAME`; opts carry the boot's cache.
+// criu.check also asks the kernel whether ctnetlink answers (see
+// ConntrackModule), which `criu check` does not and every container dump
+// needs.
 func RequirementsWith(opts ReportOptions) []capability.Requirement {
 	p := &probe{cache: opts.Cache, now: opts.Now, kerndat: func() (bool, starter, func(), string) {
 		return kerndatRun(KerndatDir, time.Now())
@@ -264,10 +267,13 @@ func RequirementsWith(opts ReportOptions) []capability.Requirement {
 		},
 		{
 			ID: "criu.check", Group: "criu", NeededBy: checkpoint,
-			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
+			Probe: func(ctx context.Context, h capability.Host) capability.Finding {
 				p.run(ctx)
 				f := checkFinding(p.findErr, p.checkMsg, p.checkErr)
 				f.Evidence += p.cached()
+				if f.Verdict == capability.Supported {
+					f = withConntrack(f, probeConntrack(h, func() error { return askConntrack(ctx) }))
+				}
 				if p.note != "" {
 					f.Evidence += "; " + p.note
 				}
