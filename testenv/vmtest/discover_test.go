@@ -61,7 +61,7 @@ func (s) TestMethod(t *testing.T) {}
 }
 
 func TestBinaryName(t *testing.T) {
-	for rel, want := range map[string]string{".": "root", "cgroup": "cgroup", "testenv/vmtest": "internal_vmtest", "kernel/seccomp": "kernel_seccomp"} {
+	for rel, want := range map[string]string{".": "root", "cgroup": "cgroup", "testenv/vmtest": "testenv_vmtest", "kernel/seccomp": "kernel_seccomp"} {
 		if got := BinaryName(rel); got != want {
 			t.Errorf("BinaryName(%q) = %q, want %q", rel, got, want)
 		}

@@ -21,7 +21,7 @@ func goldenImage() *Image {
 		TestTimeout: 16 * time.Minute,
 		Tests: []TestEntry{
 			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/cgroup", Rel: "cgroup", Name: "cgroup", Tests: []string{"TestPressureGuest"}}},
-			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/testenv/vmtest", Rel: "testenv/vmtest", Name: "internal_vmtest", Tests: []string{"TestGuestMounts", "TestGuestPureCgroup2"}}},
+			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/testenv/vmtest", Rel: "testenv/vmtest", Name: "testenv_vmtest", Tests: []string{"TestGuestMounts", "TestGuestPureCgroup2"}}},
 			{Package: Package{ImportPath: "github.com/nodeshim/nodeshim/shim/status", Rel: "shim/status", Name: "shim_status", HostSuite: true}},
 		},
 		Lacks: []string{"go", "kube-apiserver"},
@@ -130,9 +130,9 @@ func TestImageContents(t *testing.T) {
 	got := cpioList(t, archive)
 	want := []string{".", "bin", "bin/busybox", "bin/sh", "dev", "etc", "etc/hosts", "init", "proc", "root", "sys", "tmp",
 		"usr", "usr/local", "usr/local/bin", "usr/local/bin/nodeshim", "usr/local/bin/true",
-		"vmtest", "vmtest/bin", "vmtest/bin/cgroup.test", "vmtest/bin/internal_vmtest.test", "vmtest/bin/shim_status.test",
+		"vmtest", "vmtest/bin", "vmtest/bin/cgroup.test", "vmtest/bin/testenv_vmtest.test", "vmtest/bin/shim_status.test",
 		"vmtest/src", "vmtest/src/cgroup", "vmtest/src/cgroup/testdata", "vmtest/src/cgroup/testdata/sub",
-		"vmtest/src/cgroup/testdata/sub/case.golden", "vmtest/src/internal", "vmtest/src/testenv/vmtest",
+		"vmtest/src/cgroup/testdata/sub/case.golden", "vmtest/src/testenv", "vmtest/src/testenv/vmtest",
 		"vmtest/src/shim", "vmtest/src/shim/status", "vmtest/src/testdata", "vmtest/src/testdata/hosts"}
 	for _, l := range libs {
 		rel := strings.TrimPrefix(l, "/")
@@ -211,7 +211,7 @@ func TestImageFaults(t *testing.T) {
 			if got := err == nil; got != tc.wantBinary {
 				t.Errorf("first test binary staged = %v, want %v", got, tc.wantBinary)
 			}
-			if _, err := os.Stat(filepath.Join(stage, "vmtest", "bin", "internal_vmtest.test")); err != nil {
+			if _, err := os.Stat(filepath.Join(stage, "vmtest", "bin", "testenv_vmtest.test")); err != nil {
 				t.Errorf("second test binary: %v", err)
 			}
 		})
