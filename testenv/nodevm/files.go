@@ -54,7 +54,8 @@ type File struct {
 
 // ContainerdConfig is containerd 2.x's config (version 3) on the node:
 // the systemd cgroup driver (SystemdCgroup = true, as kubeadm sets up),
-// runc at runc as the only handler, the CRI plugin's CRIU support with
+// runc at runc as the default handler and Debian's crun as the crun
+// handler, the CRI plugin's CRIU support with
 // restore through CreateContainer, the CNI bridge network, and the test
 // pause image as the sandbox image (no registry is reachable).
 func ContainerdConfig(runc, pauseImage string) string {
@@ -89,6 +90,11 @@ disabled_plugins = [
   runtime_type = "io.containerd.runc.v2"
 [%[3]s.containerd.runtimes.runc.options]
   BinaryName = %[4]q
+  SystemdCgroup = true
+[%[3]s.containerd.runtimes.crun]
+  runtime_type = "io.containerd.runc.v2"
+[%[3]s.containerd.runtimes.crun.options]
+  BinaryName = "/usr/bin/crun"
   SystemdCgroup = true
 [%[3]s.cni]
   bin_dirs = ["/usr/lib/cni"]
@@ -161,8 +167,14 @@ RestartSec=5
 WantedBy=multi-user.target
 `
 
+// DenyMkdirProfile is the Localhost seccomp profile nodeshim serve
+// installs on the node: every syscall allowed but mkdir and mkdirat, which
+// fail with EPERM.
+const DenyMkdirProfile = "nodeshim/deny-mkdir.json"
+
 // NodeshimConfigYAML is nodeshim's configuration on the node: the CRI
-// runtime is containerd's socket, checkpoints are enabled.
+// runtime is containerd's socket, checkpoints are enabled, and
+// DenyMkdirProfile is a Localhost seccomp profile.
 const NodeshimConfigYAML = `apiVersion: nodeshim.io/v1alpha1
 kind: ShimConfiguration
 containerRuntimeEndpoint: unix://` + ContainerdSocket + `
@@ -170,6 +182,9 @@ checkpoint:
   enabled: true
   dir: ` + NodeshimRoot + `/checkpoints
   defaultTimeout: 5m
+seccompProfiles:
+  ` + DenyMkdirProfile + `: |
+    {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}
 `
 
 // TestsUnit runs the scenarios once containerd and nodeshim have started;

@@ -128,6 +128,13 @@ func (p *pod) Dir() string {
 // and stops and removes it when t ends.
 func runPod(t *testing.T, name string) *pod {
 	t.Helper()
+	return runPodOn(t, name, "")
+}
+
+// runPodOn runs a pod as runPod does with the runtime handler named
+// handler (containerd's default for "").
+func runPodOn(t *testing.T, name, handler string) *pod {
+	t.Helper()
 	u := randomHex(16)
 	uid := u[:8] + "-" + u[8:12] + "-" + u[12:16] + "-" + u[16:20] + "-" + u[20:]
 	p := &pod{UID: uid, Name: name + "-" + u[:6], Namespace: "default",
@@ -150,7 +157,11 @@ func runPod(t *testing.T, name string) *pod {
 			"security_context": map[string]any{"namespace_options": map[string]any{"network": 0, "pid": 1, "ipc": 0}},
 		},
 	})
-	p.ID = strings.TrimSpace(run(t, crictlBin, "runp", p.config))
+	args := []string{"runp", p.config}
+	if handler != "" {
+		args = []string{"runp", "--runtime", handler, p.config}
+	}
+	p.ID = strings.TrimSpace(run(t, crictlBin, args...))
 	t.Cleanup(func() {
 		if _, err := runErr(crictlBin, "stopp", p.ID); err != nil {
 			t.Error(err)
@@ -176,6 +187,9 @@ type containerOptions struct {
 	Command []string
 	// MemoryLimit is memory.max in bytes; 0 for none.
 	MemoryLimit int64
+	// SeccompLocalhost is the path of a Localhost seccomp profile, as
+	// kubelet passes it; "" for the runtime's default.
+	SeccompLocalhost string
 }
 
 // create creates a container in p as kubelet does (its labels, a log
@@ -198,8 +212,16 @@ func (p *pod) create(t *testing.T, o containerOptions) *container {
 	if o.Command != nil {
 		cfg["command"] = o.Command
 	}
+	linux := map[string]any{}
 	if o.MemoryLimit > 0 {
-		cfg["linux"] = map[string]any{"resources": map[string]any{"memory_limit_in_bytes": o.MemoryLimit, "cpu_shares": 102}}
+		linux["resources"] = map[string]any{"memory_limit_in_bytes": o.MemoryLimit, "cpu_shares": 102}
+	}
+	if o.SeccompLocalhost != "" {
+		// CRI's SecurityProfile: profile_type Localhost (2).
+		linux["security_context"] = map[string]any{"seccomp": map[string]any{"profile_type": 2, "localhost_ref": o.SeccompLocalhost}}
+	}
+	if len(linux) > 0 {
+		cfg["linux"] = linux
 	}
 	id := strings.TrimSpace(run(t, crictlBin, "create", p.ID, writeJSON(t, "container-"+o.Name+".json", cfg), p.config))
 	return &container{ID: id, Name: o.Name, pod: p}
