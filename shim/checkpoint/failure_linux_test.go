@@ -324,7 +324,7 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			ref := criu.ContainerRef{Namespace: pod.Config.Metadata.Namespace, Pod: pod.Config.Metadata.Name, Container: ctr.Name}
 			// The working set is filled before the counter starts.
 			before := waitCount(t, ctr, 0)
-			proc, err := resolver.Resolve(context.Background(), cri.Target{Namespace: ref.Namespace, Pod: ref.Pod, Container: ref.Container})
+			proc, err := resolver.Resolve(context.Background(), ref)
 			if err != nil {
 				t.Fatal(err)
 			}
