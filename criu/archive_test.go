@@ -1,8 +1,6 @@
 package criu
 
 import (
-	"archive/tar"
-	"bytes"
 	"encoding/json"
 	"errors"
 	"os"
@@ -20,106 +18,25 @@ import (
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
-type member struct {
-	name, link string
-	typ        byte
-	body       string
-}
-
-func makeTar(t testing.TB, ms []member) []byte {
-	t.Helper()
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, m := range ms {
-		h := &tar.Header{Name: m.name, Typeflag: m.typ, Mode: 0o600, Linkname: m.link, Size: int64(len(m.body))}
-		if m.typ != tar.TypeReg {
-			h.Size = 0
-		}
-		if err := tw.WriteHeader(h); err != nil {
-			t.Fatal(err)
-		}
-		if h.Size > 0 {
-			if _, err := tw.Write([]byte(m.body)); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	return buf.Bytes()
-}
-
-// good is the smallest archive that passes validation.
-func good() []member {
-	return []member{
-		{name: "checkpoint/", typ: tar.TypeDir},
-		{name: "checkpoint/inventory.img", typ: tar.TypeReg, body: "inv"},
-		{name: "config.dump", typ: tar.TypeReg, body: "{}"},
-		{name: "spec.dump", typ: tar.TypeReg, body: "{}"},
-	}
-}
-
-func with(extra ...member) []member { return append(good(), extra...) }
-
-func without(name string) []member {
-	var out []member
-	for _, m := range good() {
-		if m.name != name {
-			out = append(out, m)
-		}
-	}
-	return out
-}
-
-var archiveCases = []struct {
-	name    string
-	members []member
-	wantErr string // "" means valid
-}{
-	{"minimal archive", good(), ""},
-	{"tar's ./ prefix", []member{
-		{name: "./checkpoint/", typ: tar.TypeDir},
-		{name: "./checkpoint/inventory.img", typ: tar.TypeReg},
-		{name: "./config.dump", typ: tar.TypeReg}, {name: "./spec.dump", typ: tar.TypeReg},
-	}, ""},
-	{"symlink inside the archive", with(member{name: "checkpoint/link", typ: tar.TypeSymlink, link: "inventory.img"}), ""},
-	{"missing checkpoint/", without("checkpoint/"), "no checkpoint/ directory entry"},
-	{"missing config.dump", without("config.dump"), "no regular file config.dump"},
-	{"missing spec.dump", without("spec.dump"), "no regular file spec.dump"},
-	{"missing inventory.img", without("checkpoint/inventory.img"), "no regular file checkpoint/inventory.img"},
-	{"absolute path", with(member{name: "/etc/cron.d/evil", typ: tar.TypeReg, body: "x"}), "absolute path"},
-	{"dot-dot entry", with(member{name: "checkpoint/../../evil", typ: tar.TypeReg, body: "x"}), `contains ".."`},
-	{"symlink to an absolute path", with(member{name: "checkpoint/out", typ: tar.TypeSymlink, link: "/etc"}), "outside the archive"},
-	{"symlink up and out", with(member{name: "checkpoint/out", typ: tar.TypeSymlink, link: "../../etc"}), "outside the archive"},
-	{"entry through a symlink", with(
-		member{name: "checkpoint/dir", typ: tar.TypeSymlink, link: "."},
-		member{name: "checkpoint/dir/x", typ: tar.TypeReg, body: "x"},
-	), "not a directory"},
-	{"hard link", with(member{name: "checkpoint/hard", typ: tar.TypeLink, link: "config.dump"}), "only directories, regular files and symlinks"},
-	{"device", with(member{name: "checkpoint/dev", typ: tar.TypeChar}), "only directories, regular files and symlinks"},
-	{"duplicate entry", with(member{name: "config.dump", typ: tar.TypeReg, body: "again"}), "appears twice"},
-}
-
 // TestRestoreRefusesInvalidArchives runs Restore on each invalid archive and
 // checks that it fails before CRIU runs and writes nothing anywhere: the
 // work root stays empty and nothing appears beside the archive.
 func TestRestoreRefusesInvalidArchives(t *testing.T) {
-	for _, tc := range archiveCases {
-		if tc.wantErr == "" {
+	for _, tc := range archivetest.Cases() {
+		if tc.WantErr == "" {
 			continue
 		}
-		t.Run(tc.name, func(t *testing.T) {
+		t.Run(tc.Name, func(t *testing.T) {
 			dir := t.TempDir()
 			archive := filepath.Join(dir, "a.tar")
-			if err := os.WriteFile(archive, makeTar(t, tc.members), 0o600); err != nil {
+			if err := os.WriteFile(archive, archivetest.Tar(t, tc.Members), 0o600); err != nil {
 				t.Fatal(err)
 			}
 			work := filepath.Join(dir, "work")
 			// A criu that must never run.
 			_, err := Restore(t.Context(), archive, RestoreOptions{Binary: Binary{Path: "/nonexistent/criu"}, WorkRoot: work})
-			if !errors.Is(err, ErrInvalidArchive) || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Fatalf("error %v, want ErrInvalidArchive with %q", err, tc.wantErr)
+			if !errors.Is(err, ErrInvalidArchive) || !strings.Contains(err.Error(), tc.WantErr) {
+				t.Fatalf("error %v, want ErrInvalidArchive with %q", err, tc.WantErr)
 			}
 			ents, _ := os.ReadDir(dir)
 			if len(ents) != 1 {

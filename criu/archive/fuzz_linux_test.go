@@ -20,7 +20,7 @@ import (
 // directory, followed as the kernel follows it, stays inside.
 func FuzzUnpack(f *testing.F) {
 	for _, tc := range archiveCases {
-		f.Add(makeTar(f, tc.members))
+		f.Add(makeTar(f, tc.Members))
 	}
 	m := archivetest.Minimal("{}", "{}")
 	for _, extra := range [][]archivetest.Member{

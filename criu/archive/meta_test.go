@@ -30,9 +30,9 @@ func TestReadMeta(t *testing.T) {
 		{name: "no-config", spec: `{}`, dropConfig: true, wantErr: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			ms := []member{{name: "checkpoint/", typ: tar.TypeDir}, {name: "spec.dump", typ: tar.TypeReg, body: tc.spec}}
+			ms := []member{{Name: "checkpoint/", Type: tar.TypeDir}, {Name: "spec.dump", Type: tar.TypeReg, Body: tc.spec}}
 			if !tc.dropConfig {
-				ms = append(ms, member{name: "./config.dump", typ: tar.TypeReg, body: tc.config})
+				ms = append(ms, member{Name: "./config.dump", Type: tar.TypeReg, Body: tc.config})
 			}
 			m, err := ReadMeta(bytes.NewReader(makeTar(t, ms)))
 			if tc.wantErr {
@@ -53,8 +53,8 @@ func TestReadMeta(t *testing.T) {
 
 func FuzzReadMeta(f *testing.F) {
 	f.Add(makeTar(f, good()))
-	f.Add(makeTar(f, []member{{name: "config.dump", typ: tar.TypeReg, body: `{"runtime":"host"}`},
-		{name: "spec.dump", typ: tar.TypeReg, body: `{"annotations":{"io.container.manager":"libpod"}}`}}))
+	f.Add(makeTar(f, []member{{Name: "config.dump", Type: tar.TypeReg, Body: `{"runtime":"host"}`},
+		{Name: "spec.dump", Type: tar.TypeReg, Body: `{"annotations":{"io.container.manager":"libpod"}}`}}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		m, err := ReadMeta(bytes.NewReader(b))
 		if err == nil && (m.ConfigDump == nil || m.SpecDump == nil || m.Engine == "") {

@@ -23,10 +23,10 @@ func TestApplyRootfsDiff(t *testing.T) {
 		{
 			name: "adds-changes-deletes",
 			diff: []member{
-				{name: "new/", typ: tar.TypeDir},
-				{name: "new/file", typ: tar.TypeReg, body: "added"},
-				{name: "etc/motd", typ: tar.TypeReg, body: "changed"},
-				{name: "link", typ: tar.TypeSymlink, link: "/new/file"},
+				{Name: "new/", Type: tar.TypeDir},
+				{Name: "new/file", Type: tar.TypeReg, Body: "added"},
+				{Name: "etc/motd", Type: tar.TypeReg, Body: "changed"},
+				{Name: "link", Type: tar.TypeSymlink, Link: "/new/file"},
 			},
 			deleted: `["/etc/gone","/olddir"]`,
 			check: func(t *testing.T, root string) {
@@ -45,10 +45,10 @@ func TestApplyRootfsDiff(t *testing.T) {
 				}
 			},
 		},
-		{name: "dotdot", diff: []member{{name: "../escape", typ: tar.TypeReg, body: "x"}}, wantErr: true},
+		{name: "dotdot", diff: []member{{Name: "../escape", Type: tar.TypeReg, Body: "x"}}, wantErr: true},
 		{name: "through-symlink", diff: []member{
-			{name: "up", typ: tar.TypeSymlink, link: "../.."},
-			{name: "up/escape", typ: tar.TypeReg, body: "x"},
+			{Name: "up", Type: tar.TypeSymlink, Link: "../.."},
+			{Name: "up/escape", Type: tar.TypeReg, Body: "x"},
 		}, wantErr: true},
 		{name: "deleted-dotdot", deleted: `["/../etc"]`, wantErr: true},
 	} {
@@ -96,8 +96,8 @@ func TestApplyRootfsDiff(t *testing.T) {
 // FuzzApplyRootfsDiff: whatever rootfs-diff.tar and deleted.files hold,
 // nothing is written or removed outside the root.
 func FuzzApplyRootfsDiff(f *testing.F) {
-	f.Add(makeTar(f, []member{{name: "a/", typ: tar.TypeDir}, {name: "a/b", typ: tar.TypeReg, body: "x"}}), []byte(`["/etc/gone"]`))
-	f.Add(makeTar(f, []member{{name: "up", typ: tar.TypeSymlink, link: "../.."}, {name: "up/escape", typ: tar.TypeReg, body: "x"}}), []byte(`["/../outside"]`))
+	f.Add(makeTar(f, []member{{Name: "a/", Type: tar.TypeDir}, {Name: "a/b", Type: tar.TypeReg, Body: "x"}}), []byte(`["/etc/gone"]`))
+	f.Add(makeTar(f, []member{{Name: "up", Type: tar.TypeSymlink, Link: "../.."}, {Name: "up/escape", Type: tar.TypeReg, Body: "x"}}), []byte(`["/../outside"]`))
 	f.Fuzz(func(t *testing.T, diff, deleted []byte) {
 		base := t.TempDir()
 		dir, root := filepath.Join(base, "archive"), filepath.Join(base, "root")

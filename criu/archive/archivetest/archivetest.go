@@ -136,3 +136,55 @@ func ChainOut(name string, up int, rest string) []Member {
 	}
 	return append(ms, Member{Name: name, Type: tar.TypeSymlink, Link: prev + "/" + rest})
 }
+
+// Case is an archive and what validation says of it.
+type Case struct {
+	Name    string
+	Members []Member
+	WantErr string // "" means valid
+}
+
+// With returns the minimal archive (empty config.dump and spec.dump) with
+// extra members after it.
+func With(extra ...Member) []Member { return append(Minimal("{}", "{}"), extra...) }
+
+// Without returns the minimal archive without the member name.
+func Without(name string) []Member {
+	var out []Member
+	for _, m := range Minimal("{}", "{}") {
+		if m.Name != name {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// Cases are the archives that validation accepts (WantErr "") and those it
+// refuses, with a part of the refusal: the archive package's own test and
+// criu's restore run the same table.
+func Cases() []Case {
+	return []Case{
+		{"minimal archive", Minimal("{}", "{}"), ""},
+		{"tar's ./ prefix", []Member{
+			{Name: "./checkpoint/", Type: tar.TypeDir},
+			{Name: "./checkpoint/inventory.img", Type: tar.TypeReg},
+			{Name: "./config.dump", Type: tar.TypeReg}, {Name: "./spec.dump", Type: tar.TypeReg},
+		}, ""},
+		{"symlink inside the archive", With(Member{Name: "checkpoint/link", Type: tar.TypeSymlink, Link: "inventory.img"}), ""},
+		{"missing checkpoint/", Without("checkpoint/"), "no checkpoint/ directory entry"},
+		{"missing config.dump", Without("config.dump"), "no regular file config.dump"},
+		{"missing spec.dump", Without("spec.dump"), "no regular file spec.dump"},
+		{"missing inventory.img", Without("checkpoint/inventory.img"), "no regular file checkpoint/inventory.img"},
+		{"absolute path", With(Member{Name: "/etc/cron.d/evil", Type: tar.TypeReg, Body: "x"}), "absolute path"},
+		{"dot-dot entry", With(Member{Name: "checkpoint/../../evil", Type: tar.TypeReg, Body: "x"}), `contains ".."`},
+		{"symlink to an absolute path", With(Member{Name: "checkpoint/out", Type: tar.TypeSymlink, Link: "/etc"}), "outside the archive"},
+		{"symlink up and out", With(Member{Name: "checkpoint/out", Type: tar.TypeSymlink, Link: "../../etc"}), "outside the archive"},
+		{"entry through a symlink", With(
+			Member{Name: "checkpoint/dir", Type: tar.TypeSymlink, Link: "."},
+			Member{Name: "checkpoint/dir/x", Type: tar.TypeReg, Body: "x"},
+		), "not a directory"},
+		{"hard link", With(Member{Name: "checkpoint/hard", Type: tar.TypeLink, Link: "config.dump"}), "only directories, regular files and symlinks"},
+		{"device", With(Member{Name: "checkpoint/dev", Type: tar.TypeChar}), "only directories, regular files and symlinks"},
+		{"duplicate entry", With(Member{Name: "config.dump", Type: tar.TypeReg, Body: "again"}), "appears twice"},
+	}
+}
