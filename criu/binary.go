@@ -31,10 +31,6 @@ const DefaultPath = "/usr/sbin/criu"
 // errdefs.ErrNotFound, which names a missing container or pod).
 var ErrNoBinary = errdefs.New(errdefs.ErrNotSupported, "criu binary not found")
 
-// ErrNotFound is the former name of ErrNoBinary, kept while callers move
-// to the new name (it read as errdefs.ErrNotFound, which it is not).
-var ErrNotFound = ErrNoBinary
-
 // ErrCheckFailed is returned, wrapped, when `criu check` fails; the error
 // carries CRIU's own message.
 var ErrCheckFailed = errors.New("criu check failed")

@@ -66,7 +66,7 @@ func TestCheckMessage(t *testing.T) {
 }
 
 // TestFind: the configured path, then $NODESHIM_CRIU, then PATH, then the
-// default path; a missing or non-executable file is ErrNotFound.
+// default path; a missing or non-executable file is ErrNoBinary.
 func TestFind(t *testing.T) {
 	dir := t.TempDir()
 	exe := filepath.Join(dir, "criu")

@@ -242,7 +242,7 @@ func RequirementsWith(opts ReportOptions) []capability.Requirement {
 			Probe: func(ctx context.Context, _ capability.Host) capability.Finding {
 				p.run(ctx)
 				if p.findErr != nil {
-					if errors.Is(p.findErr, ErrNotFound) {
+					if errors.Is(p.findErr, ErrNoBinary) {
 						return capability.Findingf(capability.Unsupported, "%v", p.findErr)
 					}
 					return capability.Findingf(capability.Unknown, "%v", p.findErr)
