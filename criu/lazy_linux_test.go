@@ -90,6 +90,20 @@ func readCount(path string) (int, error) {
 	return strconv.Atoi(strings.TrimSpace(string(b)))
 }
 
+// waitCount is the count in path once it reads whole: the shell's
+// redirection truncates the file before it writes the next number, so a
+// read can fall between the two and see nothing.
+func waitCount(t testing.TB, path string) int {
+	t.Helper()
+	var n int
+	testutil.Eventually(t, "a whole count in "+path, func() error {
+		var err error
+		n, err = readCount(path)
+		return err
+	})
+	return n
+}
+
 // freePort is a TCP port on 127.0.0.1 that nothing listened on a moment ago.
 func freePort(t testing.TB) int {
 	t.Helper()
@@ -159,10 +173,7 @@ func TestLazyMigration(t *testing.T) {
 	}
 	pid, count := startInPidNS(t, 16)
 	m := moveLazily(t, bin, pid)
-	before, err := readCount(count)
-	if err != nil {
-		t.Fatal(err)
-	}
+	before := waitCount(t, count)
 	if st, err := ReadProcState("/proc", pid); err == nil && !st.Gone() {
 		t.Errorf("the original pid %d is still there (%s) after its memory was fetched", pid, st)
 	}
@@ -240,10 +251,7 @@ func BenchmarkLazyMigration(b *testing.B) {
 					size += m.ck.Size
 				}
 				b.StopTimer()
-				before, err := readCount(count)
-				if err != nil {
-					b.Fatal(err)
-				}
+				before := waitCount(b, count)
 				for n := before; n <= before; n, _ = readCount(count) {
 					time.Sleep(20 * time.Millisecond)
 				}
