@@ -24,6 +24,7 @@ type document struct {
 	Flags            []Flag
 	ListenerPath     string
 	ListenerMetadata string
+	BaseProfileName  string
 	Syscalls         []docSyscall
 	warnings         []Warning
 }
@@ -220,6 +221,8 @@ func decodeDocument(data []byte) (*document, error) {
 			doc.ListenerPath = d.str(path, v)
 		case "listenerMetadata":
 			doc.ListenerMetadata = d.str(path, v)
+		case "baseProfileName":
+			doc.BaseProfileName = d.str(path, v)
 		case "syscalls":
 			d.arrayMax(path, v, MaxRules, "rules", "MaxRules", func(_ int, p string, v json.RawMessage) {
 				if d.overNames {

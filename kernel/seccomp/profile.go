@@ -74,12 +74,16 @@ type Profile struct {
 	DefaultAction Action `json:"defaultAction"`
 	// DefaultErrnoRet is the errno of an ERRNO default action; nil means
 	// EPERM, as runc does.
-	DefaultErrnoRet  *uint     `json:"defaultErrnoRet,omitempty"`
-	Architectures    []string  `json:"architectures,omitempty"`
-	Flags            []Flag    `json:"flags,omitempty"`
-	ListenerPath     string    `json:"listenerPath,omitempty"`
-	ListenerMetadata string    `json:"listenerMetadata,omitempty"`
-	Syscalls         []Syscall `json:"syscalls,omitempty"`
+	DefaultErrnoRet  *uint    `json:"defaultErrnoRet,omitempty"`
+	Architectures    []string `json:"architectures,omitempty"`
+	Flags            []Flag   `json:"flags,omitempty"`
+	ListenerPath     string   `json:"listenerPath,omitempty"`
+	ListenerMetadata string   `json:"listenerMetadata,omitempty"`
+	// BaseProfileName names the profile this one extends
+	// (security-profiles-operator's field): ResolveBase installs the
+	// union of both. Parse keeps it; the runtimes ignore it.
+	BaseProfileName string    `json:"baseProfileName,omitempty"`
+	Syscalls        []Syscall `json:"syscalls,omitempty"`
 
 	// Shape is the format the profile was read from.
 	Shape Shape `json:"-"`
@@ -206,6 +210,7 @@ func resolve(doc *document, opts ParseOptions) (*Profile, error) {
 		Flags:            doc.Flags,
 		ListenerPath:     doc.ListenerPath,
 		ListenerMetadata: doc.ListenerMetadata,
+		BaseProfileName:  doc.BaseProfileName,
 		Shape:            ShapeOCI,
 		Warnings:         doc.warnings,
 	}

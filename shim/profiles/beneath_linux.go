@@ -10,6 +10,9 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
 // ErrSymlink is wrapped when a path below the seccomp root is a symbolic
@@ -246,22 +249,35 @@ func (r *root) unstage(name string) {
 // hash is the hash of the regular file name, "" when there is none, it is
 // something else, it cannot be read or a symbolic link is on the way.
 func (r *root) hash(name string) string {
-	// O_NONBLOCK: a FIFO put there must not block the open.
-	fd, err := r.openat(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
-	if err != nil {
-		return ""
-	}
-	f := os.NewFile(uintptr(fd), r.full(name))
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil || !st.Mode().IsRegular() {
-		return ""
-	}
-	data, err := io.ReadAll(f)
+	data, err := r.read(name)
 	if err != nil {
 		return ""
 	}
 	return Hash(data)
+}
+
+// read reads the regular file name below the root, without following a
+// symbolic link; a FIFO or other non-regular file is an error.
+func (r *root) read(name string) ([]byte, error) {
+	// O_NONBLOCK: a FIFO put there must not block the open.
+	fd, err := r.openat(name, unix.O_RDONLY|unix.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, r.resolveErr("open", name, err)
+	}
+	f := os.NewFile(uintptr(fd), r.full(name))
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("stat %s: %w", r.full(name), err)
+	}
+	if !st.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s: %w: not a regular file", r.full(name), errdefs.ErrInvalidArgument)
+	}
+	data, err := io.ReadAll(io.LimitReader(f, seccomp.MaxProfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", r.full(name), err)
+	}
+	return data, nil
 }
 
 // remove removes the file name (never what a symbolic link there points

@@ -74,22 +74,27 @@ func (in *Installer) Check(set map[string]string) error {
 	if err != nil {
 		return err
 	}
-	return in.check(set, m)
+	_, err = in.check(set, m)
+	return err
 }
 
-func (in *Installer) check(set map[string]string, m manifest) error {
+// check is Check; it returns the content to install for each name of set
+// too (the union with its bases for a profile that names a
+// baseProfileName).
+func (in *Installer) check(set map[string]string, m manifest) (map[string][]byte, error) {
 	owned := map[string]bool{}
 	for _, p := range m.Profiles {
 		owned[p.Path] = true
 	}
 	r, err := openRoot(in.Root, false)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if r != nil {
 		defer r.close()
 	}
 	names := slices.Sorted(maps.Keys(set))
+	content := make(map[string][]byte, len(set))
 	var errs []error
 	for i, name := range names {
 		if err := CheckName(name); err != nil {
@@ -100,10 +105,12 @@ func (in *Installer) check(set map[string]string, m manifest) error {
 			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%w: it is also the directory of %s", ErrName, names[i+1])})
 			continue
 		}
-		if err := compile(name, []byte(set[name]), in.Parse); err != nil {
+		data, err := in.compile(name, set)
+		if err != nil {
 			errs = append(errs, err)
 			continue
 		}
+		content[name] = data
 		if r == nil {
 			continue // no root yet: nothing in the way
 		}
@@ -116,24 +123,25 @@ func (in *Installer) check(set map[string]string, m manifest) error {
 			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%s %w; remove it or give the profile another name", path, ErrForeign)})
 		}
 	}
-	return errors.Join(errs...)
+	return content, errors.Join(errs...)
 }
 
-// compile parses and compiles one profile, as the runtime will.
-func compile(name string, data []byte, po seccomp.ParseOptions) error {
-	p, err := seccomp.Parse(data, po)
+// compile parses one profile of set, stacks it on its bases, and compiles
+// the result as the runtime will; it returns the content to install.
+func (in *Installer) compile(name string, set map[string]string) ([]byte, error) {
+	res, err := in.resolve(name, set)
 	if err != nil {
 		pe := &ProfileError{Name: name, Err: err}
 		var fe *seccomp.FieldError
 		if errors.As(err, &fe) {
 			pe.JSONPath = fe.Path
 		}
-		return pe
+		return nil, pe
 	}
-	if _, err := seccomp.Compile(p, seccomp.CompileOptions{}); err != nil {
-		return &ProfileError{Name: name, Err: err}
+	if _, err := seccomp.Compile(res.profile, seccomp.CompileOptions{}); err != nil {
+		return nil, &ProfileError{Name: name, Err: err}
 	}
-	return nil
+	return res.content, nil
 }
 
 func (in *Installer) path(name string) string {
@@ -174,7 +182,8 @@ func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := in.check(set, m); err != nil {
+	content, err := in.check(set, m)
+	if err != nil {
 		return m.Profiles, err
 	}
 	in.cleanStaged(m)
@@ -193,7 +202,7 @@ func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
 		defer r.close()
 	}
 	for _, name := range slices.Sorted(maps.Keys(set)) {
-		data := []byte(set[name])
+		data := content[name]
 		e := Installed{Name: name, Path: in.path(name), SHA256: Hash(data), InstalledAt: now}
 		if old, ok := prev[e.Path]; ok && old.SHA256 == e.SHA256 && r.hash(name) == e.SHA256 {
 			e.InstalledAt = old.InstalledAt
@@ -225,7 +234,7 @@ func (in *Installer) Apply(set map[string]string) ([]Installed, error) {
 	// put in the way since the check fails the install, naming it.
 	staged := make([]string, 0, len(write))
 	for _, e := range write {
-		if err := r.stage(e.Name, []byte(set[e.Name])); err != nil {
+		if err := r.stage(e.Name, content[e.Name]); err != nil {
 			in.unstage(r, staged)
 			return m.Profiles, fmt.Errorf("install seccomp profile %s: %w", e.Name, err)
 		}

@@ -1,0 +1,102 @@
+package profiles
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/kernel/seccomp"
+)
+
+// OCIScheme starts a baseProfileName that names a profile in an OCI
+// registry ("oci://registry/repo:tag").
+const OCIScheme = "oci://"
+
+// ErrOCIBase is wrapped when a profile names an oci:// base and no
+// registry client is configured.
+var ErrOCIBase = errdefs.New(errdefs.ErrNotSupported, "oci:// base profiles are not supported by this installer")
+
+// resolved is a configured profile ready to install: content is what is
+// written, the profile itself when it names no base and the union with its
+// bases (as JSON) when it does.
+type resolved struct {
+	profile *seccomp.Profile
+	content []byte
+}
+
+// resolve parses a configured profile and, when it names a
+// baseProfileName, stacks it on its base (seccomp.ResolveBase). A base is,
+// in this order: another profile of the set, by name; an absolute path of
+// a file on the node; a profile already under the seccomp root, by name
+// (read without following a symbolic link). oci:// references are refused
+// with ErrOCIBase.
+func (in *Installer) resolve(name string, set map[string]string) (resolved, error) {
+	data := []byte(set[name])
+	p, err := seccomp.ResolveBase(name, data, in.Parse, func(ref string) ([]byte, error) { return in.loadBase(ref, set) })
+	if err != nil {
+		return resolved{}, err
+	}
+	if !hasBase(data) {
+		return resolved{profile: p, content: data}, nil
+	}
+	out, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return resolved{}, fmt.Errorf("encode the union of %s and its base: %w", name, err)
+	}
+	return resolved{profile: p, content: append(out, '\n')}, nil
+}
+
+// hasBase reports whether data names a baseProfileName at its top level.
+func hasBase(data []byte) bool {
+	var top struct {
+		Base string `json:"baseProfileName"`
+	}
+	return json.Unmarshal(data, &top) == nil && top.Base != ""
+}
+
+func (in *Installer) loadBase(ref string, set map[string]string) ([]byte, error) {
+	if d, ok := set[ref]; ok {
+		return []byte(d), nil
+	}
+	switch {
+	case strings.HasPrefix(ref, OCIScheme):
+		return nil, fmt.Errorf("%s: %w", ref, ErrOCIBase)
+	case filepath.IsAbs(ref):
+		return readLimited(ref)
+	}
+	if err := CheckName(ref); err != nil {
+		return nil, err
+	}
+	r, err := openRoot(in.Root, false)
+	if err != nil {
+		return nil, err
+	}
+	if r == nil {
+		return nil, fmt.Errorf("%s: %w", in.path(ref), fs.ErrNotExist)
+	}
+	defer r.close()
+	return r.read(ref)
+}
+
+// readLimited reads a base profile file, refusing one larger than
+// seccomp.MaxProfileBytes.
+func readLimited(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	data, err := io.ReadAll(io.LimitReader(f, seccomp.MaxProfileBytes+1))
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", path, err)
+	}
+	if len(data) > seccomp.MaxProfileBytes {
+		return nil, fmt.Errorf("%s: %w: larger than %d bytes", path, errdefs.ErrInvalidArgument, seccomp.MaxProfileBytes)
+	}
+	return data, nil
+}
