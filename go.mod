@@ -3,6 +3,7 @@ module github.com/nodeshim/nodeshim
 go 1.26.0
 
 require (
+	filippo.io/age v1.3.2
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/cgroups/v3 v3.1.3
@@ -31,6 +32,11 @@ require (
 	k8s.io/utils v0.0.0-20261023123148-ca04ba58ecab
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	filippo.io/hpke v0.4.0 // indirect
+	golang.org/x/crypto v0.57.0 // indirect
 )
 
 require (

@@ -1,0 +1,140 @@
+package seal
+
+import (
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"os"
+	"time"
+
+	"filippo.io/age"
+
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
+)
+
+// WriteOptions say how an archive is sealed. The zero value writes a
+// plain, unsigned archive.
+type WriteOptions struct {
+	// Recipients, when any, encrypt the archive to them (an age file).
+	Recipients []age.Recipient
+	// Signer, when set, signs the archive (Writer.Seal).
+	Signer *Signer
+	// Now is the clock for the signature; nil means time.Now.
+	Now func() time.Time
+}
+
+// Enabled reports whether o encrypts or signs.
+func (o WriteOptions) Enabled() bool { return len(o.Recipients) > 0 || o.Signer != nil }
+
+// Writer writes an archive through to a stream, encrypting it when there
+// are recipients, and hashes the bytes as stored for the signature. The
+// caller writes the tar, calls Close, puts the stream's file in place,
+// then calls Seal with its final path.
+type Writer struct {
+	o      WriteOptions
+	stored *storedWriter
+	enc    io.WriteCloser // nil: plain
+	closed bool
+}
+
+// storedWriter hashes and counts what reaches the file.
+type storedWriter struct {
+	dst io.Writer
+	h   hash.Hash
+	n   int64
+}
+
+func (s *storedWriter) Write(p []byte) (int, error) {
+	n, err := s.dst.Write(p)
+	s.h.Write(p[:n])
+	s.n += int64(n)
+	return n, err
+}
+
+// NewWriter returns a Writer that writes the archive to dst as o says.
+func NewWriter(dst io.Writer, o WriteOptions) (*Writer, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	w := &Writer{o: o, stored: &storedWriter{dst: dst, h: sha256.New()}}
+	if len(o.Recipients) > 0 {
+		enc, err := age.Encrypt(w.stored, o.Recipients...)
+		if err != nil {
+			return nil, fmt.Errorf("encrypt archive: %w", err)
+		}
+		w.enc = enc
+	}
+	return w, nil
+}
+
+// Write writes plain archive bytes.
+func (w *Writer) Write(p []byte) (int, error) {
+	if w.closed {
+		return 0, errors.New("write to a closed archive writer")
+	}
+	if w.enc != nil {
+		return w.enc.Write(p)
+	}
+	return w.stored.Write(p)
+}
+
+// Close ends the archive: it writes the last encrypted chunk. It does not
+// close the underlying stream.
+func (w *Writer) Close() error {
+	if w.closed {
+		return nil
+	}
+	w.closed = true
+	if w.enc != nil {
+		if err := w.enc.Close(); err != nil {
+			return fmt.Errorf("encrypt archive: %w", err)
+		}
+	}
+	return nil
+}
+
+// Stored returns the bytes written to the stream so far.
+func (w *Writer) Stored() int64 { return w.stored.n }
+
+// Encrypted reports whether the archive is encrypted.
+func (w *Writer) Encrypted() bool { return w.enc != nil }
+
+// Signature returns the signature of the closed archive, or nil without a
+// Signer.
+func (w *Writer) Signature() (*Signature, error) {
+	if !w.closed {
+		return nil, errors.New("sign an archive before it is closed")
+	}
+	if w.o.Signer == nil {
+		return nil, nil
+	}
+	var sum [32]byte
+	copy(sum[:], w.stored.h.Sum(nil))
+	return NewSignature(*w.o.Signer, sum, w.stored.n, w.enc != nil, w.o.Now())
+}
+
+// Seal writes the signature file of the closed archive now at path,
+// crash-safely (a temp file, fsync, rename, fsync of the directory), with
+// mode 0600. Without a Signer it does nothing. A crash before it leaves an
+// unsigned archive, which a policy refuses.
+func (w *Writer) Seal(path string) error {
+	s, err := w.Signature()
+	if err != nil || s == nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(path+SignatureSuffix, s.Marshal(), 0o600); err != nil {
+		return fmt.Errorf("sign %s: %w", path, err)
+	}
+	return nil
+}
+
+// RemoveSignature removes the signature file of the archive at path, if
+// there is one: whoever removes an archive removes its signature with it.
+func RemoveSignature(path string) error {
+	if err := os.Remove(path + SignatureSuffix); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
