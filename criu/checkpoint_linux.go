@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
 // DefaultTimeout bounds a checkpoint when the caller gives no timeout
@@ -50,6 +51,11 @@ type Options struct {
 	ArchiveDir string
 	// ProcRoot is where procfs is mounted; empty means /proc.
 	ProcRoot string
+	// LockDir holds the target locks (workentry.LockTarget) of the
+	// checkpoints sharing the archive directory; the work entries of
+	// their holders are never swept as left over. Empty: none consulted,
+	// and an entry is judged by its maker's pid and start time alone.
+	LockDir string
 
 	// What CRIU may dump. A plain process with no sockets, locks or
 	// terminal needs none of these; containers usually need the first three.
@@ -228,10 +234,10 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if err := ensurePrivateDir(dir); err != nil {
 		return res, err
 	}
-	if res.Removed = sweepStale(dir); len(res.Removed) > 0 {
+	if res.Removed = workentry.Sweep(dir, workentry.Owners{LockDir: o.LockDir}); len(res.Removed) > 0 {
 		o.Logger.Info("removed work files of an interrupted checkpoint", "dir", dir, "entries", res.Removed)
 	}
-	workName, err := privateName(workPrefix, "")
+	workName, err := workentry.NewName(workentry.WorkPrefix, "")
 	if err != nil {
 		return res, err
 	}

@@ -1,37 +1,16 @@
 package criu
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
-
-// Names of nodeshim's private entries in the checkpoints directory. Both
-// start with a dot and carry the pid of the nodeshim that made them, so
-// that entries left by a nodeshim that was killed can be found and removed.
-const (
-	workPrefix = ".nodeshim-work-"
-	tempPrefix = ".nodeshim-tmp-"
-	tempSuffix = ".tar"
-)
-
-// privateName returns prefix + "<pid>-<random>" + suffix.
-func privateName(prefix, suffix string) (string, error) {
-	var b [8]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		return "", fmt.Errorf("random name: %w", err)
-	}
-	return prefix + strconv.Itoa(os.Getpid()) + "-" + hex.EncodeToString(b[:]) + suffix, nil
-}
 
 // ensurePrivateDir makes dir (and its parents) with mode 0700 and checks
 // that it is a directory owned by us that no one else can enter.
@@ -62,45 +41,11 @@ func ensurePrivateDir(dir string) error {
 	return nil
 }
 
-// sweepStale removes work directories and temp archives in dir left by
-// nodeshim processes that no longer exist (killed mid-checkpoint).
-func sweepStale(dir string) []string {
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		return nil
-	}
-	var removed []string
-	for _, e := range ents {
-		name := e.Name()
-		var rest string
-		switch {
-		case strings.HasPrefix(name, workPrefix):
-			rest = strings.TrimPrefix(name, workPrefix)
-		case strings.HasPrefix(name, tempPrefix) && strings.HasSuffix(name, tempSuffix):
-			rest = strings.TrimPrefix(name, tempPrefix)
-		default:
-			continue
-		}
-		pidStr, _, ok := strings.Cut(rest, "-")
-		pid, err := strconv.Atoi(pidStr)
-		if !ok || err != nil || pid <= 0 {
-			continue
-		}
-		if pid == os.Getpid() || unix.Kill(pid, 0) != unix.ESRCH {
-			continue
-		}
-		if err := os.RemoveAll(filepath.Join(dir, name)); err == nil {
-			removed = append(removed, name)
-		}
-	}
-	return removed
-}
-
 // createExclusive creates a new file in dir with a private name, mode 0600
 // from the first byte, failing rather than opening anything that exists.
 func createExclusive(dir string) (*os.File, error) {
 	for range 8 {
-		name, err := privateName(tempPrefix, tempSuffix)
+		name, err := workentry.NewName(workentry.TempPrefix, workentry.TempSuffix)
 		if err != nil {
 			return nil, err
 		}

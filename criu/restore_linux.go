@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
 // RestoreOptions configure a restore.
@@ -104,7 +105,7 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 	if err := ensurePrivateDir(root); err != nil {
 		return res, err
 	}
-	name, err := privateName(workPrefix, "")
+	name, err := workentry.NewName(workentry.WorkPrefix, "")
 	if err != nil {
 		return res, err
 	}

@@ -14,10 +14,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/runtimes/podman"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
-	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/config"
 )
@@ -273,7 +273,7 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 	defer cancel()
 	// The lock, shared with the nodeshim serve of --socket, and
 	// the space check come before anything is frozen.
-	res, err := checkpoint.Run(ctx, target, opts, filepath.Join(filepath.Dir(f.socket), retention.LockDirName))
+	res, err := checkpoint.Run(ctx, target, opts, filepath.Join(filepath.Dir(f.socket), workentry.LockDirName))
 	if err != nil {
 		prog.done("checkpoint failed")
 		return err

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
@@ -128,7 +129,7 @@ func runPrune(cmd *cobra.Command, f *pruneFlags) error {
 		DryRun: f.dryRun,
 		// The work entries of checkpoints that hold a lock of
 		// the nodeshim serve's root dir are in use.
-		Owners: retention.Owners{LockDir: filepath.Join(cfg.RootDir, retention.LockDirName)},
+		Owners: workentry.Owners{LockDir: filepath.Join(cfg.RootDir, workentry.LockDirName)},
 		Removed: func(rm retention.Removal) {
 			if !f.dryRun {
 				logger.Info("checkpoint archive removed", "archive", rm.Name, "reason", rm.Reason, "bytes", rm.Size)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 )
 
@@ -45,7 +46,7 @@ func TestCheckpointPrune(t *testing.T) {
 		if !slices.Equal(removed, names[:2]) {
 			t.Errorf("dry run %v: removed %v, want %v", dry, removed, names[:2])
 		}
-		left, _ := retention.Scan(dir, retention.Owners{})
+		left, _ := retention.Scan(dir, workentry.Owners{})
 		if want := map[bool]int{true: 3, false: 1}[dry]; len(left.Archives) != want {
 			t.Errorf("dry run %v: %d archives left, want %d", dry, len(left.Archives), want)
 		}

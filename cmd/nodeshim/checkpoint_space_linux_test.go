@@ -14,10 +14,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/internal/procfs"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
-	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -80,7 +80,7 @@ func TestCheckpointPIDNeedsRoomForImagesAndArchive(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("%s holds %v after the refusal", dir, ents)
 	}
-	if ents, err := os.ReadDir(filepath.Join(tmp, "run", retention.LockDirName)); err != nil || len(ents) != 0 {
+	if ents, err := os.ReadDir(filepath.Join(tmp, "run", workentry.LockDirName)); err != nil || len(ents) != 0 {
 		t.Errorf("lock dir: %v, %v; want it there and empty", ents, err)
 	}
 	st, err := procfs.ReadStatus("/proc", pid)

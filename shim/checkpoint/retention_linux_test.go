@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/metrics"
@@ -193,6 +194,6 @@ func mustTime(t *testing.T, s string) time.Time {
 
 // archivesIn is the checkpoint archives of dir, as retention lists them.
 func archivesIn(dir string) ([]retention.Archive, error) {
-	l, err := retention.Scan(dir, retention.Owners{})
+	l, err := retention.Scan(dir, workentry.Owners{})
 	return l.Archives, err
 }

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/internal/procfs"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
@@ -105,7 +106,7 @@ func childrenWritingUnder(parent int, dir string) []int {
 func waitDumping(t *testing.T, parent int, dir string) []int {
 	t.Helper()
 	for {
-		if m, _ := filepath.Glob(filepath.Join(dir, retention.WorkPrefix+"*", criu.ImagesDir, "pages-*.img")); len(m) > 0 {
+		if m, _ := filepath.Glob(filepath.Join(dir, workentry.WorkPrefix+"*", criu.ImagesDir, "pages-*.img")); len(m) > 0 {
 			if pids := childrenWritingUnder(parent, dir); len(pids) > 0 {
 				return pids
 			}
@@ -139,7 +140,7 @@ func workEntries(t *testing.T, dir string) []string {
 	}
 	var out []string
 	for _, e := range ents {
-		if _, ok := retention.ParseLeftover(e.Name()); ok {
+		if _, ok := workentry.Parse(e.Name()); ok {
 			out = append(out, e.Name())
 		}
 	}
@@ -286,7 +287,7 @@ func TestLeftoversOfAKilledCheckpoint(t *testing.T) {
 	}
 	waitRunning(t, pid)
 
-	l, err := retention.Scan(dir, retention.Owners{LockDir: locks})
+	l, err := retention.Scan(dir, workentry.Owners{LockDir: locks})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -468,7 +469,7 @@ func TestLeftoverRemovedToMakeRoom(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Fatal(err)
 	}
-	left := filepath.Join(dir, retention.TempPrefix+strconv.Itoa(dead.Process.Pid)+"-00aa"+retention.TempSuffix)
+	left := filepath.Join(dir, workentry.TempPrefix+strconv.Itoa(dead.Process.Pid)+"-00aa"+workentry.TempSuffix)
 	f, err := os.OpenFile(left, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -11,8 +11,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 )
 
 // SpacePlan is the disk a checkpoint takes at its peak, per filesystem:
@@ -144,9 +144,9 @@ func (e busy) Unwrap() []error { return []error{e.err, ErrBusy} }
 
 // lockTarget takes the target lock of pid in lockDir for a checkpoint
 // described by what; the error of a held lock wraps ErrBusy.
-func lockTarget(lockDir string, pid int, what string) (*retention.TargetLock, error) {
-	l, err := retention.LockTarget(lockDir, pid)
-	if errors.Is(err, retention.ErrLocked) {
+func lockTarget(lockDir string, pid int, what string) (*workentry.TargetLock, error) {
+	l, err := workentry.LockTarget(lockDir, pid)
+	if errors.Is(err, workentry.ErrLocked) {
 		return nil, busy{fmt.Errorf("%s: %w", what, err)}
 	}
 	if err != nil {
@@ -156,7 +156,7 @@ func lockTarget(lockDir string, pid int, what string) (*retention.TargetLock, er
 }
 
 // Run checkpoints t with criu.Checkpoint as the CLI does: holding t's
-// target lock in lockDir (retention.LockTarget; nodeshim serve takes the
+// target lock in lockDir (workentry.LockTarget; nodeshim serve takes the
 // same, so the two never dump one process at once: the second fails with
 // an error wrapping ErrBusy), after checking, before anything is frozen,
 // that CRIU's images and the archive fit (SpacePlan: refused with an
@@ -167,6 +167,7 @@ func Run(ctx context.Context, t criu.Target, o criu.Options, lockDir string) (cr
 	if err != nil {
 		return criu.Result{}, err
 	}
+	o.LockDir = lockDir
 	res, err := runLocked(ctx, t, o, func(p SpacePlan) error { return p.Check(0) })
 	return res, errors.Join(err, lock.Unlock())
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
@@ -92,9 +93,9 @@ type Options struct {
 	Dial func(endpoint string) (cri.Resolver, func() error, error)
 	// ProcRoot is where the host's procfs is mounted; "/proc" when empty.
 	ProcRoot string
-	// LockDir holds the target locks (retention.LockTarget) that this
+	// LockDir holds the target locks (workentry.LockTarget) that this
 	// service and the CLI's checkpoints share: <root dir>/checkpoint-locks
-	// of nodeshim serve (retention.LockDirName). Empty: .nodeshim-locks
+	// of nodeshim serve (workentry.LockDirName). Empty: .nodeshim-locks
 	// in the checkpoint directory, shared with no CLI.
 	LockDir string
 	// Parallel bounds the checkpoints that run at once (at least 1).
@@ -220,7 +221,7 @@ func (s *Service) lockDir(set Settings) string {
 func (s *Service) applyOptions(set Settings, self criu.ContainerRef) retention.ApplyOptions {
 	return retention.ApplyOptions{
 		Busy:   s.busyExcept(self),
-		Owners: retention.Owners{LockDir: s.lockDir(set), Now: s.opts.Now},
+		Owners: workentry.Owners{LockDir: s.lockDir(set), Now: s.opts.Now},
 		Removed: func(r retention.Removal) {
 			s.removed++
 			s.opts.Logger.Info("checkpoint archive removed", "archive", r.Name, "reason", r.Reason,
@@ -470,6 +471,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 		Binary:     bin,
 		ArchiveDir: set.Dir,
 		ProcRoot:   s.opts.ProcRoot,
+		LockDir:    s.lockDir(set),
 		Now:        s.opts.Now,
 		Logger:     s.opts.Logger,
 		Progress: func(p criu.Progress) {

@@ -27,13 +27,13 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/report"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
-	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/metrics"
@@ -187,7 +187,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d.ckpts = checkpoint.New(checkpoint.Options{
 		Settings: d.checkpointSettings,
 		ProcRoot: opts.ProcRoot,
-		LockDir:  filepath.Join(opts.RootDir, retention.LockDirName),
+		LockDir:  filepath.Join(opts.RootDir, workentry.LockDirName),
 		Model:    d.model,
 		Metrics:  metrics.NewCheckpoints(reg),
 		Logger:   log,

@@ -67,6 +67,7 @@ func HostSuite() []Decision {
 		{"shim/api", true, "the API over a unix socket with peer credentials"},
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
 		{"shim/checkpoint/checkpointtest", true, "portable: the fake checkpointer the API's tests use"},
+		{"criu/workentry", true, "the work entries' names, their owners judged by pid and start time, and the OFD target locks on the guest's kernel"},
 		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
 		{"shim/client", true, "the client over a unix socket"},
 		{"cluster/controller", false, "every test runs the controller against a kube-apiserver with etcd"},

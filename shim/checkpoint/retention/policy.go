@@ -3,10 +3,10 @@
 // the directory) and removes them so that a crash in the middle leaves
 // nothing half-deleted (Remove, Sweep): an archive is renamed into the
 // directory's trash first, then unlinked, and the next start empties the
-// trash. It tells the work entries of live checkpoints from those that
-// killed ones left (Scan, Owners), and holds the per-target locks
-// (LockTarget) by which checkpoints of one process exclude each other and
-// show that they are alive. It depends on nothing of nodeshim above it:
+// trash. It lists the work entries of live checkpoints and those that
+// killed ones left (Scan, judged by criu/workentry's Owners) with their
+// sizes, and removes the left-over ones. It depends on nothing of
+// nodeshim above it:
 // callers convert their configuration into a Policy.
 package retention
 

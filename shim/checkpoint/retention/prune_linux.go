@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
 // TrashDir is the directory, inside the checkpoint directory, that
@@ -152,7 +154,7 @@ type Listing struct {
 
 // Scan lists dir once: its archives, and its work entries judged by o. A
 // missing dir is an empty listing.
-func Scan(dir string, o Owners) (Listing, error) {
+func Scan(dir string, o workentry.Owners) (Listing, error) {
 	ents, err := os.ReadDir(dir)
 	if errors.Is(err, fs.ErrNotExist) {
 		return Listing{}, nil
@@ -215,7 +217,7 @@ type ApplyOptions struct {
 	// says (a container being checkpointed).
 	Busy func(Archive) bool
 	// Owners judges the work entries.
-	Owners Owners
+	Owners workentry.Owners
 	// Removed is called after each archive's removal, for the log and
 	// the metrics; RemovedLeftover after each work entry's.
 	Removed         func(Removal)

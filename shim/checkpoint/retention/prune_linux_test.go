@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
@@ -371,6 +372,6 @@ func TestSweepFinishesARemoval(t *testing.T) {
 
 // List is the archives of Scan, for the tests that look at nothing else.
 func List(dir string) ([]Archive, error) {
-	l, err := Scan(dir, Owners{})
+	l, err := Scan(dir, workentry.Owners{})
 	return l.Archives, err
 }
