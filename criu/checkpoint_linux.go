@@ -20,6 +20,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
@@ -94,6 +95,13 @@ type Options struct {
 	// published, before Checkpoint returns: for a Lazy checkpoint, while
 	// the page server waits for the restore.
 	Published func(path string)
+
+	// Seal, when it has recipients or a signer, encrypts the archive as
+	// it is written and signs it (package seal). With recipients, the
+	// work directory, where CRIU writes its plain images, is on a tmpfs
+	// (mounted if need be), and a Lazy checkpoint is refused: its page
+	// transfer is not encrypted.
+	Seal seal.WriteOptions
 
 	// KillGrace is how long CRIU gets to abort after ctx ends before it is
 	// killed; zero means DefaultKillGrace.
@@ -215,6 +223,9 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
 	frozenBefore := cgroupFrozen(t.Container.FreezeCgroup)
+	if o.Lazy != nil && len(o.Seal.Recipients) > 0 {
+		return res, fmt.Errorf("checkpoint pid %d --lazy: encryption is configured and the page server sends memory in the clear", t.Pid)
+	}
 	if o.Lazy != nil {
 		// The archive is small (no memory) and is written while CRIU
 		// still runs: copy the images rather than rework one in place.
@@ -250,6 +261,14 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 			err = errors.Join(err, fmt.Errorf("remove %s: %w", work, rmErr))
 		}
 	}()
+	if len(o.Seal.Recipients) > 0 {
+		// The images and the plain tar never reach a persistent disk.
+		release, merr := seal.EnsureInMemory(work)
+		if merr != nil {
+			return res, fmt.Errorf("checkpoint pid %d: %w", t.Pid, merr)
+		}
+		defer func() { err = errors.Join(err, release()) }()
+	}
 	images := filepath.Join(work, ImagesDir)
 	if err := os.Mkdir(images, 0o700); err != nil {
 		return res, fmt.Errorf("create %s: %w", images, err)
@@ -318,7 +337,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
 		if res.Path != "" {
-			derr = errors.Join(derr, os.Remove(res.Path))
+			derr = errors.Join(derr, os.Remove(res.Path), seal.RemoveSignature(res.Path))
 			res.Path = ""
 		}
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))
@@ -670,7 +689,7 @@ func errOr(err error, st ProcState) string {
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
 func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []archive.MetaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
-	if big := largestPages(images); big != "" && !o.CopyArchive {
+	if big := largestPages(images); big != "" && !o.CopyArchive && !o.Seal.Enabled() {
 		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, meta, name)
 		if !errors.Is(err, errNoInPlace) {
 			*inPlace = err == nil
@@ -692,8 +711,22 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 		}
 	}()
 	aw := archive.NewWriter(ctx, f, 0, archivingProgress(o), o.ProgressInterval)
+	var sw *seal.Writer
+	if o.Seal.Enabled() {
+		if sw, err = seal.NewWriter(f, o.Seal); err != nil {
+			return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+		}
+		aw = archive.NewStreamWriter(ctx, sw, archivingProgress(o), o.ProgressInterval)
+	}
 	if err := archive.WriteTree(aw, work, images, meta); err != nil {
 		return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+	}
+	size = aw.Offset()
+	if sw != nil {
+		if err := sw.Close(); err != nil {
+			return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
+		}
+		size = sw.Stored()
 	}
 	if o.Progress != nil {
 		o.Progress(Progress{Phase: PhaseSyncing, Bytes: aw.Offset()})
@@ -715,7 +748,12 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 	if err != nil {
 		return "", 0, 0, err
 	}
-	return final, aw.Offset(), fsync, nil
+	if sw != nil {
+		if err := sw.Seal(final); err != nil {
+			return "", 0, 0, errors.Join(err, os.Remove(final))
+		}
+	}
+	return final, size, fsync, nil
 }
 
 // archivingProgress reports the archive's bytes as PhaseArchiving to

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
@@ -45,6 +46,10 @@ type RestoreOptions struct {
 	// (userfaultfd) and in the background. Restore returns once all of
 	// the memory is here. Needs what CheckLazyPages checks.
 	LazyFrom *PageServer
+	// Open says how the archive's signature is verified and how it is
+	// decrypted (package seal): both happen before anything is unpacked.
+	// The zero value reads plain archives and checks no signature.
+	Open seal.OpenOptions
 	// KillGrace is how long CRIU gets to abort after ctx ends; zero means
 	// DefaultKillGrace.
 	KillGrace time.Duration
@@ -99,7 +104,15 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 		return res, fmt.Errorf("open %s: %w", archive, err)
 	}
 	defer f.Close()
-	if _, err := ValidateArchive(f); err != nil {
+	sealed, err := seal.Open(f, archive, o.Open)
+	if err != nil {
+		return res, err
+	}
+	plain, err := sealed.Reader()
+	if err != nil {
+		return res, err
+	}
+	if _, err := ValidateArchive(plain); err != nil {
 		return res, fmt.Errorf("%s: %w", archive, err)
 	}
 	if err := ensurePrivateDir(root); err != nil {
@@ -121,10 +134,22 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 			}
 		}
 	}()
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return res, fmt.Errorf("seek %s: %w", archive, err)
+	if sealed.Encrypted {
+		// The plain images never reach a persistent disk.
+		release, merr := seal.EnsureInMemory(work)
+		if merr != nil {
+			return res, fmt.Errorf("restore %s: %w", archive, merr)
+		}
+		defer func() {
+			if err != nil || !o.KeepWorkDir {
+				err = errors.Join(err, release())
+			}
+		}()
 	}
-	if err := Unpack(f, work); err != nil {
+	if plain, err = sealed.Reader(); err != nil {
+		return res, err
+	}
+	if err := Unpack(plain, work); err != nil {
 		return res, fmt.Errorf("unpack %s: %w", archive, err)
 	}
 	res.Unpack = time.Since(start)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"sort"
@@ -26,6 +27,13 @@ type MetaFile struct {
 // most every interval.
 func NewWriter(ctx context.Context, f *os.File, off int64, progress func(written int64), every time.Duration) *Writer {
 	return &Writer{ctx: ctx, f: f, off: off, synced: off, progress: progress, every: every}
+}
+
+// NewStreamWriter returns a Writer that writes the archive to w, a
+// stream (an encrypting one: see package seal), copying file contents
+// through user space.
+func NewStreamWriter(ctx context.Context, w io.Writer, progress func(written int64), every time.Duration) *Writer {
+	return &Writer{ctx: ctx, w: w, progress: progress, every: every}
 }
 
 // Offset is the bytes of the archive written so far.
@@ -136,6 +144,7 @@ const (
 type Writer struct {
 	ctx      context.Context
 	f        *os.File
+	w        io.Writer // instead of f, for NewStreamWriter
 	off      int64
 	synced   int64
 	progress func(written int64)
@@ -162,7 +171,13 @@ func (a *Writer) WriteBytes(p []byte) error {
 	if err := a.ctx.Err(); err != nil {
 		return err
 	}
-	n, err := a.f.Write(p)
+	var n int
+	var err error
+	if a.w != nil {
+		n, err = a.w.Write(p)
+	} else {
+		n, err = a.f.Write(p)
+	}
 	a.advance(int64(n))
 	return err
 }
@@ -177,7 +192,7 @@ func (a *Writer) Pad() error {
 
 func (a *Writer) advance(n int64) {
 	a.off += n
-	if a.off-a.synced >= writebackChunk {
+	if a.f != nil && a.off-a.synced >= writebackChunk {
 		// Start writeback of what is written so far without waiting
 		// (SYNC_FILE_RANGE_WRITE); errors surface in the final fsync.
 		_ = unix.SyncFileRange(int(a.f.Fd()), a.synced, a.off-a.synced, unix.SYNC_FILE_RANGE_WRITE)
@@ -203,6 +218,9 @@ func (a *Writer) File(src, name string) error {
 	if err := a.Header(&tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o600, Size: fi.Size(), ModTime: fi.ModTime()}); err != nil {
 		return err
 	}
+	if a.w != nil {
+		return a.copyStream(in, src, fi.Size())
+	}
 	for left := fi.Size(); left > 0; {
 		if err := a.ctx.Err(); err != nil {
 			return err
@@ -216,6 +234,31 @@ func (a *Writer) File(src, name string) error {
 		}
 		left -= int64(n)
 		a.advance(int64(n))
+	}
+	return a.Pad()
+}
+
+// copyStream copies size bytes of in (src) to the stream, a chunk at a
+// time, checking ctx between chunks.
+func (a *Writer) copyStream(in *os.File, src string, size int64) error {
+	buf := make([]byte, 1<<20)
+	for left := size; left > 0; {
+		if err := a.ctx.Err(); err != nil {
+			return err
+		}
+		n, err := io.ReadFull(in, buf[:min(left, int64(len(buf)))])
+		if n > 0 {
+			if werr := a.WriteBytes(buf[:n]); werr != nil {
+				return werr
+			}
+			left -= int64(n)
+		}
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+			return fmt.Errorf("copy %s: file shrank by %d bytes while it was archived", src, left)
+		}
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", src, err)
+		}
 	}
 	return a.Pad()
 }
