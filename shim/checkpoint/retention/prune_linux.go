@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 )
 
@@ -92,6 +93,13 @@ func Remove(dir, name string) error {
 	if err := os.Rename(src, dst); err != nil {
 		return fmt.Errorf("remove checkpoint archive: %w", err)
 	}
+	// The archive's signature file (package seal) goes with it, after it:
+	// a crash between the two leaves a signature without an archive,
+	// never a signed archive unsigned.
+	sig := name + seal.SignatureSuffix
+	if err := os.Rename(filepath.Join(dir, sig), filepath.Join(trash, sig)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove checkpoint archive signature: %w", err)
+	}
 	// The rename must be on disk before the unlink: else a power loss
 	// could bring the archive back under its name, half-freed.
 	if err := syncDir(dir); err != nil {
@@ -100,6 +108,9 @@ func Remove(dir, name string) error {
 	// A concurrent Sweep (another process's prune) may unlink it first.
 	if err := os.Remove(dst); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove checkpoint archive: %w", err)
+	}
+	if err := os.Remove(filepath.Join(trash, sig)); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("remove checkpoint archive signature: %w", err)
 	}
 	return syncDir(trash)
 }

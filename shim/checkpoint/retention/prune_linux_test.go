@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
@@ -367,6 +368,34 @@ func TestSweepFinishesARemoval(t *testing.T) {
 	}
 	if !slices.Equal(res.Swept, all[:1]) || !slices.Equal(names(res.Kept), all[1:]) {
 		t.Errorf("swept %v kept %v, want %v and %v", res.Swept, names(res.Kept), all[:1], all[1:])
+	}
+}
+
+// TestRemoveTakesTheSignature: an archive's signature file is removed
+// with it, and is never listed as an archive; another archive's stays.
+func TestRemoveTakesTheSignature(t *testing.T) {
+	dir := t.TempDir()
+	all := []string{"checkpoint-web-0_default-app-2026-01-01T00:00:00Z.tar", "checkpoint-web-0_default-app-2026-01-02T00:00:00Z.tar"}
+	for _, n := range all {
+		for _, f := range []string{n, n + seal.SignatureSuffix} {
+			if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if left, _ := List(dir); !slices.Equal(names(left), all) {
+		t.Fatalf("listed %v, want %v", names(left), all)
+	}
+	if err := Remove(dir, all[0]); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{all[0], all[0] + seal.SignatureSuffix, filepath.Join(TrashDir, all[0]+seal.SignatureSuffix)} {
+		if _, err := os.Lstat(filepath.Join(dir, f)); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s outlived its archive's removal: %v", f, err)
+		}
+	}
+	if _, err := os.Lstat(filepath.Join(dir, all[1]+seal.SignatureSuffix)); err != nil {
+		t.Errorf("the other archive's signature: %v", err)
 	}
 }
 
