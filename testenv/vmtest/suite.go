@@ -31,6 +31,7 @@ func HostSuite() []Decision {
 		{"criu", false, "every test checkpoints with CRIU, which make builds from Debian trixie into .tools " +
 			"with its own loader and libraries and the guest does not carry"},
 		{"criu/archive", false, "the archive format and its hostile-input checks do not depend on the kernel; they run on the host"},
+		{"criu/archive/seal", false, "encryption, signatures and the trust policy are the same on any kernel; its tests mount a tmpfs on the host"},
 		{"criu/image", false, "its tests build images from archives that CRIU makes, and CRIU is not in the guest"},
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
