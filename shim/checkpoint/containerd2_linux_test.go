@@ -56,9 +56,15 @@ func TestContainerd2RestoresNodeshimArchive(t *testing.T) {
 // checks that it counts on from at least before.
 func restoreThroughCRI(t *testing.T, c *runtimetest.Containerd, img string, before int) {
 	t.Helper()
+	restoreNamedThroughCRI(t, c, "counter", img, before)
+}
+
+// restoreNamedThroughCRI is restoreThroughCRI of a container named name.
+func restoreNamedThroughCRI(t *testing.T, c *runtimetest.Containerd, name, img string, before int) {
+	t.Helper()
 	pod := c.RunPod(t, runtimetest.PodOptions{})
 	start := time.Now()
-	ctr := pod.CreateContainer(t, runtimetest.ContainerOptions{Name: "counter", Image: img})
+	ctr := pod.CreateContainer(t, runtimetest.ContainerOptions{Name: name, Image: img})
 	created := time.Since(start)
 	ctr.Start(t)
 	t.Logf("CreateContainer %s, StartContainer (CRIU restore) %s", created, time.Since(start)-created)

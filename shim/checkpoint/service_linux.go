@@ -510,6 +510,9 @@ func (s *Service) finish(rec status.CheckpointRecord, res criu.Result, err error
 	elapsed := s.opts.Now().Sub(rec.StartedAt)
 	rec.DurationSeconds = elapsed.Seconds()
 	ref := rec.Namespace + "/" + rec.Pod + "/" + rec.Container
+	if rec.Container == "" {
+		ref = "pod " + rec.Namespace + "/" + rec.Pod
+	}
 	c := condition.Condition{Type: status.TypeCheckpoint}
 	switch {
 	case err == nil:

@@ -33,6 +33,8 @@ func HostSuite() []Decision {
 		{"criu/archive", false, "the archive format and its hostile-input checks do not depend on the kernel; they run on the host"},
 		{"criu/archive/seal", false, "encryption, signatures and the trust policy are the same on any kernel; its tests mount a tmpfs on the host"},
 		{"criu/image", false, "its tests build images from archives that CRIU makes, and CRIU is not in the guest"},
+		{"criu/pod", false, "the pod checkpoint's manifest and names are portable; pod checkpoints themselves are tested with real pods " +
+			"in shim/checkpoint, on the host's containerd and CRIU"},
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
 		{"eviction", true, "the pressure policy on the guest's own readings and on cgroup's recorded tree"},
