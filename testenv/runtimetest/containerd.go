@@ -56,6 +56,7 @@ type Containerd struct {
 	Version string
 
 	flavor   containerdFlavor
+	handlers []Handler
 	bin, ctr string
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -175,6 +176,14 @@ func (e *Env) startContainerd(bins containerdBins, img *Images, f containerdFlav
 		ctr:        bins.ctr,
 		logPath:    filepath.Join(dir, "containerd.log"),
 		sandbox:    map[string]bool{},
+	}
+	if f.v2 {
+		c.handlers = e.Handlers2
+	}
+	for _, h := range c.handlers {
+		if err := os.MkdirAll(filepath.Join(dir, h.Name), 0o700); err != nil {
+			return nil, fmt.Errorf("%s: %w", f.name, err)
+		}
 	}
 	hostDirs := []string{"/var/lib/cni", cniResultsDir}
 	if !f.v2 {
@@ -384,7 +393,33 @@ disabled_plugins = [
 `, q(filepath.Join(c.Dir, "root")), q(filepath.Join(c.Dir, "state")), q(c.Address), q(c.Address+".ttrpc"),
 		q(filepath.Join(c.Dir, "opt")), q(filepath.Join(c.Dir, "s")), q(PauseImage), rt, q(cniBinDir),
 		q(filepath.Join(c.Dir, "cni/net.d"))) +
-		c.runtimeTOML(rt, RuntimeRunc, bins.runc)
+		c.runtimeTOML(rt, RuntimeRunc, bins.runc) + c.handlersTOML(rt)
+}
+
+// Handler is a runtime handler of the runc shim (io.containerd.runc.v2)
+// running Binary as its OCI runtime, with the pod annotations it passes
+// into the OCI spec of the pod's containers (pod_annotations, globs).
+type Handler struct {
+	Name, Binary   string
+	PodAnnotations []string
+}
+
+// handlersTOML is the Env's Handlers2 in the CRI plugin section plugin.
+func (c *Containerd) handlersTOML(plugin string) string {
+	var b strings.Builder
+	for _, h := range c.handlers {
+		rt := c.runtimeTOML(plugin, h.Name, h.Binary)
+		if len(h.PodAnnotations) > 0 {
+			q := make([]string, len(h.PodAnnotations))
+			for i, a := range h.PodAnnotations {
+				q[i] = fmt.Sprintf("%q", a)
+			}
+			// Into the runtime's table, before its options subtable.
+			rt = strings.Replace(rt, "runtime_type = ", "pod_annotations = ["+strings.Join(q, ", ")+"]\n  runtime_type = ", 1)
+		}
+		b.WriteString(rt)
+	}
+	return b.String()
 }
 
 // cniConfig is the pods' network: the bridge plugin on the Env's own

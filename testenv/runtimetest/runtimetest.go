@@ -196,6 +196,10 @@ type Env struct {
 	containerd2    *Containerd
 	containerd2Err error
 
+	// Handlers2 are runtime handlers added to Containerd2's config beside
+	// runc; set them before its first use.
+	Handlers2 []Handler
+
 	podman    *Podman
 	podmanErr error
 }

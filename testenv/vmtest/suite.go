@@ -84,6 +84,8 @@ func HostSuite() []Decision {
 		{"shim/oom", true, "the OOM source with a real OOM kill in a cgroup2 memory controller"},
 		{"shim/plugin", true, "the plugin watcher on the guest's tmpfs"},
 		{"runtimes/podman", false, "its tests read podman's state and checkpoint podman containers with CRIU: runtimes the guest does not carry"},
+		{"runtimes/restoring", true, "portable: the RuntimeClass wrapper's command line, config and routing of calls"},
+		{"runtimes/restoring/restore", false, "its tests restore containers through containerd 2.x's runc shim and CRI, which the guest does not carry"},
 		{"shim/pressure", true, "the pressure source with PSI triggers on a pure cgroup v2 machine"},
 		{"shim/profiles", true, "the seccomp profile installer: libseccomp compiles, files on the guest's tmpfs"},
 		{"cluster/reporter", true, "the condition planning; the publishing tests need a kube-apiserver and skip"},

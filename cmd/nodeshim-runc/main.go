@@ -1,0 +1,25 @@
+// Command nodeshim-runc is the OCI runtime of nodeshim's RuntimeClass:
+// containerd's runc shim runs it as the handler's BinaryName with runc's
+// command line. It passes every call to runc (or crun) by exec(2), and
+// hands the create of a container whose spec names a checkpoint
+// (restore.nodeshim.io/checkpoint) to nodeshim-runc-restore beside it. It
+// imports the standard library only: it runs before every runtime call of
+// the handler, and Go runs every linked package's init at each start. See
+// runtimes/restoring and docs/runtimeclass.md.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
+)
+
+func main() {
+	w, err := restoring.NewWrapper(os.Args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "nodeshim-runc:", err)
+		os.Exit(1)
+	}
+	os.Exit(w.Main(os.Args[1:]))
+}

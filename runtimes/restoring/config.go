@@ -1,0 +1,103 @@
+package restoring
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+)
+
+// Defaults of Config.
+const (
+	// DefaultCheckpointDir is kubelet's checkpoint directory
+	// (/var/lib/kubelet/checkpoints), where kubelet's Checkpoint API and
+	// nodeshim's node API write archives.
+	DefaultCheckpointDir = "/var/lib/kubelet/checkpoints"
+	// DefaultWorkDir receives an archive's CRIU images for the length of
+	// one restore.
+	DefaultWorkDir = "/var/lib/nodeshim/restore"
+	// DefaultRuntime is the OCI runtime every call goes to.
+	DefaultRuntime = "runc"
+	// maxConfigSize bounds the config file.
+	maxConfigSize = 64 << 10
+)
+
+// ErrConfig: the wrapper's config file is unreadable or malformed.
+var ErrConfig = errdefs.New(errdefs.ErrInvalidArgument, "invalid nodeshim-runc config")
+
+// Config is the wrapper's configuration: a JSON file beside its binary
+// (ConfigPath), every field optional.
+type Config struct {
+	// Runtime is the OCI runtime (runc or crun) that every call goes to:
+	// a path, or a name looked up on PATH. Empty: the name the binary is
+	// installed as, after "nodeshim-" (nodeshim-crun runs crun), else
+	// DefaultRuntime.
+	Runtime string `json:"runtime,omitempty"`
+	// CheckpointDir is the one directory whose archives a Pod may name;
+	// DefaultCheckpointDir when empty.
+	CheckpointDir string `json:"checkpointDir,omitempty"`
+	// WorkDir holds the unpacked images during a restore; DefaultWorkDir
+	// when empty.
+	WorkDir string `json:"workDir,omitempty"`
+	// Criu is the CRIU binary the runtime restores with (runc's --criu);
+	// the runtime's default ("criu" on PATH) when empty.
+	Criu string `json:"criu,omitempty"`
+	// MaxBytes bounds what an archive may expand to (archive.Limits);
+	// the archive package's default when zero.
+	MaxBytes int64 `json:"maxBytes,omitempty"`
+}
+
+// ConfigPath is the config file of the wrapper installed at exe: exe
+// with ".json" appended (/opt/nodeshim/bin/nodeshim-runc.json).
+func ConfigPath(exe string) string { return exe + ".json" }
+
+// LoadConfig reads the config file at path; a missing file is the zero
+// Config. The defaults are filled in, the runtime's name after exe's
+// name (see Config.Runtime).
+func LoadConfig(path, exe string) (Config, error) {
+	var c Config
+	f, err := os.Open(path)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+	case err != nil:
+		return c, fmt.Errorf("%w: %w", ErrConfig, err)
+	default:
+		b, err := io.ReadAll(io.LimitReader(f, maxConfigSize+1))
+		f.Close()
+		if err != nil {
+			return c, fmt.Errorf("%w: read %s: %w", ErrConfig, path, err)
+		}
+		if len(b) > maxConfigSize {
+			return c, fmt.Errorf("%w: %s is larger than %d bytes", ErrConfig, path, maxConfigSize)
+		}
+		dec := json.NewDecoder(strings.NewReader(string(b)))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&c); err != nil {
+			return c, fmt.Errorf("%w: %s: %w", ErrConfig, path, err)
+		}
+	}
+	if c.Runtime == "" {
+		c.Runtime = DefaultRuntime
+		if n, ok := strings.CutPrefix(filepath.Base(exe), "nodeshim-"); ok && (n == "runc" || n == "crun") {
+			c.Runtime = n
+		}
+	}
+	if c.CheckpointDir == "" {
+		c.CheckpointDir = DefaultCheckpointDir
+	}
+	if c.WorkDir == "" {
+		c.WorkDir = DefaultWorkDir
+	}
+	for _, p := range []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}} {
+		if !filepath.IsAbs(p.v) {
+			return c, fmt.Errorf("%w: %s %q is not an absolute path", ErrConfig, p.what, p.v)
+		}
+	}
+	return c, nil
+}

@@ -1,0 +1,235 @@
+package restore_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+)
+
+// Handler is the runtime handler of nodeshim-runc in the tests' containerd.
+const Handler = "nodeshim"
+
+var (
+	rt runtimetest.Env
+	// bins holds nodeshim-runc, nodeshim-runc-restore and the config.
+	bins string
+	// ckptDir is the handler's checkpoint directory, workDir its work
+	// directory.
+	ckptDir, workDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nodeshim-runc-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins, ckptDir, workDir = filepath.Join(dir, "bin"), filepath.Join(dir, "checkpoints"), filepath.Join(dir, "work")
+	for _, d := range []string{bins, ckptDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	// The binaries as the DaemonSet installs them, built once.
+	for _, b := range []string{"nodeshim-runc", "nodeshim-runc-restore"} {
+		out, err := exec.Command("go", "build", "-o", filepath.Join(bins, b), "github.com/nodeshim/nodeshim/cmd/"+b).CombinedOutput()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", b, err, out)
+			return 1
+		}
+	}
+	runc, err := exec.LookPath(runtimetest.RuntimeRunc)
+	if err == nil {
+		cfg := restoring.Config{Runtime: runc, CheckpointDir: ckptDir, WorkDir: workDir, Criu: os.Getenv("NODESHIM_CRIU")}
+		b, _ := json.Marshal(cfg)
+		if err := os.WriteFile(restoring.ConfigPath(filepath.Join(bins, "nodeshim-runc")), b, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	rt.Handlers2 = []runtimetest.Handler{{
+		Name: Handler, Binary: filepath.Join(bins, "nodeshim-runc"),
+		PodAnnotations: []string{"restore.nodeshim.io/*"},
+	}}
+	return rt.Main(m)
+}
+
+// counter is the workload: a shell that counts into /count.
+var counter = []string{"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done"}
+
+// count reads /count in ctr, -1 when it has none yet.
+func count(t *testing.T, ctr *runtimetest.Container) int {
+	t.Helper()
+	out, _, code := ctr.Exec(t, "cat", "/count")
+	n, err := strconv.Atoi(strings.TrimSpace(out))
+	if code != 0 || err != nil {
+		return -1
+	}
+	return n
+}
+
+// waitCount waits until ctr has counted past n and returns the count.
+func waitCount(t *testing.T, ctr *runtimetest.Container, n int) int {
+	t.Helper()
+	var c int
+	testutil.Eventually(t, fmt.Sprintf("%s counts past %d", ctr.Name, n), func() error {
+		if c = count(t, ctr); c <= n {
+			return fmt.Errorf("count %d", c)
+		}
+		return nil
+	})
+	return c
+}
+
+// runCounter runs the counter container "counter" in a new runc pod and
+// waits until it has counted to 10.
+func runCounter(t *testing.T, c *runtimetest.Containerd) (*runtimetest.Container, int) {
+	t.Helper()
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: counter})
+	return ctr, waitCount(t, ctr, 10)
+}
+
+// criCheckpoint has containerd's CRI checkpoint ctr into the checkpoint
+// directory, as kubelet's Checkpoint API does, and returns the archive's
+// name there.
+func criCheckpoint(t *testing.T, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
+	t.Helper()
+	name := fmt.Sprintf("checkpoint-%s-%s.tar", ctr.Name, ctr.ID[:12])
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := c.Runtime.CheckpointContainer(ctx, &runtimeapi.CheckpointContainerRequest{
+		ContainerId: ctr.ID, Location: filepath.Join(ckptDir, name), Timeout: 60,
+	}); err != nil {
+		t.Fatalf("CRI checkpoint %s: %v\n%s", ctr.Name, err, c.Log())
+	}
+	t.Cleanup(func() { os.Remove(filepath.Join(ckptDir, name)) })
+	return name
+}
+
+// nodeshimCheckpoint checkpoints ctr with nodeshim's checkpoint service
+// into the checkpoint directory and returns the archive's name there.
+func nodeshimCheckpoint(t *testing.T, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
+	t.Helper()
+	bin := criutest.Require(t)
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	ref := criu.ContainerRef{Namespace: ctr.Pod.Config.Metadata.Namespace, Pod: ctr.Pod.Config.Metadata.Name, Container: ctr.Name}
+	res, err := svc.Checkpoint(context.Background(), ref, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(res.Path) })
+	return filepath.Base(res.Path)
+}
+
+// restorePod runs a pod under the nodeshim handler whose annotation
+// names ckpt.
+func restorePod(t *testing.T, c *runtimetest.Containerd, ckpt string) *runtimetest.Pod {
+	t.Helper()
+	return c.RunPod(t, runtimetest.PodOptions{RuntimeHandler: Handler, Annotations: map[string]string{restoring.AnnotationCheckpoint: ckpt}})
+}
+
+// checkRestored creates and starts "counter" in pod (with a command that
+// would count from 1 if it were started fresh) and checks that it counts
+// on from at least before.
+func checkRestored(t *testing.T, pod *runtimetest.Pod, before int) {
+	t.Helper()
+	start := time.Now()
+	ctr := pod.CreateContainer(t, runtimetest.ContainerOptions{Name: "counter", Command: counter})
+	created := time.Since(start)
+	ctr.Start(t)
+	t.Logf("CreateContainer (restore) %s, StartContainer %s", created, time.Since(start)-created)
+	if st := ctr.Status(t); st.State != runtimeapi.ContainerState_CONTAINER_RUNNING {
+		t.Fatalf("restored container is %v", st.State)
+	}
+	restored := waitCount(t, ctr, -1)
+	if restored < before {
+		t.Fatalf("restored container counts %d, below %d seen before the checkpoint: it was started fresh", restored, before)
+	}
+	next := waitCount(t, ctr, restored)
+	t.Logf("count %d before the checkpoint, %d then %d restored", before, restored, next)
+	// The counter's stdout pipe is the new shim's: what it writes after
+	// the restore is in the new container's log.
+	if out, _, code := ctr.Exec(t, "sh", "-c", "echo after-restore > /proc/1/fd/1"); code != 0 {
+		t.Fatalf("write to the restored process's stdout: %s", out)
+	}
+	testutil.Eventually(t, "the restored process's stdout reaches the CRI log", func() error {
+		if !strings.Contains(ctr.Logs(t), "after-restore") {
+			return fmt.Errorf("log: %q", ctr.Logs(t))
+		}
+		return nil
+	})
+	ctr.Stop(t, 0)
+	if st := ctr.Status(t); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("stopped restored container is %v", st.State)
+	}
+	ctr.Remove(t)
+	checkNothingLeft(t)
+}
+
+// checkNothingLeft checks that no restore left a work directory.
+func checkNothingLeft(t *testing.T) {
+	t.Helper()
+	ents, err := os.ReadDir(workDir)
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	if len(ents) > 0 {
+		t.Errorf("the work directory %s keeps %d entries, first %s", workDir, len(ents), ents[0].Name())
+	}
+}
+
+// TestRestoresContainerdCheckpoint: containerd's own CRI checkpoint of a
+// running counter restores in a new pod under the nodeshim handler, and
+// the counter goes on.
+func TestRestoresContainerdCheckpoint(t *testing.T) {
+	c := rt.Containerd2(t)
+	criutest.Require(t)
+	ctr, before := runCounter(t, c)
+	name := criCheckpoint(t, c, ctr)
+	ctr.Stop(t, 0)
+	ctr.Remove(t)
+	checkRestored(t, restorePod(t, c, name), before)
+}
+
+// TestRestoresNodeshimCheckpoint: the same from nodeshim's archive, named
+// by its absolute path under the checkpoint directory.
+func TestRestoresNodeshimCheckpoint(t *testing.T) {
+	c := rt.Containerd2(t)
+	ctr, before := runCounter(t, c)
+	name := nodeshimCheckpoint(t, c, ctr)
+	ctr.Stop(t, 0)
+	ctr.Remove(t)
+	checkRestored(t, restorePod(t, c, filepath.Join(ckptDir, name)), before)
+}

@@ -1,0 +1,508 @@
+package restore
+
+import (
+	"compress/gzip"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+
+	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
+)
+
+// The CRI annotations containerd writes into every container's OCI spec
+// (containerd's internal/cri/annotations).
+const (
+	annotationContainerType = "io.kubernetes.cri.container-type"
+	annotationContainerName = "io.kubernetes.cri.container-name"
+	annotationImageName     = "io.kubernetes.cri.image-name"
+	containerTypeSandbox    = "sandbox"
+)
+
+// ErrRefused: the node cannot honour the checkpoint a container names
+// (another machine, an older CRIU, a container that is not the
+// checkpoint's, a path outside the checkpoint directory).
+var ErrRefused = errdefs.New(errdefs.ErrInvalidArgument, "checkpoint refused")
+
+// CriuVersion asks the CRIU at bin ("criu" on PATH when empty) its
+// version; "" when it cannot say (the runtime then finds out).
+func CriuVersion(bin string) string {
+	if bin == "" {
+		bin = "criu"
+	}
+	out, err := exec.Command(bin, "--version").Output()
+	if err != nil {
+		return ""
+	}
+	return DumpVersion(out)
+}
+
+// ErrUnsupported: the checkpoint asks for what this wrapper cannot do
+// (a terminal, an engine's archive other than a CRI container's).
+var ErrUnsupported = errdefs.New(errdefs.ErrNotSupported, "restore not supported")
+
+// Restore is one create that restores: the shim's call, the bundle's
+// spec, and where the runtime and the checkpoints are.
+type Restore struct {
+	Config restoring.Config
+	// Runtime is the resolved path of Config.Runtime.
+	Runtime string
+	Call    restoring.Call
+	// Spec is the bundle's config.json.
+	Spec *specs.Spec
+	// Checkpoint is restoring.AnnotationCheckpoint's value.
+	Checkpoint string
+	// Arch is this node's CRIU machine type.
+	Arch Arch
+	// CriuVersion is the version of the CRIU that will restore ("" when
+	// unknown: not compared).
+	CriuVersion string
+	// Stdin, Stdout and Stderr are the shim's pipes, which the restored
+	// process gets in place of the ones it was dumped with.
+	Stdin, Stdout, Stderr *os.File
+}
+
+// Timings are the phases of a Run.
+type Timings struct {
+	Validate, Unpack, Rootfs, Runtime time.Duration
+}
+
+// Run restores the container: it opens the archive beneath the
+// checkpoint directory, validates it (archive.ValidateLimits), checks that
+// the node and the container are the checkpoint's (Check), unpacks it into
+// a private directory under WorkDir, applies its rootfs diff to the
+// bundle's root, and runs `<runtime> restore --detach` with the shim's
+// pid file and stdio, so that the process runs when create returns. The
+// unpacked images are removed when Run returns, whatever happened: once
+// CRIU has restored the pages they are not needed. A refusal writes
+// nothing anywhere.
+func (r *Restore) Run() (Timings, error) {
+	var tm Timings
+	start := time.Now()
+	if r.Call.ConsoleSocket != "" {
+		return tm, fmt.Errorf("%w: the container asks for a terminal, which a restore cannot attach", ErrUnsupported)
+	}
+	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint)
+	if err != nil {
+		return tm, err
+	}
+	defer f.Close()
+	l := archive.Limits{MaxBytes: r.Config.MaxBytes}
+	entries, err := archive.ValidateLimits(f, l)
+	if err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return tm, fmt.Errorf("seek %s: %w", name, err)
+	}
+	meta, err := archive.ReadMeta(f)
+	if err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := CheckContainer(meta, r.Spec); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	if !hasCore(entries) {
+		return tm, fmt.Errorf("%s: %w: no %s/core-*.img", name, ErrRefused, archive.ImagesDir)
+	}
+	tm.Validate = time.Since(start)
+
+	start = time.Now()
+	if err := os.MkdirAll(r.Config.WorkDir, 0o700); err != nil {
+		return tm, fmt.Errorf("create %s: %w", r.Config.WorkDir, err)
+	}
+	work, err := os.MkdirTemp(r.Config.WorkDir, r.Call.ID+"-")
+	if err != nil {
+		return tm, fmt.Errorf("create a work directory in %s: %w", r.Config.WorkDir, err)
+	}
+	defer os.RemoveAll(work)
+	images := filepath.Join(work, "archive")
+	if err := os.Mkdir(images, 0o700); err != nil {
+		return tm, fmt.Errorf("create %s: %w", images, err)
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return tm, fmt.Errorf("seek %s: %w", name, err)
+	}
+	if err := archive.Unpack(f, images, l); err != nil {
+		return tm, fmt.Errorf("unpack %s: %w", name, err)
+	}
+	if err := r.checkNode(images); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	tm.Unpack = time.Since(start)
+
+	start = time.Now()
+	rootfs := r.Spec.Root.Path
+	if !filepath.IsAbs(rootfs) {
+		rootfs = filepath.Join(r.bundle(), rootfs)
+	}
+	if err := gunzipRootfsDiff(images, r.Config.MaxBytes); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	if err := archive.ApplyRootfsDiff(images, rootfs, l); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	tm.Rootfs = time.Since(start)
+
+	start = time.Now()
+	if err := r.runtimeRestore(images, work); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
+	}
+	tm.Runtime = time.Since(start)
+	if err := r.mark(name); err != nil {
+		// The process runs but start would fail: take it down, so the
+		// shim's create fails whole.
+		_ = exec.Command(r.Runtime, append(r.globalArgs(), "delete", "--force", r.Call.ID)...).Run()
+		return tm, err
+	}
+	return tm, nil
+}
+
+func (r *Restore) bundle() string {
+	if r.Call.Bundle == "" {
+		return "."
+	}
+	return r.Call.Bundle
+}
+
+// OpenCheckpoint opens the archive value names beneath dir: value is
+// relative to dir, or an absolute path under it. Every component is
+// resolved beneath dir (os.Root: no "..", no symlink leads out), and
+// only a regular file is opened; anything else is refused with
+// ErrRefused, so that a Pod's annotation never makes the node read an
+// arbitrary host path. It returns the file and its path.
+func OpenCheckpoint(dir, value string) (*os.File, string, error) {
+	if value == "" {
+		return nil, "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
+	}
+	rel := value
+	if filepath.IsAbs(value) {
+		r, err := filepath.Rel(dir, filepath.Clean(value))
+		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
+			return nil, "", fmt.Errorf("%w: %s %q is not under the checkpoint directory %s", ErrRefused, restoring.AnnotationCheckpoint, value, dir)
+		}
+		rel = r
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, "", fmt.Errorf("open the checkpoint directory %s: %w", dir, err)
+	}
+	defer root.Close()
+	f, err := archive.OpenMember(root, rel, 1<<62)
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: %s %q: %w", ErrRefused, restoring.AnnotationCheckpoint, value, err)
+	}
+	return f, filepath.Join(dir, rel), nil
+}
+
+// CheckContainer refuses a checkpoint that is not of the container spec
+// describes: the archive must be a CRI container's (nodeshim's or
+// containerd's), of a container of the same name, from the same image.
+func CheckContainer(meta archive.Meta, spec *specs.Spec) error {
+	if meta.Engine != archive.EngineContainerd {
+		return fmt.Errorf("%w: an archive of engine %q; only CRI containers' archives (nodeshim's, kubelet's on containerd) restore here", ErrUnsupported, meta.Engine)
+	}
+	want := spec.Annotations[annotationContainerName]
+	// The CRI name: spec.dump's annotation, as both nodeshim and
+	// containerd write it (containerd's config.dump has its own longer
+	// name).
+	got := meta.Annotations[annotationContainerName]
+	if got == "" && meta.Status != nil {
+		got = meta.Status.GetMetadata().GetName()
+	}
+	if got == "" {
+		got = meta.Config.Name
+	}
+	if got != want {
+		return fmt.Errorf("%w: the checkpoint is of container %q, this container is %q", ErrRefused, got, want)
+	}
+	img := spec.Annotations[annotationImageName]
+	ckpt := meta.Config.RootfsImage
+	if ckpt == "" && meta.Status != nil {
+		ckpt = meta.Status.GetImage().GetImage()
+	}
+	if ckpt == "" {
+		return fmt.Errorf("%w: the checkpoint names no image", ErrRefused)
+	}
+	if NormalizeImage(ckpt) != NormalizeImage(img) {
+		return fmt.Errorf("%w: the checkpoint is of image %q, this container runs %q", ErrRefused, ckpt, img)
+	}
+	return nil
+}
+
+// NormalizeImage is ref as containerd names it in full: docker.io's
+// library/ and a :latest tag added where the short form leaves them out.
+func NormalizeImage(ref string) string {
+	name, digest, _ := strings.Cut(ref, "@")
+	first, _, hasSlash := strings.Cut(name, "/")
+	if !hasSlash || !strings.ContainsAny(first, ".:") && first != "localhost" {
+		if !hasSlash {
+			name = "library/" + name
+		}
+		name = "docker.io/" + name
+	}
+	if digest == "" && !strings.Contains(path.Base(name), ":") {
+		name += ":latest"
+	}
+	if digest != "" {
+		return name + "@" + digest
+	}
+	return name
+}
+
+func hasCore(entries []archive.Entry) bool {
+	for _, e := range entries {
+		if isCore(e.Name) {
+			return true
+		}
+	}
+	return false
+}
+
+func isCore(name string) bool {
+	b, ok := strings.CutPrefix(name, archive.ImagesDir+"/core-")
+	return ok && strings.HasSuffix(b, ".img") && !strings.Contains(b, "/")
+}
+
+// gunzipRootfsDiff replaces a gzip-compressed rootfs-diff.tar in the
+// unpacked images (containerd's CRI writes it so, kubelet's archives on
+// containerd carry it so) by the tar it holds, at most max bytes
+// (archive.DefaultMaxBytes when max <= 0), so that archive.ApplyRootfsDiff
+// reads either.
+func gunzipRootfsDiff(images string, max int64) error {
+	if max <= 0 {
+		max = archive.DefaultMaxBytes
+	}
+	root, err := os.OpenRoot(images)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", images, err)
+	}
+	defer root.Close()
+	f, err := archive.OpenMember(root, archive.RootfsDiffTar, 1<<62)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var magic [2]byte
+	if n, _ := io.ReadFull(f, magic[:]); n < 2 || magic != [2]byte{0x1f, 0x8b} {
+		return nil
+	}
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return fmt.Errorf("seek %s: %w", archive.RootfsDiffTar, err)
+	}
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("%w: %s: %w", archive.ErrInvalid, archive.RootfsDiffTar, err)
+	}
+	tmp := archive.RootfsDiffTar + ".plain"
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s in %s: %w", tmp, images, err)
+	}
+	n, err := io.Copy(out, io.LimitReader(zr, max+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil && n > max {
+		err = fmt.Errorf("%w: %s expands to more than %d bytes", archive.ErrTooLarge, archive.RootfsDiffTar, max)
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("gunzip %s: %w", archive.RootfsDiffTar, err), root.Remove(tmp))
+	}
+	if err := root.Rename(tmp, archive.RootfsDiffTar); err != nil {
+		return fmt.Errorf("rename %s: %w", tmp, err)
+	}
+	return nil
+}
+
+// maxCoreImage bounds a core image as it is read.
+const maxCoreImage = 16 << 20
+
+// checkNode refuses images this node cannot restore: tasks of another
+// machine type, or a dump by a newer CRIU than the one that restores
+// (CRIU reads the images of its own and older versions).
+func (r *Restore) checkNode(images string) error {
+	root, err := os.OpenRoot(images)
+	if err != nil {
+		return fmt.Errorf("open %s: %w", images, err)
+	}
+	defer root.Close()
+	ents, err := os.ReadDir(filepath.Join(images, archive.ImagesDir))
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive.ImagesDir, err)
+	}
+	for _, e := range ents {
+		name := archive.ImagesDir + "/" + e.Name()
+		if !isCore(name) {
+			continue
+		}
+		f, err := archive.OpenMember(root, name, maxCoreImage)
+		if err != nil {
+			return err
+		}
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("read %s: %w", name, err)
+		}
+		a, err := CoreArch(b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		if a != r.Arch {
+			return fmt.Errorf("%w: %s is a task of a %s machine; this node is %s", ErrRefused, name, a, r.Arch)
+		}
+	}
+	if r.CriuVersion == "" {
+		return nil
+	}
+	f, err := archive.OpenMember(root, archive.DumpLog, archive.MaxMetaSize)
+	if err != nil {
+		// kubelet's archives on containerd carry no dump.log.
+		return nil
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		return fmt.Errorf("read %s: %w", archive.DumpLog, err)
+	}
+	dumped := DumpVersion(b)
+	if dumped != "" && CompareVersions(dumped, r.CriuVersion) > 0 {
+		return fmt.Errorf("%w: CRIU %s dumped the checkpoint; this node's CRIU %s is older and may not read its images", ErrRefused, dumped, r.CriuVersion)
+	}
+	return nil
+}
+
+var versionRE = regexp.MustCompile(`Version:\s+([0-9]+(?:\.[0-9]+){1,3})`)
+
+// DumpVersion is the CRIU version a dump.log (or `criu --version`) names
+// in its "Version: X.Y[.Z]" line; "" when there is none.
+func DumpVersion(log []byte) string {
+	if len(log) > 64<<10 {
+		log = log[:64<<10]
+	}
+	m := versionRE.FindSubmatch(log)
+	if m == nil {
+		return ""
+	}
+	return string(m[1])
+}
+
+// CompareVersions compares dotted numeric versions: -1, 0 or 1.
+func CompareVersions(a, b string) int {
+	as, bs := strings.Split(a, "."), strings.Split(b, ".")
+	for i := 0; i < len(as) || i < len(bs); i++ {
+		var x, y int
+		if i < len(as) {
+			x, _ = strconv.Atoi(as[i])
+		}
+		if i < len(bs) {
+			y, _ = strconv.Atoi(bs[i])
+		}
+		switch {
+		case x < y:
+			return -1
+		case x > y:
+			return 1
+		}
+	}
+	return 0
+}
+
+// globalArgs are the shim's global flags, with --criu for runc when the
+// config names a CRIU.
+func (r *Restore) globalArgs() []string {
+	g := append([]string(nil), r.Call.Global...)
+	if r.Config.Criu != "" && strings.Contains(filepath.Base(r.Runtime), "runc") {
+		g = append(g, "--criu", r.Config.Criu)
+	}
+	return g
+}
+
+// runtimeRestore runs `<runtime> restore --detach` of the bundle from the
+// images. runc maps the dumped process's stdio pipes to its own stdio
+// (descriptors.json, CRIU's inherit-fd), which are the shim's pipes, and
+// the pod's namespaces named by path in the spec to the checkpoint's
+// external ones (extRootNetNS, extRootPidNS).
+func (r *Restore) runtimeRestore(images, work string) error {
+	args := append(r.globalArgs(), "restore", "--detach", "--bundle", r.bundle(),
+		"--image-path", filepath.Join(images, archive.ImagesDir), "--work-path", filepath.Join(work, "work"))
+	if r.Call.PidFile != "" {
+		args = append(args, "--pid-file", r.Call.PidFile)
+	}
+	if r.Call.NoPivot {
+		args = append(args, "--no-pivot")
+	}
+	if r.Call.NoNewKeyring {
+		args = append(args, "--no-new-keyring")
+	}
+	args = append(args, r.Call.ID)
+	cmd := exec.Command(r.Runtime, args...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
+	if err := cmd.Run(); err != nil {
+		msg := ""
+		if b, rerr := os.ReadFile(filepath.Join(work, "work", archive.RestoreLog)); rerr == nil {
+			msg = ": " + criuErrors(string(b))
+		}
+		return fmt.Errorf("%s restore %s: %w%s", filepath.Base(r.Runtime), r.Call.ID, err, msg)
+	}
+	return nil
+}
+
+// mark writes MarkerName into the runtime's state directory of the
+// container.
+func (r *Restore) mark(checkpoint string) error {
+	pid := 0
+	if r.Call.PidFile != "" {
+		if b, err := os.ReadFile(r.Call.PidFile); err == nil {
+			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
+		}
+	}
+	b, err := json.Marshal(restoring.Marker{Checkpoint: checkpoint, RestoredAt: time.Now().UTC(), Pid: pid})
+	if err != nil {
+		return err
+	}
+	p := restoring.MarkerPath(r.Call.Root, r.Runtime, r.Call.ID)
+	f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return fmt.Errorf("create %s: %w", p, err)
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return errors.Join(fmt.Errorf("write %s: %w", p, err), os.Remove(p))
+	}
+	return nil
+}
+
+// criuErrors picks CRIU's error lines from a log, the last five.
+func criuErrors(log string) string {
+	var errs []string
+	for _, l := range strings.Split(log, "\n") {
+		if strings.Contains(l, "Error (") && !strings.Contains(l, "RLIMIT_NOFILE") {
+			errs = append(errs, strings.TrimSpace(l))
+		}
+	}
+	if len(errs) > 5 {
+		errs = errs[len(errs)-5:]
+	}
+	return strings.Join(errs, "; ")
+}

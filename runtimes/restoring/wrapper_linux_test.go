@@ -1,0 +1,109 @@
+package restoring
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadConfig(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name, exe, file string
+		want            Config
+		err             bool
+	}{
+		{name: "no file, runc", exe: "/opt/nodeshim/bin/nodeshim-runc",
+			want: Config{Runtime: "runc", CheckpointDir: DefaultCheckpointDir, WorkDir: DefaultWorkDir}},
+		{name: "no file, installed as nodeshim-crun", exe: "/opt/nodeshim/bin/nodeshim-crun",
+			want: Config{Runtime: "crun", CheckpointDir: DefaultCheckpointDir, WorkDir: DefaultWorkDir}},
+		{name: "file", exe: "/x/nodeshim-runc", file: `{"runtime":"/usr/bin/runc","checkpointDir":"/c","criu":"/usr/sbin/criu","maxBytes":10}`,
+			want: Config{Runtime: "/usr/bin/runc", CheckpointDir: "/c", WorkDir: DefaultWorkDir, Criu: "/usr/sbin/criu", MaxBytes: 10}},
+		{name: "unknown field", exe: "/x/nodeshim-runc", file: `{"runtim":"x"}`, err: true},
+		{name: "relative checkpoint dir", exe: "/x/nodeshim-runc", file: `{"checkpointDir":"c"}`, err: true},
+		{name: "not JSON", exe: "/x/nodeshim-runc", file: `runtime = "runc"`, err: true},
+		{name: "too large", exe: "/x/nodeshim-runc", file: `{"runtime":"` + strings.Repeat("a", maxConfigSize) + `"}`, err: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := filepath.Join(dir, "missing.json")
+			if tc.file != "" {
+				p = filepath.Join(dir, strings.ReplaceAll(tc.name, " ", "_")+".json")
+				if err := os.WriteFile(p, []byte(tc.file), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			got, err := LoadConfig(p, tc.exe)
+			if tc.err {
+				if !errors.Is(err, ErrConfig) {
+					t.Fatalf("LoadConfig = %+v, %v; want ErrConfig", got, err)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("LoadConfig = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestWrapperRoutes checks where each call goes: the runtime, the
+// restoring binary, or nowhere (start of a restored container).
+func TestWrapperRoutes(t *testing.T) {
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	plain, withCkpt := filepath.Join(dir, "plain"), filepath.Join(dir, "ckpt")
+	for b, ann := range map[string]map[string]string{plain: {"io.kubernetes.cri.container-name": "c"}, withCkpt: {AnnotationCheckpoint: "x.tar"}} {
+		if err := os.MkdirAll(b, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		spec, _ := json.Marshal(map[string]any{"ociVersion": "1.2.0", "annotations": ann})
+		if err := os.WriteFile(filepath.Join(b, "config.json"), spec, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	restored := filepath.Join(root, "restored")
+	if err := os.MkdirAll(restored, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(restored, MarkerName), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		args []string
+		bin  string // "" when nothing is exec'd
+		code int
+	}{
+		{"create without checkpoint", []string{"--root", root, "create", "--bundle", plain, "a"}, "/bin/runc", 1},
+		{"create with checkpoint", []string{"--root", root, "create", "--bundle", withCkpt, "a"}, "/x/nodeshim-runc-restore", 1},
+		{"create of a bundle without config", []string{"--root", root, "create", "--bundle", filepath.Join(dir, "none"), "a"}, "/bin/runc", 1},
+		{"start of a fresh container", []string{"--root", root, "start", "a"}, "/bin/runc", 1},
+		{"start of a restored container", []string{"--root", root, "start", "restored"}, "", 0},
+		{"exec", []string{"--root", root, "exec", "restored"}, "/bin/runc", 1},
+		{"bad command line", []string{"--root"}, "/bin/runc", 1},
+		{"delete of a restored container", []string{"--root", root, "delete", "--force", "restored"}, "/bin/runc", 1},
+		{"start after delete", []string{"--root", root, "start", "restored"}, "/bin/runc", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got string
+			var gotArgs []string
+			var stderr bytes.Buffer
+			w := &Wrapper{Runtime: "/bin/runc", Restorer: "/x/nodeshim-runc" + RestoreSuffix, Stderr: &stderr,
+				Exec: func(argv0 string, argv, _ []string) error {
+					got, gotArgs = argv0, argv
+					return errors.New("not really")
+				}}
+			code := w.Main(tc.args)
+			if got != tc.bin || code != tc.code {
+				t.Fatalf("Main(%q) execs %q, exits %d; want %q, %d", tc.args, got, code, tc.bin, tc.code)
+			}
+			if got != "" && strings.Join(gotArgs[1:], " ") != strings.Join(tc.args, " ") {
+				t.Errorf("argv %q, want %q passed as is", gotArgs[1:], tc.args)
+			}
+		})
+	}
+}
