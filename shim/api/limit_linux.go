@@ -35,6 +35,11 @@ type Limits struct {
 	// own reserve, which the others' connections do not take from. Root
 	// is never limited.
 	ConnsPerReader int
+	// ConnsPerAddress bounds the connections that one remote IP address
+	// holds open at once on the TLS listener, handshakes included;
+	// ConnsTCP bounds those of all addresses together.
+	ConnsPerAddress int
+	ConnsTCP        int
 	// RefusalLogInterval is the least time between two log lines about
 	// one peer's refusals.
 	RefusalLogInterval time.Duration
@@ -50,6 +55,10 @@ const (
 	DefaultConnsPerPeer   = 8
 	DefaultConnsOthers    = 64
 	DefaultConnsPerReader = 32
+	// DefaultConnsPerAddress leaves a reporter, a controller and an
+	// operator's tools room behind one NAT address.
+	DefaultConnsPerAddress = 16
+	DefaultConnsTCP        = 256
 )
 
 // maxHeaderBytes bounds a request's headers; the API's requests carry a
@@ -65,6 +74,8 @@ func DefaultLimits() Limits {
 		ConnsPerPeer:       DefaultConnsPerPeer,
 		ConnsOthers:        DefaultConnsOthers,
 		ConnsPerReader:     DefaultConnsPerReader,
+		ConnsPerAddress:    DefaultConnsPerAddress,
+		ConnsTCP:           DefaultConnsTCP,
 		RefusalLogInterval: DefaultRefusalLogInterval,
 	}
 }
@@ -82,6 +93,7 @@ func (l Limits) WithDefaults() Limits {
 	}
 	for _, f := range []struct{ v, d *int }{
 		{&l.ConnsPerPeer, &def.ConnsPerPeer}, {&l.ConnsOthers, &def.ConnsOthers}, {&l.ConnsPerReader, &def.ConnsPerReader},
+		{&l.ConnsPerAddress, &def.ConnsPerAddress}, {&l.ConnsTCP, &def.ConnsTCP},
 	} {
 		if *f.v <= 0 {
 			*f.v = *f.d
@@ -255,4 +267,80 @@ func describeCred(cred *unix.Ucred, err error) string {
 		return fmt.Sprintf("unknown peer (%v)", err)
 	}
 	return fmt.Sprintf("uid=%d gid=%d pid=%d", cred.Uid, cred.Gid, cred.Pid)
+}
+
+// addrConn is a TCP connection with its place in the listener's counts.
+type addrConn struct {
+	net.Conn
+	release func()
+	once    sync.Once
+}
+
+// Close closes the connection and gives its place back.
+func (c *addrConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+// addrListener counts a TCP listener's open connections by remote IP
+// address and closes, at accept, a connection over its address's limit.
+type addrListener struct {
+	net.Listener
+	lim      Limits
+	refusals *RefusalLog
+
+	mu    sync.Mutex
+	open  map[string]int // by remote IP
+	total int
+}
+
+// LimitAddrs wraps the TLS listener's TCP listener ln so that, at accept,
+// a connection is closed at once when its remote IP address already holds
+// l.ConnsPerAddress connections or the listener l.ConnsTCP, before any TLS
+// handshake: an address that opens connections and never completes them
+// cannot take the descriptors of nodeshim serve nor the places of the
+// reporter and the controller. Each refusal goes to refusals.
+func LimitAddrs(ln net.Listener, l Limits, refusals *RefusalLog) net.Listener {
+	return &addrListener{Listener: ln, lim: l.WithDefaults(), refusals: refusals, open: make(map[string]int)}
+}
+
+// Accept returns the next connection whose address is within its limit;
+// the others are closed as they come.
+func (l *addrListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		ip := c.RemoteAddr().String()
+		if host, _, err := net.SplitHostPort(ip); err == nil {
+			ip = host
+		}
+		l.mu.Lock()
+		var limit string
+		switch {
+		case l.open[ip] >= l.lim.ConnsPerAddress:
+			limit = fmt.Sprintf("an address's %d connections", l.lim.ConnsPerAddress)
+		case l.total >= l.lim.ConnsTCP:
+			limit = fmt.Sprintf("the listener's %d connections", l.lim.ConnsTCP)
+		}
+		if limit != "" {
+			l.mu.Unlock()
+			l.refusals.Refused("addr="+ip, "API connection refused: over its limit", "limit", limit, "caller", ip)
+			c.Close()
+			continue
+		}
+		l.open[ip]++
+		l.total++
+		l.mu.Unlock()
+		return &addrConn{Conn: c, release: func() {
+			l.mu.Lock()
+			defer l.mu.Unlock()
+			if l.open[ip]--; l.open[ip] <= 0 {
+				delete(l.open, ip)
+			}
+			l.total--
+		}}, nil
+	}
 }

@@ -239,3 +239,76 @@ func TestNewServerDefaults(t *testing.T) {
 		t.Errorf("WithDefaults = %+v", got)
 	}
 }
+
+// TestLimitAddrs: one remote address holds at most ConnsPerAddress
+// connections of the TCP listener, handshake or not; another address
+// still gets in; the listener holds at most ConnsTCP; a closed
+// connection gives its place back. 127.0.0.2 is a second address of the
+// loopback device.
+func TestLimitAddrs(t *testing.T) {
+	tcp, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs syncbuf.Buffer
+	ln := LimitAddrs(tcp, Limits{ConnsPerAddress: 2, ConnsTCP: 3}, NewRefusalLog(slog.New(slog.NewTextHandler(&logs, nil)), time.Hour, nil))
+	defer ln.Close()
+	accepted := make(chan net.Conn, 16)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				close(accepted)
+				return
+			}
+			accepted <- c
+		}
+	}()
+	dial := func(from string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(from)}}
+		c, err := d.Dial("tcp", tcp.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// closedByServer waits until the server has closed c: a read ends.
+	closedByServer := func(c net.Conn) bool {
+		_ = c.SetReadDeadline(time.Now().Add(time.Minute))
+		_, err := c.Read(make([]byte, 1))
+		return err != nil && !errors.Is(err, os.ErrDeadlineExceeded)
+	}
+	var held []net.Conn
+	for range 2 {
+		dial("127.0.0.1")
+		held = append(held, <-accepted)
+	}
+	if c := dial("127.0.0.1"); !closedByServer(c) {
+		t.Error("a third connection from 127.0.0.1 was not closed")
+	}
+	dial("127.0.0.2")
+	third := <-accepted
+	if c := dial("127.0.0.2"); !closedByServer(c) {
+		t.Error("a fourth connection of the listener was not closed")
+	}
+	if !strings.Contains(logs.String(), "addr=127.0.0.1") || !strings.Contains(logs.String(), "the listener's 3 connections") {
+		t.Errorf("refusals not logged by address and limit: %s", logs.String())
+	}
+	held[0].Close()
+	third.Close()
+	dial("127.0.0.1")
+	testutil.Eventually(t, "a connection from 127.0.0.1 accepted after one closed", func() error {
+		select {
+		case c := <-accepted:
+			held = append(held, c)
+			return nil
+		default:
+			return errors.New("not accepted yet")
+		}
+	})
+	for _, c := range held {
+		c.Close()
+	}
+}

@@ -77,6 +77,10 @@ type ShimConfiguration struct {
 	// "nodeshim/audit.json"), each value the profile's JSON. The files of
 	// the source's seccompProfiles/ directory are added to it by Load.
 	SeccompProfiles map[string]string `json:"seccompProfiles,omitempty"`
+	// SeccompComplain names profiles of SeccompProfiles to install in
+	// complain mode: what they would deny is allowed and logged, and
+	// nodeshim counts it per container (GET /status seccompComplaints).
+	SeccompComplain []string `json:"seccompComplain,omitempty"`
 }
 
 // API configures the node API listeners.
@@ -96,6 +100,32 @@ type API struct {
 	// else: the reporter's identity. Root always has full access.
 	ReadOnlyUIDs []uint32 `json:"readOnlyUIDs,omitempty"`
 	ReadOnlyGIDs []uint32 `json:"readOnlyGIDs,omitempty"`
+	// Limits bounds what the API's peers can hold; an unset field keeps
+	// its default (docs/security.md lists them).
+	Limits APILimits `json:"limits,omitempty"`
+}
+
+// APILimits bounds what the peers of the node API can hold of nodeshim
+// serve: time-outs on every listener, connections per local uid on the
+// unix socket, connections per remote address on the TLS listener.
+type APILimits struct {
+	// ReadHeaderTimeout bounds the reading of a request's headers (and a
+	// TLS handshake).
+	ReadHeaderTimeout metav1.Duration `json:"readHeaderTimeout,omitempty"`
+	// ReadTimeout bounds the reading of a whole request.
+	ReadTimeout metav1.Duration `json:"readTimeout,omitempty"`
+	// IdleTimeout closes a keep-alive connection that sends no request.
+	IdleTimeout metav1.Duration `json:"idleTimeout,omitempty"`
+	// ConnsPerPeer bounds the unix socket connections of one uid that is
+	// neither root nor a reader; ConnsOthers those of all such uids.
+	ConnsPerPeer int32 `json:"connsPerPeer,omitempty"`
+	ConnsOthers  int32 `json:"connsOthers,omitempty"`
+	// ConnsPerReader bounds the unix socket connections of one reader.
+	ConnsPerReader int32 `json:"connsPerReader,omitempty"`
+	// ConnsPerAddress bounds the TLS listener's connections from one
+	// remote IP address; ConnsTCP those of all addresses together.
+	ConnsPerAddress int32 `json:"connsPerAddress,omitempty"`
+	ConnsTCP        int32 `json:"connsTCP,omitempty"`
 }
 
 // Checkpoints configures container checkpoints (CRIU dumps taken through
@@ -268,6 +298,28 @@ func (c *ShimConfiguration) Validate() error {
 		}
 		if c.API.TokenFile == "" && c.API.ClientCAFile == "" {
 			p = append(p, "api.tcpAddress needs api.tokenFile or api.clientCAFile")
+		}
+	}
+	l := c.API.Limits
+	for _, f := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"readHeaderTimeout", l.ReadHeaderTimeout.Duration}, {"readTimeout", l.ReadTimeout.Duration}, {"idleTimeout", l.IdleTimeout.Duration},
+	} {
+		if f.v < 0 {
+			p = append(p, fmt.Sprintf("api.limits.%s %v is negative", f.name, f.v))
+		}
+	}
+	for _, f := range []struct {
+		name string
+		v    int32
+	}{
+		{"connsPerPeer", l.ConnsPerPeer}, {"connsOthers", l.ConnsOthers}, {"connsPerReader", l.ConnsPerReader},
+		{"connsPerAddress", l.ConnsPerAddress}, {"connsTCP", l.ConnsTCP},
+	} {
+		if f.v < 0 {
+			p = append(p, fmt.Sprintf("api.limits.%s %d is negative", f.name, f.v))
 		}
 	}
 	for typ, vs := range c.Plugins.AcceptedVersions {

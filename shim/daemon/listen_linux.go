@@ -116,13 +116,42 @@ func (g *apiGroup) shutdownServers(servers []server) error {
 	return errors.Join(errs...)
 }
 
+// Limits returns the API limits in force: those of the configuration c
+// where set, else those of the daemon's options, else the defaults.
+func Limits(def api.Limits, c config.APILimits) api.Limits {
+	l := def
+	for _, f := range []struct {
+		v *time.Duration
+		c time.Duration
+	}{
+		{&l.ReadHeaderTimeout, c.ReadHeaderTimeout.Duration}, {&l.ReadTimeout, c.ReadTimeout.Duration}, {&l.IdleTimeout, c.IdleTimeout.Duration},
+	} {
+		if f.c > 0 {
+			*f.v = f.c
+		}
+	}
+	for _, f := range []struct {
+		v *int
+		c int32
+	}{
+		{&l.ConnsPerPeer, c.ConnsPerPeer}, {&l.ConnsOthers, c.ConnsOthers}, {&l.ConnsPerReader, c.ConnsPerReader},
+		{&l.ConnsPerAddress, c.ConnsPerAddress}, {&l.ConnsTCP, c.ConnsTCP},
+	} {
+		if f.c > 0 {
+			*f.v = int(f.c)
+		}
+	}
+	return l.WithDefaults()
+}
+
 // listen opens the unix socket (first) and, when configured, the TLS
 // listener. The socket is 0600 root; with reporter gids it is 0660 with
 // the first gid as group; with reporter uids only it is 0666, and
 // SO_PEERCRED is what keeps everyone else out (401). With reporters the
 // root dir becomes 0711 so that they can reach the socket by its name.
-// Every local user may then connect: opts.APILimits bounds what each can
-// hold (api.LimitPeers at accept, the servers' time-outs), and refusals
+// Every local user may then connect: the API limits (Limits) bound what
+// each can hold (api.LimitPeers at accept, the servers' time-outs), the
+// TLS listener's remote addresses likewise (api.LimitAddrs), and refusals
 // are logged once per peer and interval.
 func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options) (sock *api.Socket, out []server, err error) {
 	defer func() {
@@ -135,7 +164,7 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 			}
 		}
 	}()
-	limits := opts.APILimits.WithDefaults()
+	limits := Limits(opts.APILimits, c.Limits)
 	socket := filepath.Join(opts.RootDir, api.SocketName)
 	// The root dir is 0700; a reporter needs to search it (not list it) to
 	// reach the socket. Everything else in it is 0600 root.
@@ -195,7 +224,7 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 	tsrv := api.NewServer(api.NewHandler(model, tcpOpts), limits)
 	tsrv.TLSConfig = tlsCfg
 	tsrv.ErrorLog = slog.NewLogLogger(opts.Logger.Handler(), slog.LevelWarn)
-	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(tln, tlsCfg), srv: tsrv})
+	out = append(out, server{addr: tln.Addr().String(), ln: tls.NewListener(api.LimitAddrs(tln, limits, tcpOpts.Refusals), tlsCfg), srv: tsrv})
 	out[1].srv.RegisterOnShutdown(sync.OnceFunc(func() { close(tcpStop) }))
 	return sock, out, nil
 }
