@@ -3,31 +3,12 @@ package cgroup
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
-)
 
-func fakeProc(t *testing.T, memFreeKB string) string {
-	t.Helper()
-	proc := t.TempDir()
-	for name, data := range map[string]string{
-		"meminfo":                "MemTotal:       16384000 kB\nMemFree:         " + memFreeKB + " kB\nInactive(file):  0 kB\n",
-		"sys/kernel/pid_max":     "4194304\n",
-		"sys/kernel/threads-max": "126000\n",
-		"loadavg":                "0.52 0.58 0.59 3/1206 12345\n",
-	} {
-		p := filepath.Join(proc, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return proc
-}
+	"github.com/nodeshim/nodeshim/cgroup/cgrouptest"
+)
 
 // TestMonitorSnapshot runs a Monitor over the recorded tree (poll mode on
 // its static pressure files) and checks what its first evaluation read: the
@@ -36,11 +17,11 @@ func fakeProc(t *testing.T, memFreeKB string) string {
 func TestMonitorSnapshot(t *testing.T) {
 	cg, _ := filepath.Abs(filepath.Join("testdata", "unified"))
 	pod := filepath.Join(cg, "kubepods", "burstable", "pod5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09")
-	clk := newFakeClock()
+	clk := cgrouptest.NewClock()
 	var snaps []Snapshot // appended from Run's goroutine, read after Run returns
 	ctx, cancel := context.WithCancel(context.Background())
 	mon, err := NewMonitor(MonitorConfig{
-		Sources:    NodeSources{ProcRoot: fakeProc(t, "40000"), CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: t.TempDir()},
+		Sources:    NodeSources{ProcRoot: cgrouptest.Proc(t, "40000"), CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: t.TempDir()},
 		Interval:   time.Hour,
 		Watch:      WatchOptions{PollInterval: time.Hour},
 		WatchPaths: []string{filepath.Join(pod, "memory.pressure")},

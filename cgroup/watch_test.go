@@ -3,18 +3,12 @@ package cgroup
 import (
 	"testing"
 	"time"
+
+	"github.com/nodeshim/nodeshim/cgroup/cgrouptest"
 )
 
-// fakeClock is a Clock moved by hand.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) Now() time.Time          { return c.t }
-func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
-
 func TestStallWindow(t *testing.T) {
-	t0 := newFakeClock().Now()
+	t0 := cgrouptest.NewClock().Now()
 	ms := time.Millisecond
 	w := stallWindow{trig: Trigger{Stall: 150 * time.Millisecond, Window: time.Second}}
 	steps := []struct {

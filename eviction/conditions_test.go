@@ -8,17 +8,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/cgroup/cgrouptest"
 	"github.com/nodeshim/nodeshim/condition"
 )
-
-// fakeClock is a time moved by hand: the policy takes the time of each
-// snapshot, so tests step it instead of sleeping.
-type fakeClock struct{ t time.Time }
-
-func (c *fakeClock) Now() time.Time          { return c.t }
-func (c *fakeClock) Advance(d time.Duration) { c.t = c.t.Add(d) }
-
-func newFakeClock() *fakeClock { return &fakeClock{t: time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)} }
 
 func obsWith(memAvail uint64, memErr error) Observations {
 	o := Observations{}
@@ -43,7 +35,7 @@ func condByType(cs []condition.Condition, ct string) condition.Condition {
 // a recovery held for the transition period, a relapse inside it, and an
 // unknown signal, on a fake clock.
 func TestEvaluatorTransitionPeriod(t *testing.T) {
-	clk := newFakeClock()
+	clk := cgrouptest.NewClock()
 	ths, _ := ParseThresholds("memory.available<100Mi,pid.available<5%")
 	e := NewEvaluator(ths, time.Minute)
 	steps := []struct {
@@ -110,7 +102,7 @@ func TestEvaluatorTransitionPeriod(t *testing.T) {
 // Warning under pressure, the PSI views' positive polarity with the
 // severity of the contention.
 func TestPressureConditions(t *testing.T) {
-	now := newFakeClock().Now()
+	now := cgrouptest.NewClock().Now()
 	mem, _ := ParseThresholds("memory.available<100Mi")
 	pressure := func(o cgroup.Observation) condition.Condition {
 		conds, _ := NewEvaluator(mem, time.Minute).Update(now, Observations{SignalMemoryAvailable: o})

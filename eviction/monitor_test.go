@@ -11,28 +11,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/cgroup/cgrouptest"
 	"github.com/nodeshim/nodeshim/condition"
 )
-
-func fakeProc(t *testing.T, memFreeKB string) string {
-	t.Helper()
-	proc := t.TempDir()
-	for name, data := range map[string]string{
-		"meminfo":                "MemTotal:       16384000 kB\nMemFree:         " + memFreeKB + " kB\nInactive(file):  0 kB\n",
-		"sys/kernel/pid_max":     "4194304\n",
-		"sys/kernel/threads-max": "126000\n",
-		"loadavg":                "0.52 0.58 0.59 3/1206 12345\n",
-	} {
-		p := filepath.Join(proc, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return proc
-}
 
 // TestMonitorEventStream runs a Monitor over cgroup's recorded tree (poll
 // mode on its static pressure files) and checks the first evaluation's
@@ -42,7 +23,7 @@ func fakeProc(t *testing.T, memFreeKB string) string {
 func TestMonitorEventStream(t *testing.T) {
 	cg, _ := filepath.Abs(filepath.Join("..", "cgroup", "testdata", "unified"))
 	pod := filepath.Join(cg, "kubepods", "burstable", "pod5f0e8b7c-3a1d-4f2e-9c61-2b8d7e4a1f09")
-	clk := newFakeClock()
+	clk := cgrouptest.NewClock()
 	var snaps []Snapshot // appended from Run's goroutine, read after Run returns
 	ths, err := ParseThresholds("memory.available<200Mi,nodefs.available<10%")
 	if err != nil {
@@ -50,7 +31,7 @@ func TestMonitorEventStream(t *testing.T) {
 	}
 	mon, err := NewMonitor(MonitorConfig{
 		Read: cgroup.MonitorConfig{
-			Sources:    cgroup.NodeSources{ProcRoot: fakeProc(t, "40000"), CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: t.TempDir()},
+			Sources:    cgroup.NodeSources{ProcRoot: cgrouptest.Proc(t, "40000"), CgroupRoot: pod, Kubepods: filepath.Join(cg, "kubepods"), KubeletRoot: t.TempDir()},
 			Interval:   time.Hour,
 			Watch:      cgroup.WatchOptions{PollInterval: time.Hour},
 			WatchPaths: []string{filepath.Join(pod, "memory.pressure")},

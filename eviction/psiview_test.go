@@ -7,11 +7,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cgroup"
+	"github.com/nodeshim/nodeshim/cgroup/cgrouptest"
 	"github.com/nodeshim/nodeshim/condition"
 )
 
 func TestPSIEvaluator(t *testing.T) {
-	clk := newFakeClock()
+	clk := cgrouptest.NewClock()
 	e := NewPSIEvaluator(DefaultPSIThresholds)
 	psi := func(a10, a60 cgroup.Avg) cgroup.Pressure {
 		return cgroup.Pressure{PSI: cgroup.PSI{Some: cgroup.PSILine{Avg10: a10, Avg60: a60}, HasFull: true}}
