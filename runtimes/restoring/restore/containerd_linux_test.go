@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	goruntime "runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
+	"github.com/nodeshim/nodeshim/runtimes/restoring/restore"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
@@ -232,4 +234,136 @@ func TestRestoresNodeshimCheckpoint(t *testing.T) {
 	ctr.Stop(t, 0)
 	ctr.Remove(t)
 	checkRestored(t, restorePod(t, c, filepath.Join(ckptDir, name)), before)
+}
+
+// createRaw creates container name in pod through CRI as kubelet would,
+// with cmd and a memory limit (0: none), and returns it or the error.
+func createRaw(t *testing.T, c *runtimetest.Containerd, pod *runtimetest.Pod, name string, cmd []string, memory int64) (*runtimetest.Container, error) {
+	t.Helper()
+	logDir := filepath.Join(pod.Config.LogDirectory, name)
+	if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	labels := map[string]string{runtimetest.LabelContainerName: name}
+	for _, k := range []string{runtimetest.LabelPodName, runtimetest.LabelPodNamespace, runtimetest.LabelPodUID} {
+		labels[k] = pod.Config.Labels[k]
+	}
+	cfg := &runtimeapi.ContainerConfig{
+		Metadata: &runtimeapi.ContainerMetadata{Name: name},
+		Image:    &runtimeapi.ImageSpec{Image: runtimetest.BusyboxImage},
+		Command:  cmd,
+		Labels:   labels,
+		LogPath:  filepath.Join(name, "0.log"),
+		Linux: &runtimeapi.LinuxContainerConfig{
+			Resources:       &runtimeapi.LinuxContainerResources{MemoryLimitInBytes: memory},
+			SecurityContext: &runtimeapi.LinuxContainerSecurityContext{NamespaceOptions: pod.Config.Linux.SecurityContext.NamespaceOptions},
+		},
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	resp, err := c.Runtime.CreateContainer(ctx, &runtimeapi.CreateContainerRequest{PodSandboxId: pod.ID, Config: cfg, SandboxConfig: pod.Config})
+	if err != nil {
+		return nil, err
+	}
+	return &runtimetest.Container{ID: resp.ContainerId, Name: name, Pod: pod, LogPath: filepath.Join(logDir, "0.log")}, nil
+}
+
+// TestPlainWorkloadAsRunc: a pod without a checkpoint under the nodeshim
+// handler behaves as under runc: it runs, execs, logs, is OOM-killed at
+// its memory limit and is killed on stop, and its runtime state is runc's
+// under the handler's root.
+func TestPlainWorkloadAsRunc(t *testing.T) {
+	c := rt.Containerd2(t)
+	for _, handler := range []string{runtimetest.RuntimeRunc, Handler} {
+		t.Run(handler, func(t *testing.T) {
+			pod := c.RunPod(t, runtimetest.PodOptions{RuntimeHandler: handler})
+			ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "web", Command: []string{"sh", "-c", "echo hello from $(cat /proc/1/comm); exec sleep 1000"}})
+			testutil.Eventually(t, "the log has the greeting", func() error {
+				if l := ctr.Logs(t); !strings.Contains(l, "hello from sh") {
+					return fmt.Errorf("log %q", l)
+				}
+				return nil
+			})
+			if out, _, code := ctr.Exec(t, "sh", "-c", "echo exec ok; exit 3"); out != "exec ok\n" || code != 3 {
+				t.Errorf("exec: %q, exit %d", out, code)
+			}
+			if _, err := os.Stat(filepath.Join(c.RuntimeRoot(handler), ctr.ID, "state.json")); err != nil {
+				t.Errorf("runc's state of the container under the handler's root: %v", err)
+			}
+			if _, err := os.Stat(restoring.MarkerPath(c.RuntimeRoot(handler), "runc", ctr.ID)); err == nil {
+				t.Errorf("a fresh container has a restore marker")
+			}
+			ctr.Stop(t, 0)
+			if st := ctr.Status(t); st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 137 {
+				t.Errorf("killed container: %v, exit %d, want exited 137", st.State, st.ExitCode)
+			}
+			ctr.Remove(t)
+
+			oom, err := createRaw(t, c, pod, "hog", []string{"sh", "-c", "tail /dev/zero"}, 32<<20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			oom.Start(t)
+			code := oom.Wait(t)
+			if st := oom.Status(t); st.Reason != "OOMKilled" || code != 137 {
+				t.Errorf("memory hog: reason %q, exit %d; want OOMKilled, 137", st.Reason, code)
+			}
+			oom.Remove(t)
+		})
+	}
+}
+
+// TestRefusalsThroughCRI: a checkpoint outside the checkpoint directory,
+// of another machine, or of another container fails the container's
+// start with the reason in the CRI error, and nothing of it stays: no
+// work directory, no runtime state.
+func TestRefusalsThroughCRI(t *testing.T) {
+	c := rt.Containerd2(t)
+	here := restore.ArchOfGOARCH(goruntime.GOARCH)
+	other := restore.ArchAARCH64
+	if here == other {
+		other = restore.ArchX86_64
+	}
+	outside := filepath.Join(t.TempDir(), "elsewhere.tar")
+	if err := os.WriteFile(outside, restore.BuildArchive(t, "counter", runtimetest.BusyboxImage, here), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, arch := range map[string]restore.Arch{"other-arch.tar": other, "right-arch.tar": here} {
+		p := filepath.Join(ckptDir, name)
+		if err := os.WriteFile(p, restore.BuildArchive(t, "counter", runtimetest.BusyboxImage, arch), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.Remove(p) })
+	}
+	link := filepath.Join(ckptDir, "link.tar")
+	if err := os.Symlink(outside, link); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(link) })
+	for _, tc := range []struct{ name, ckpt, ctr, want string }{
+		{"an absolute path outside", outside, "counter", "is not under the checkpoint directory"},
+		{"a relative path outside", "../" + filepath.Base(filepath.Dir(outside)) + "/elsewhere.tar", "counter", "checkpoint refused"},
+		{"a symlink outside", "link.tar", "counter", "checkpoint refused"},
+		{"another machine", "other-arch.tar", "counter", "task of machine " + other.String()},
+		{"another container", "right-arch.tar", "sidecar", `checkpoint is of container "counter", this container is "sidecar"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pod := restorePod(t, c, tc.ckpt)
+			ctr, err := createRaw(t, c, pod, tc.ctr, counter, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			_, err = c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ID})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("start = %v; want a refusal naming %q", err, tc.want)
+			}
+			t.Log(err)
+			if _, err := os.Stat(filepath.Join(c.RuntimeRoot(Handler), ctr.ID)); err == nil {
+				t.Errorf("the runtime keeps state of the refused container")
+			}
+			checkNothingLeft(t)
+		})
+	}
 }

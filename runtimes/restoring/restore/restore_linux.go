@@ -366,7 +366,7 @@ func (r *Restore) checkNode(images string) error {
 			return fmt.Errorf("%s: %w", name, err)
 		}
 		if a != r.Arch {
-			return fmt.Errorf("%w: %s is a task of a %s machine; this node is %s", ErrRefused, name, a, r.Arch)
+			return fmt.Errorf("%w: %s is a task of machine %s; this node is %s", ErrRefused, name, a, r.Arch)
 		}
 	}
 	if r.CriuVersion == "" {
