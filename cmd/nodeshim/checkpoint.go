@@ -167,6 +167,14 @@ node's CRI runtime and answers as kubelet's checkpoint API does; its archive
 goes to the directory of the shim's configuration, and --root-dir and the
 CRIU flags do not apply.
 
+Without --container, --namespace and --pod checkpoint the whole pod through
+the nodeshim serve: its cgroup is frozen once, every running container is
+dumped while the pod stays frozen, and the pod is thawed once; the result is
+one pod checkpoint, a directory checkpoint-<pod>_<namespace>-<time> with
+manifest.json and one container archive per container
+(docs/pod-checkpoints.md). --image REF then asks for one checkpoint image per
+container, named REF-<container>, written into the pod checkpoint.
+
 CRIU is found through --criu-path, then $NODESHIM_CRIU, then PATH. On a
 failure, a timeout or an interrupt the target is left running, unfrozen and
 untraced, and no partial archive is left behind.
@@ -199,18 +207,24 @@ const checkpointExample = `  # Checkpoint process 4242 and its children into /va
   # A container of a pod, through the nodeshim serve on this node
   nodeshim checkpoint --namespace default --pod web-0 --container nginx
 
+  # Every container of a pod at one instant, into one pod checkpoint
+  nodeshim checkpoint --namespace default --pod web-0
+
   # Checkpoint and make the checkpoint image in one step (as "checkpoint image")
   nodeshim checkpoint --container-id web --image localhost/web-checkpoint:1 --image-file /tmp/web.oci.tar`
 
 func newCheckpointCommand() *cobra.Command {
 	var f checkpointFlags
 	cmd := &cobra.Command{
-		Use:     "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD --container NAME)",
+		Use:     "checkpoint (--pid PID | --container-id ID | --namespace NS --pod POD [--container NAME])",
 		Short:   "Checkpoint a running process tree or container into a root-only archive",
 		Long:    checkpointLong,
 		Example: checkpointExample,
 		Args:    cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if f.ref.Pod != "" && f.ref.Container == "" {
+				return checkpointPodThroughDaemon(cmd, &f)
+			}
 			lazy, err := f.lazyServer()
 			if err != nil {
 				return err

@@ -79,6 +79,15 @@ type Checkpointer interface {
 	Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout time.Duration) (criu.Result, error)
 }
 
+// PodCheckpointer takes pod checkpoints for POST
+// /checkpoint/{namespace}/{pod}: every container of the pod at one
+// instant, into one pod checkpoint whose path it returns. imageRef, when
+// set, asks for one checkpoint image per container too. A Checkpoint that
+// implements it serves that path.
+type PodCheckpointer interface {
+	PodCheckpoint(ctx context.Context, namespace, pod string, timeout time.Duration, imageRef string) (string, error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	// Auth decides what a request may do; UnixPeer(nil, nil, nil) (root
@@ -325,6 +334,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 	full.HandleFunc("POST /checkpoint/{namespace}/{pod}/{container}", func(w http.ResponseWriter, r *http.Request) {
 		serveCheckpoint(w, r, opts)
 	})
+	full.HandleFunc("POST /checkpoint/{namespace}/{pod}", func(w http.ResponseWriter, r *http.Request) {
+		servePodCheckpoint(w, r, opts)
+	})
 	return authorize(read, full, opts)
 }
 
@@ -343,6 +355,49 @@ func longPoll(q url.Values) (after int64, wait time.Duration, err error) {
 		wait = min(time.Duration(n)*time.Second, MaxStatusWait)
 	}
 	return after, wait, nil
+}
+
+// servePodCheckpoint serves a pod checkpoint as serveCheckpoint serves a
+// container's: 404 for an unknown pod or with the feature off, ?timeout=
+// in seconds, ?image= the checkpoint images' name, and
+// {"items":["<pod checkpoint path>"]} on success.
+func servePodCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
+	ns, name := r.PathValue("namespace"), r.PathValue("pod")
+	pc, ok := opts.Checkpoint.(PodCheckpointer)
+	if !ok {
+		err := errdefs.New(errdefs.ErrNotFound, "pod checkpoints are not available on this node")
+		writeJSON(w, statusCode(err), map[string]string{"error": err.Error()})
+		return
+	}
+	timeout, ok := timeoutParam(w, r)
+	if !ok {
+		return
+	}
+	path, err := pc.PodCheckpoint(r.Context(), ns, name, timeout, r.URL.Query().Get("image"))
+	switch code := statusCode(err); {
+	case err == nil:
+		writeJSON(w, http.StatusOK, map[string][]string{"items": {path}})
+	case code == http.StatusNotFound:
+		writeJSON(w, code, map[string]string{"error": err.Error()})
+	default:
+		writeJSON(w, code, map[string]string{"error": fmt.Sprintf("checkpointing of pod %s/%s failed (%v)", ns, name, err)})
+	}
+}
+
+// timeoutParam reads the last ?timeout= value in seconds (0 or absent:
+// the default); on a value that does not parse it answers 500, as
+// kubelet does, and returns false.
+func timeoutParam(w http.ResponseWriter, r *http.Request) (time.Duration, bool) {
+	ts := r.URL.Query()["timeout"]
+	if len(ts) == 0 {
+		return 0, true
+	}
+	n, err := strconv.ParseInt(ts[len(ts)-1], 10, 64)
+	if err != nil || n < 0 || n > int64(math.MaxInt64/time.Second) {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": "cannot parse value of timeout parameter"})
+		return 0, false
+	}
+	return time.Duration(n) * time.Second, true
 }
 
 // serveCheckpoint follows kubelet's checkpoint handler

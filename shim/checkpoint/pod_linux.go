@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
@@ -78,6 +79,11 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 	}{{"namespace", validation.IsDNS1123Label(p.Namespace)}, {"pod", validation.IsDNS1123Subdomain(p.Name)}} {
 		if len(n.errs) > 0 {
 			return pod.Result{}, fmt.Errorf("%s: invalid %s name: %s: %w", p, n.what, strings.Join(n.errs, "; "), ErrNotFound)
+		}
+	}
+	if opts.ImageRef != "" {
+		if err := archive.CheckImageRef("request", "image", PodImageRef(opts.ImageRef, "c")); err != nil {
+			return pod.Result{}, fmt.Errorf("checkpoint of pod %s: %w: %w", p, err, errdefs.ErrInvalidArgument)
 		}
 	}
 	timeout := opts.Timeout
@@ -442,4 +448,11 @@ func removePodCheckpoint(dir, name string) error {
 		return fmt.Errorf("remove pod checkpoint: %w", err)
 	}
 	return os.RemoveAll(dst)
+}
+
+// PodCheckpoint is CheckpointPod for the node API (api.PodCheckpointer):
+// it returns the pod checkpoint's path.
+func (s *Service) PodCheckpoint(ctx context.Context, namespace, name string, timeout time.Duration, imageRef string) (string, error) {
+	res, err := s.CheckpointPod(ctx, PodRef{Namespace: namespace, Name: name}, PodOptions{Timeout: timeout, ImageRef: imageRef})
+	return res.Path, err
 }

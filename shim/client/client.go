@@ -202,6 +202,44 @@ func StatusAfterPath(gen int64, wait time.Duration) string {
 		"&wait=" + strconv.FormatInt(int64((wait+time.Second-1)/time.Second), 10)
 }
 
+// CheckpointPod asks the shim to checkpoint every container of a pod at
+// one instant (POST /checkpoint/{namespace}/{pod}) and returns the pod
+// checkpoint's path on the node. imageRef, when set, asks for one
+// checkpoint image per container too. timeout and ctx work as for
+// Checkpoint.
+func (c *Client) CheckpointPod(ctx context.Context, namespace, pod string, timeout time.Duration, imageRef string) (string, error) {
+	for _, p := range []struct{ what, v string }{{"namespace", namespace}, {"pod", pod}} {
+		if p.v == "" {
+			return "", fmt.Errorf("checkpoint pod: empty %s", p.what)
+		}
+	}
+	path := "/checkpoint/" + url.PathEscape(namespace) + "/" + url.PathEscape(pod)
+	q := url.Values{}
+	if timeout > 0 {
+		q.Set("timeout", strconv.FormatInt(int64((timeout+time.Second-1)/time.Second), 10))
+	}
+	if imageRef != "" {
+		q.Set("image", imageRef)
+	}
+	if len(q) > 0 {
+		path += "?" + q.Encode()
+	}
+	var out struct {
+		Items []string `json:"items"`
+	}
+	wait := timeout
+	if wait <= 0 {
+		wait = -1
+	}
+	if err := c.decode(ctx, http.MethodPost, path, wait, &out); err != nil {
+		return "", err
+	}
+	if len(out.Items) != 1 || out.Items[0] == "" {
+		return "", fmt.Errorf("POST %s on %s: answer names %d pod checkpoints, want 1", path, c.socket, len(out.Items))
+	}
+	return out.Items[0], nil
+}
+
 // Checkpoint asks the shim to checkpoint a container, as kubelet's
 // checkpoint API does, and returns the archive's path on the node. A
 // timeout of 0 leaves the shim's default. A context without a deadline
