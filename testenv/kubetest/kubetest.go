@@ -66,6 +66,7 @@ type Cluster struct {
 	etcdURL      string
 	apiPort      int
 	adminToken   string
+	opts         Options
 
 	mu        sync.Mutex
 	etcd      *testproc.Proc
@@ -118,6 +119,37 @@ func StartIn(dir, apiserverBin, etcdBin string) (*Cluster, error) {
 	return c, nil
 }
 
+// Options change the API server that StartWith starts.
+type Options struct {
+	// AdvertiseAddress is the address the API server advertises besides
+	// listening on 127.0.0.1; its self-signed serving certificate names it
+	// too, so that a client reaching 127.0.0.1 through a forward (a QEMU
+	// guest's user-mode network) verifies it.
+	AdvertiseAddress string
+	// Tokens are static token users besides the admin.
+	Tokens []Token
+	// NodeAuthorizer puts the Node authorizer before RBAC, as a cluster
+	// with kubelets has it: a kubelet authenticated as system:node:<name>
+	// in system:nodes gets exactly what its node needs.
+	NodeAuthorizer bool
+}
+
+// Token is a static bearer token's user.
+type Token struct {
+	Token, User string
+	Groups      []string
+}
+
+// StartWith is StartIn with opts.
+func StartWith(dir, apiserverBin, etcdBin string, opts Options) (*Cluster, error) {
+	c := &Cluster{Dir: dir, apiserverBin: apiserverBin, etcdBin: etcdBin, opts: opts}
+	if err := c.begin(); err != nil {
+		c.stopAll()
+		return nil, err
+	}
+	return c, nil
+}
+
 // Stop stops kube-apiserver and etcd.
 func (c *Cluster) Stop() { c.stopAll() }
 
@@ -148,6 +180,12 @@ func (c *Cluster) setup() error {
 	c.adminToken = hex.EncodeToString(tok)
 	// kube-apiserver's token file: token,user,uid,"group,group".
 	tokens := fmt.Sprintf("%s,%s,%s,\"system:masters\"\n", c.adminToken, AdminUser, AdminUser)
+	for _, tk := range c.opts.Tokens {
+		if strings.ContainsAny(tk.Token+tk.User+strings.Join(tk.Groups, ""), ",\"\n") {
+			return fmt.Errorf("token of %q: commas, quotes and newlines cannot go into the token file", tk.User)
+		}
+		tokens += fmt.Sprintf("%s,%s,%s,\"%s\"\n", tk.Token, tk.User, tk.User, strings.Join(tk.Groups, ","))
+	}
 	if err := os.WriteFile(filepath.Join(c.Dir, "tokens.csv"), []byte(tokens), 0o600); err != nil {
 		return fmt.Errorf("write token file: %w", err)
 	}
@@ -248,14 +286,21 @@ func (c *Cluster) StartAPIServer(t testing.TB) error {
 }
 
 func (c *Cluster) startAPIServer() error {
+	advertise, authz := "127.0.0.1", "RBAC"
+	if c.opts.AdvertiseAddress != "" {
+		advertise = c.opts.AdvertiseAddress
+	}
+	if c.opts.NodeAuthorizer {
+		authz = "Node,RBAC"
+	}
 	args := []string{
 		"--etcd-servers=" + c.etcdURL,
 		"--bind-address=127.0.0.1",
-		"--advertise-address=127.0.0.1",
+		"--advertise-address=" + advertise,
 		"--secure-port=" + strconv.Itoa(c.apiPort),
 		"--cert-dir=" + filepath.Join(c.Dir, "certs"),
 		"--token-auth-file=" + filepath.Join(c.Dir, "tokens.csv"),
-		"--authorization-mode=RBAC",
+		"--authorization-mode=" + authz,
 		"--service-account-key-file=" + filepath.Join(c.Dir, "sa.pub"),
 		"--service-account-signing-key-file=" + filepath.Join(c.Dir, "sa.key"),
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",

@@ -2,6 +2,7 @@ package kubetest
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -139,5 +140,21 @@ func TestCluster(t *testing.T) {
 	}
 	if got.UID != created.UID {
 		t.Fatalf("node uid %s after the restart, %s before", got.UID, created.UID)
+	}
+}
+
+// TestStartWithRefusesTokenFileInjection: a static token user whose token,
+// name or groups hold the token file's separators is refused before any
+// process starts, so that it cannot add a user or a group to the file.
+func TestStartWithRefusesTokenFileInjection(t *testing.T) {
+	for _, tk := range []Token{
+		{Token: "t,0,evil", User: "u"},
+		{Token: "t", User: "u\nroot-token,admin,admin,\"system:masters\""},
+		{Token: "t", User: "u", Groups: []string{"a\",\"system:masters"}},
+	} {
+		_, err := StartWith(t.TempDir(), "/nonexistent/kube-apiserver", "/nonexistent/etcd", Options{Tokens: []Token{tk}})
+		if err == nil || !strings.Contains(err.Error(), "token file") {
+			t.Errorf("token %+v: %v; want it refused", tk, err)
+		}
 	}
 }
