@@ -24,6 +24,8 @@ type Binaries struct {
 	Crictl string
 	// Nodeshim is nodeshim, built for this run.
 	Nodeshim string
+	// Kubelet, when set, is kubelet.
+	Kubelet string
 	// Test is the scenarios' test binary.
 	Test string
 	// Images are OCI image tars for the node's NodeLib/images.
@@ -40,6 +42,9 @@ func (b Binaries) programs() map[string]string {
 	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
 		m[c] = filepath.Join(b.ContainerdDir, c)
 	}
+	if b.Kubelet != "" {
+		m["kubelet"] = b.Kubelet
+	}
 	return m
 }
 
@@ -47,8 +52,9 @@ func (b Binaries) programs() map[string]string {
 // (hard links: nothing of it is written in place, a file the node needs
 // different is unlinked and written anew), the kernel's modules and config
 // from kernelRoot (a vmtest.KernelImage's Root), the binaries, and
-// NodeFiles. depmod runs in the tree (chroot) for the kernel's release.
-func Stage(ctx context.Context, run vmtest.Runner, rootfs, kernelRoot, dir string, bins Binaries, pauseImage, testTimeout string) error {
+// NodeFiles, then extra (KubeFiles). depmod runs in the tree (chroot) for
+// the kernel's release.
+func Stage(ctx context.Context, run vmtest.Runner, rootfs, kernelRoot, dir string, bins Binaries, pauseImage, testTimeout string, extra ...File) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return fmt.Errorf("clean %s: %w", dir, err)
 	}
@@ -94,7 +100,7 @@ func Stage(ctx context.Context, run vmtest.Runner, rootfs, kernelRoot, dir strin
 			load = append(load, m.Name)
 		}
 	}
-	for _, f := range NodeFiles(machineID(), pauseImage, testTimeout, presentModules(modules, load)) {
+	for _, f := range append(NodeFiles(machineID(), pauseImage, testTimeout, presentModules(modules, load)), extra...) {
 		if err := writeNodeFile(dir, f); err != nil {
 			return err
 		}

@@ -29,6 +29,9 @@ func Modules() []vmtest.Module {
 		{Name: "nf_conntrack", Why: "kube-proxy's and CRIU's connection tracking"},
 		{Name: "nf_defrag_ipv4", Why: "nf_conntrack depends on it"},
 		{Name: "nf_defrag_ipv6", Why: "nf_conntrack depends on it"},
+		{Name: "virtio_net", Why: "the node's NIC on QEMU's user-mode network, to the API server"},
+		{Name: "net_failover", Why: "virtio_net depends on it"},
+		{Name: "failover", Why: "net_failover depends on it"},
 		{Name: "nf_conntrack_netlink", Why: "CRIU dumps every network namespace's conntrack entries through " +
 			"ctnetlink, also one it takes as external: where nfnetlink is loaded without it, nfnetlink " +
 			"answers EINVAL and every container dump fails"},

@@ -46,6 +46,10 @@ type Config struct {
 	MemoryMB, CPUs int
 	// DiskMB is the size of the node's disk (sparse).
 	DiskMB int
+	// Kube, when set, is the control plane the node joins and the kubelet
+	// it runs (KubeFiles, NetArgs); without it the node has no network
+	// and no kubelet.
+	Kube *Kube
 	// Run, when set, is the scenarios' -test.run pattern.
 	Run string
 	// Console receives the guest's console; Log the progress.
@@ -105,6 +109,14 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start := time.Now()
 	bins := Binaries{Runc: cfg.Runc, ContainerdDir: cfg.ContainerdDir, Crictl: cfg.Crictl,
 		Nodeshim: filepath.Join(build, "nodeshim"), Test: filepath.Join(build, TestBinary)}
+	var extra []File
+	if cfg.Kube != nil {
+		if _, err := os.Stat(cfg.Kube.Kubelet); err != nil {
+			return res, fmt.Errorf("the node needs kubelet: %w", err)
+		}
+		bins.Kubelet = cfg.Kube.Kubelet
+		extra = KubeFiles(*cfg.Kube)
+	}
 	if cfg.Nodeshim != "" {
 		bins.Nodeshim = cfg.Nodeshim
 	} else if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=1", cfg.Go, "build", "-trimpath", "-tags", cfg.Tags,
@@ -147,7 +159,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	start = time.Now()
 	stage := filepath.Join(cfg.CacheDir, "stage")
 	testTimeout := (cfg.Timeout * 3 / 4).Round(time.Second).String()
-	if err := Stage(ctx, vmtest.ExecRunner, rootfs, kernel.Root, stage, bins, runtimetest.PauseImage, testTimeout); err != nil {
+	if err := Stage(ctx, vmtest.ExecRunner, rootfs, kernel.Root, stage, bins, runtimetest.PauseImage, testTimeout, extra...); err != nil {
 		return res, err
 	}
 	if cfg.Run != "" {
@@ -227,8 +239,11 @@ func boot(ctx context.Context, cfg Config, vmlinuz, initrd, disk string, res *Re
 		// The disk image is made for this run alone: cache=unsafe spares
 		// the host's fsyncs.
 		Extra:     []string{"-drive", "file=" + disk + ",format=raw,if=virtio,cache=unsafe"},
-		Append:    "rw systemd.show_status=auto",
+		Append:    "rw systemd.show_status=auto net.ifnames=0",
 		TCGThread: "single",
+	}
+	if cfg.Kube != nil {
+		m.Extra = append(m.Extra, NetArgs(cfg.Busybox, cfg.Kube.HostPort)...)
 	}
 	var c vmtest.Console
 	var mu sync.Mutex

@@ -33,6 +33,8 @@ func main() {
 func run() int {
 	var cfg nodevm.Config
 	var quiet bool
+	var kubelet string
+	var cpBins nodevm.ControlPlaneBinaries
 	flag.StringVar(&cfg.Root, "root", ".", "module root")
 	flag.StringVar(&cfg.CacheDir, "cache", ".cache/vmtest/node", "cache directory (git-ignored)")
 	flag.StringVar(&cfg.Go, "go", "go", "go command")
@@ -50,6 +52,10 @@ func run() int {
 	flag.IntVar(&cfg.MemoryMB, "memory", 3072, "node memory in MiB")
 	flag.IntVar(&cfg.CPUs, "cpus", 2, "node CPUs")
 	flag.IntVar(&cfg.DiskMB, "disk", 4096, "node disk in MiB (sparse)")
+	flag.StringVar(&kubelet, "kubelet", "", "kubelet for the node; with it the harness starts the control plane the node joins")
+	flag.StringVar(&cpBins.APIServer, "kube-apiserver", "", "kube-apiserver of the node's control plane (kubelet's version)")
+	flag.StringVar(&cpBins.Etcd, "etcd", "", "etcd of the node's control plane")
+	flag.StringVar(&cpBins.ControllerManager, "kube-controller-manager", "", "kube-controller-manager of the node's control plane")
 	flag.StringVar(&cfg.Run, "run", "", "run only the scenarios matching this -test.run pattern")
 	flag.BoolVar(&quiet, "quiet", false, "do not copy the node's console to stdout (it is kept in the artifacts)")
 	flag.Parse()
@@ -70,6 +76,27 @@ func run() int {
 	defer stop()
 
 	start := time.Now()
+	if kubelet != "" {
+		dir := filepath.Join(cfg.CacheDir, "control-plane")
+		if err := os.RemoveAll(dir); err != nil {
+			log.Error("clean the control plane's directory", "err", err)
+			return 1
+		}
+		cp, err := nodevm.StartControlPlane(dir, cpBins)
+		if err != nil {
+			log.Error("start the node's control plane", "err", err)
+			return 1
+		}
+		defer func() {
+			if err := cp.Err(); err != nil {
+				log.Error("the node's control plane", "err", err, "logs", cp.Logs())
+			}
+			cp.Stop()
+		}()
+		log.Info("the node's control plane is up", "apiserver", cp.API.Host(), "dir", dir, "took", time.Since(start).Round(100*time.Millisecond))
+		cp.Kube.Kubelet = kubelet
+		cfg.Kube = &cp.Kube
+	}
 	res, err := nodevm.Run(ctx, cfg)
 	summary(os.Stdout, res, time.Since(start))
 	if err != nil {
