@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -15,6 +17,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
@@ -227,6 +230,76 @@ func TestCheckpointPodFailure(t *testing.T) {
 	}
 	if m, err := pod.ReadManifest(res.Path); err != nil || len(m.Containers) != 2 {
 		t.Errorf("manifest %+v, %v", m, err)
+	}
+
+	// A deadline that ends while the pod is frozen (the second CRIU is
+	// slow to start) aborts it the same way.
+	slow := filepath.Join(t.TempDir(), "criu")
+	state2 := filepath.Join(t.TempDir(), "dumps")
+	script = fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = swrk ]; then n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; [ $n -ge 2 ] && sleep 3; fi\nexec %s \"$@\"\n", state2, state2, real.Path)
+	if err := os.WriteFile(slow, []byte(script), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	slowDir := filepath.Join(t.TempDir(), "checkpoints")
+	svc = containerdService(t, c, criu.Binary{Path: slow, Source: "configured"}, slowDir, status.New(nil))
+	_, err = svc.CheckpointPod(context.Background(), ref, PodOptions{Timeout: time.Second})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "counter-b") {
+		t.Errorf("pod checkpoint past its deadline: %v, want DeadlineExceeded in the dump of counter-b", err)
+	}
+	t.Logf("aborted as it should: %v", err)
+	if ents, _ := os.ReadDir(slowDir); len(ents) != 0 {
+		t.Errorf("%s holds %d entries after an aborted pod checkpoint", slowDir, len(ents))
+	}
+	for _, ctr := range ctrs {
+		waitCount(t, ctr, count(t, ctr))
+	}
+
+	// Retention keeps one pod checkpoint of the pod and removes the older
+	// one as a unit; a work directory a killed nodeshim left is swept.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Fatal(err)
+	}
+	left := filepath.Join(dir, fmt.Sprintf(".nodeshim-work-%d-0123456789abcdef", dead.Process.Pid))
+	if err := os.MkdirAll(filepath.Join(left, ".nodeshim-work-1-inner"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(left, pod.ManifestFile), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	keep1 := New(Options{
+		Settings: func() Settings {
+			return Settings{Enabled: true, Dir: dir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address, Retention: retention.Policy{MaxPerContainer: 1}}
+		},
+		FindCriu: func() (criu.Binary, error) { return real, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	t.Cleanup(func() { keep1.Close() })
+	if _, err := keep1.ApplyRetention(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(left); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("work directory of a dead nodeshim left: %v", err)
+	}
+	// A checkpoint a second later has another name.
+	time.Sleep(time.Until(res.Manifest.CheckpointedAt.Truncate(time.Second).Add(time.Second)))
+	res2, err := keep1.CheckpointPod(context.Background(), ref, PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range ents {
+		if e.Name() != retention.TrashDir {
+			names = append(names, e.Name())
+		}
+	}
+	if len(names) != 1 || names[0] != filepath.Base(res2.Path) {
+		t.Errorf("after retention with maxPerContainer 1: %v, want only %s", names, filepath.Base(res2.Path))
 	}
 
 	if _, err := good.CheckpointPod(context.Background(), PodRef{Namespace: ref.Namespace, Name: "no-such-pod"}, PodOptions{}); !errors.Is(err, ErrNotFound) {
