@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/runtimes/podman"
 	"github.com/nodeshim/nodeshim/shim/api"
@@ -79,6 +80,7 @@ type checkpointFlags struct {
 	imageRef  string
 	imageFile string
 	lazyAt    string
+	seal      sealFlags
 }
 
 func (f *checkpointFlags) bind(cmd *cobra.Command) {
@@ -97,6 +99,7 @@ func (f *checkpointFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&f.imageFile, "image-file", "", "the OCI image archive --image writes (must not exist)")
 	// The spelling before -o/--output was the output format everywhere.
 	addDeprecatedAlias(fl, "image-output", "", "image-file")
+	f.seal.addWrite(fl)
 	f.criu.add(cmd)
 	addProgressFlag(cmd, &f.progressAfter)
 	addOutputFlag(cmd, &f.output)
@@ -135,6 +138,12 @@ func (f *checkpointFlags) lazyServer() (*criu.PageServer, error) {
 			return nil, withExitCode(exitUsage, err)
 		}
 		lazy = &ps
+	}
+	if f.ref != (criu.ContainerRef{}) && (len(f.seal.c.Recipients) > 0 || f.seal.c.SigningKey != "") {
+		return nil, withExitCode(exitUsage, errors.New("--recipient and --signing-key apply to --pid and --container-id; a pod's container is sealed as the nodeshim serve's checkpoint.encryption and checkpoint.signing say"))
+	}
+	if len(f.seal.c.Recipients) > 0 && f.imageRef != "" {
+		return nil, withExitCode(exitUsage, errors.New("--image would write the encrypted archive's plain text into an image: layer encryption is not supported; leave out --recipient or --image"))
 	}
 	if f.ref != (criu.ContainerRef{}) && f.imageRef != "" {
 		return nil, withExitCode(exitUsage, errors.New("--image applies to --pid and --container-id; for a pod's container run \"nodeshim checkpoint image\" on the archive"))
@@ -262,9 +271,14 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 	if err != nil {
 		return err
 	}
+	sealing, _, err := f.seal.load()
+	if err != nil {
+		return withExitCode(exitUsage, err)
+	}
 	prog := newProgress(cmd.ErrOrStderr(), f.progressAfter)
 	logger := slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil))
 	opts := criu.Options{
+		Seal:                sealing,
 		Binary:              bin,
 		RootDir:             f.rootDir,
 		TCPEstablished:      f.criu.tcpEstablished,
@@ -302,7 +316,7 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 	}
 	if f.imageRef != "" {
 		istart := time.Now()
-		img, err := writeCheckpointImage(res.Path, f.imageRef, f.imageFile)
+		img, err := writeCheckpointImage(res.Path, f.imageRef, f.imageFile, seal.OpenOptions{})
 		if err != nil {
 			return fmt.Errorf("checkpoint image of %s (the archive is kept): %w", res.Path, err)
 		}

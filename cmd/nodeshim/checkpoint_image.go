@@ -11,7 +11,9 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/image"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 )
 
@@ -25,6 +27,7 @@ type checkpointImageOutput struct {
 
 func newCheckpointImageCommand() *cobra.Command {
 	var tag, outPath, output string
+	var sf sealFlags
 	cmd := &cobra.Command{
 		Use:   "image ARCHIVE --tag REF --out-file FILE",
 		Short: "Turn a checkpoint archive into a checkpoint image (an OCI image archive)",
@@ -52,7 +55,11 @@ read, so retention does not remove it meanwhile. FILE must not exist.
 				return withExitCode(exitUsage, errors.New("give --tag REF and --out-file FILE"))
 			}
 			start := time.Now()
-			img, err := writeCheckpointImage(args[0], tag, outPath)
+			_, opening, err := sf.load()
+			if err != nil {
+				return withExitCode(exitUsage, err)
+			}
+			img, err := writeCheckpointImage(args[0], tag, outPath, opening)
 			if err != nil {
 				return err
 			}
@@ -68,6 +75,7 @@ read, so retention does not remove it meanwhile. FILE must not exist.
 	}
 	cmd.Flags().StringVar(&tag, "tag", "", "name of the image, e.g. localhost/web-checkpoint:1")
 	cmd.Flags().StringVar(&outPath, "out-file", "", "the OCI image archive to write (must not exist)")
+	sf.addRead(cmd.Flags(), false)
 	// --output FILE and --format FORMAT are the spellings before -o was
 	// the format on every command (podman save's --output is the file).
 	addFormatOrFileFlag(cmd, &output, "out-file")
@@ -79,7 +87,7 @@ read, so retention does not remove it meanwhile. FILE must not exist.
 // writeCheckpointImage writes the image of archive to outPath: into a
 // new 0600 temp file beside it, synced, then linked to its name, which
 // fails rather than replace a file.
-func writeCheckpointImage(archive, tag, outPath string) (image.Image, error) {
+func writeCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions) (image.Image, error) {
 	release, err := retention.Hold(archive)
 	if err != nil {
 		return image.Image{}, err
@@ -90,6 +98,15 @@ func writeCheckpointImage(archive, tag, outPath string) (image.Image, error) {
 		return image.Image{}, err
 	}
 	defer a.Close()
+	// The signature is verified before the archive is read; an encrypted
+	// archive is refused: its image would hold its plain text.
+	sealed, err := seal.Open(a, archive, opening)
+	if err != nil {
+		return image.Image{}, err
+	}
+	if sealed.Encrypted {
+		return image.Image{}, fmt.Errorf("%s is encrypted: a checkpoint image of it would hold its plain text, and image layer encryption is not supported: %w", archive, errdefs.ErrNotSupported)
+	}
 	if _, err := os.Lstat(outPath); err == nil {
 		return image.Image{}, fmt.Errorf("%s exists: %w", outPath, os.ErrExist)
 	}

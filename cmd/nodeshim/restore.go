@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"time"
@@ -12,6 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/runtimes/podman"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
@@ -65,6 +65,7 @@ type restoreFlags struct {
 	ctrBin     string
 	containerd string
 	restoreDir string
+	seal       sealFlags
 }
 
 func (f *restoreFlags) bind(cmd *cobra.Command) {
@@ -82,6 +83,7 @@ func (f *restoreFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&f.ctrBin, "ctr", "ctr", "containerd's ctr binary, which mounts a containerd archive's image")
 	fl.StringVar(&f.containerd, "containerd-address", "", "containerd's socket (ctr --address); ctr's default when empty")
 	fl.StringVar(&f.restoreDir, "restore-dir", checkpoint.DefaultRestoreDir, "where bundles of containers restored from containerd CRI archives are made")
+	f.seal.addRead(fl, true)
 	f.criu.add(cmd)
 	addProgressFlag(cmd, &f.progressAfter)
 	addOutputFlag(cmd, &f.output)
@@ -168,9 +170,16 @@ func runRestore(cmd *cobra.Command, f *restoreFlags, archive string) error {
 // returns what restore prints, as data and as the table.
 func restoreArchive(cmd *cobra.Command, f *restoreFlags, archive string, start time.Time, prog *progress) (restoreOutput, string, error) {
 	out := restoreOutput{Archive: archive}
-	meta, err := readArchive(archive)
+	_, opening, err := f.seal.load()
+	if err != nil {
+		return out, "", withExitCode(exitUsage, err)
+	}
+	meta, encrypted, err := readSealedArchive(archive, opening)
 	if err != nil {
 		return out, "", err
+	}
+	if encrypted && meta.Engine != criu.EngineProcess {
+		return out, "", fmt.Errorf("%s: an encrypted %s archive: %s restores it from the file itself and cannot decrypt it; encrypted archives restore as process trees", archive, meta.Engine, meta.Engine)
 	}
 	out.Engine = string(meta.Engine)
 	if meta.Engine != criu.EngineProcess && meta.Engine != criu.EnginePodman && meta.Engine != criu.EngineContainerd {
@@ -213,6 +222,7 @@ func restoreArchive(cmd *cobra.Command, f *restoreFlags, archive string, start t
 			Logger:              slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil)),
 			Progress:            prog.update,
 			LazyFrom:            lazy,
+			Open:                opening,
 		})
 		if err != nil {
 			return out, "", err
@@ -253,22 +263,32 @@ func restoreArchive(cmd *cobra.Command, f *restoreFlags, archive string, start t
 	}
 }
 
-// readArchive validates archive and reads its metadata.
-func readArchive(archive string) (criu.ArchiveMeta, error) {
+// readSealedArchive verifies archive and, if it is encrypted, decrypts
+// it as o says (seal.Open: nothing is read before), validates it and
+// reads its metadata; it also says whether the archive is encrypted.
+func readSealedArchive(archive string, o seal.OpenOptions) (criu.ArchiveMeta, bool, error) {
 	f, err := os.Open(archive)
 	if err != nil {
-		return criu.ArchiveMeta{}, fmt.Errorf("open %s: %w", archive, err)
+		return criu.ArchiveMeta{}, false, fmt.Errorf("open %s: %w", archive, err)
 	}
 	defer f.Close()
-	if _, err := criu.ValidateArchive(f); err != nil {
-		return criu.ArchiveMeta{}, fmt.Errorf("%s: %w", archive, err)
-	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return criu.ArchiveMeta{}, fmt.Errorf("seek %s: %w", archive, err)
-	}
-	meta, err := criu.ReadArchiveMeta(f)
+	a, err := seal.Open(f, archive, o)
 	if err != nil {
-		return meta, fmt.Errorf("%s: %w", archive, err)
+		return criu.ArchiveMeta{}, false, err
 	}
-	return meta, nil
+	r, err := a.Reader()
+	if err != nil {
+		return criu.ArchiveMeta{}, false, err
+	}
+	if _, err := criu.ValidateArchive(r); err != nil {
+		return criu.ArchiveMeta{}, false, fmt.Errorf("%s: %w", archive, err)
+	}
+	if r, err = a.Reader(); err != nil {
+		return criu.ArchiveMeta{}, false, err
+	}
+	meta, err := criu.ReadArchiveMeta(r)
+	if err != nil {
+		return meta, false, fmt.Errorf("%s: %w", archive, err)
+	}
+	return meta, a.Encrypted, nil
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
@@ -63,6 +64,10 @@ type Settings struct {
 	RuntimeEndpoint string
 	// Retention bounds the archives kept in Dir.
 	Retention retention.Policy
+	// Seal names the keys that encrypt and sign archives (the
+	// configuration's checkpoint.encryption and checkpoint.signing); they
+	// are read at each checkpoint, so that a rotated key applies at once.
+	Seal seal.Config
 }
 
 // RetentionPolicy converts a ShimConfiguration's checkpoint.retention into
@@ -430,6 +435,10 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	if err != nil {
 		return criu.Result{}, err
 	}
+	sealing, _, err := set.Seal.Load(config.SealFieldNames)
+	if err != nil {
+		return criu.Result{}, fmt.Errorf("checkpoint %s: %w", ref, err)
+	}
 	// The process's lock, shared with the CLI: another checkpoint of it
 	// (of another name, or by another nodeshim) is turned away as busy,
 	// as one of the same name is above.
@@ -468,6 +477,7 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	// Before anything is frozen, runLocked refuses a checkpoint whose
 	// images and archive cannot be written, even after pruning.
 	res, err := runLocked(ctx, target, criu.Options{
+		Seal:       sealing,
 		Binary:     bin,
 		ArchiveDir: set.Dir,
 		ProcRoot:   s.opts.ProcRoot,

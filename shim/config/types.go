@@ -12,11 +12,13 @@ import (
 	"maps"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/eviction"
 )
 
@@ -139,7 +141,48 @@ type Checkpoints struct {
 	DefaultTimeout metav1.Duration `json:"defaultTimeout,omitzero"`
 	// Retention bounds the archives kept in Dir; the oldest go first.
 	Retention CheckpointRetention `json:"retention,omitzero"`
+	// Encryption encrypts archives at rest (age) and decrypts them for
+	// restore; off by default: kubelet's archives are plain tars.
+	Encryption CheckpointEncryption `json:"encryption,omitzero"`
+	// Signing signs every archive this node writes.
+	Signing CheckpointSigning `json:"signing,omitzero"`
+	// TrustPolicy is the trust policy file (docs/security.md) that the
+	// signatures of archives restored here must satisfy; unset, no
+	// signature is checked.
+	TrustPolicy string `json:"trustPolicy,omitempty"`
 }
+
+// CheckpointEncryption configures the encryption of checkpoint archives.
+type CheckpointEncryption struct {
+	// Recipients are age recipients (age1...) or absolute paths of
+	// recipients files: the nodes that can decrypt this node's archives.
+	// Any turns encryption on.
+	Recipients []string `json:"recipients,omitempty"`
+	// Identities are absolute paths of age identity files, or of
+	// directories of them (a mounted Secret); every one is tried, so old
+	// keys kept there still decrypt old archives.
+	Identities []string `json:"identities,omitempty"`
+}
+
+// CheckpointSigning configures the signing of checkpoint archives.
+type CheckpointSigning struct {
+	// KeyFile is the absolute path of the node's ed25519 private key
+	// (PEM PKCS #8); set, every archive gets a signature file.
+	KeyFile string `json:"keyFile,omitempty"`
+	// NodeName is the name signatures record; empty means the host name.
+	NodeName string `json:"nodeName,omitempty"`
+}
+
+// SealConfig returns the key files of c's encryption, signing and trust
+// policy, for package seal.
+func (c Checkpoints) SealConfig() seal.Config {
+	return seal.Config{Recipients: c.Encryption.Recipients, Identities: c.Encryption.Identities,
+		SigningKey: c.Signing.KeyFile, Node: c.Signing.NodeName, TrustPolicy: c.TrustPolicy}
+}
+
+// SealFieldNames name SealConfig's inputs in errors.
+var SealFieldNames = seal.FieldNames{Recipients: "checkpoint.encryption.recipients", Identities: "checkpoint.encryption.identities",
+	SigningKey: "checkpoint.signing.keyFile", Node: "checkpoint.signing.nodeName", TrustPolicy: "checkpoint.trustPolicy"}
 
 // CheckpointRetention bounds the checkpoint archives nodeshim keeps. It is
 // applied at start, after every checkpoint and by `nodeshim checkpoint
@@ -291,6 +334,9 @@ func (c *ShimConfiguration) Validate() error {
 	}
 	if c.Checkpoint.Retention.MaxAge.Duration < 0 {
 		p = append(p, fmt.Sprintf("checkpoint.retention.maxAge %v is negative", c.Checkpoint.Retention.MaxAge.Duration))
+	}
+	if err := c.Checkpoint.SealConfig().Check(SealFieldNames); err != nil {
+		p = append(p, strings.Split(err.Error(), "\n")...)
 	}
 	if c.API.TCPAddress != "" {
 		if c.API.TLSCertFile == "" || c.API.TLSKeyFile == "" {
