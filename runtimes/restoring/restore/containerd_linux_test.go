@@ -118,7 +118,7 @@ func runCounter(t *testing.T, c *runtimetest.Containerd) (*runtimetest.Container
 // criCheckpoint has containerd's CRI checkpoint ctr into the checkpoint
 // directory, as kubelet's Checkpoint API does, and returns the archive's
 // name there.
-func criCheckpoint(t *testing.T, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
+func criCheckpoint(t testing.TB, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
 	t.Helper()
 	name := fmt.Sprintf("checkpoint-%s-%s.tar", ctr.Name, ctr.ID[:12])
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"sync"
 	"syscall"
 	"time"
 
@@ -63,9 +64,13 @@ func Main(exe string, args []string) int {
 		restoring.Fail(os.Stderr, call, fmt.Errorf("%w: %s has no root", ErrUnsupported, cfgPath))
 		return 1
 	}
+	// `criu --version` takes a process start: it runs while the archive
+	// is validated and unpacked.
+	version := make(chan string, 1)
+	go func() { version <- CriuVersion(cfg.Criu) }()
 	r := &Restore{
 		Config: cfg, Runtime: rt, Call: call, Spec: &spec, Checkpoint: ckpt,
-		Arch: ArchOfGOARCH(runtime.GOARCH), CriuVersion: CriuVersion(cfg.Criu),
+		Arch: ArchOfGOARCH(runtime.GOARCH), CriuVersion: sync.OnceValue(func() string { return <-version }),
 		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	tm, err := r.Run()

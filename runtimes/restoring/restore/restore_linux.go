@@ -67,9 +67,10 @@ type Restore struct {
 	Checkpoint string
 	// Arch is this node's CRIU machine type.
 	Arch Arch
-	// CriuVersion is the version of the CRIU that will restore ("" when
-	// unknown: not compared).
-	CriuVersion string
+	// CriuVersion returns the version of the CRIU that will restore (""
+	// when unknown: not compared); nil is unknown. It is asked after the
+	// archive is unpacked, so that a probe started before runs alongside.
+	CriuVersion func() string
 	// Stdin, Stdout and Stderr are the shim's pipes, which the restored
 	// process gets in place of the ones it was dumped with.
 	Stdin, Stdout, Stderr *os.File
@@ -369,7 +370,11 @@ func (r *Restore) checkNode(images string) error {
 			return fmt.Errorf("%w: %s is a task of machine %s; this node is %s", ErrRefused, name, a, r.Arch)
 		}
 	}
-	if r.CriuVersion == "" {
+	local := ""
+	if r.CriuVersion != nil {
+		local = r.CriuVersion()
+	}
+	if local == "" {
 		return nil
 	}
 	f, err := archive.OpenMember(root, archive.DumpLog, archive.MaxMetaSize)
@@ -383,8 +388,8 @@ func (r *Restore) checkNode(images string) error {
 		return fmt.Errorf("read %s: %w", archive.DumpLog, err)
 	}
 	dumped := DumpVersion(b)
-	if dumped != "" && CompareVersions(dumped, r.CriuVersion) > 0 {
-		return fmt.Errorf("%w: CRIU %s dumped the checkpoint; this node's CRIU %s is older and may not read its images", ErrRefused, dumped, r.CriuVersion)
+	if dumped != "" && CompareVersions(dumped, local) > 0 {
+		return fmt.Errorf("%w: CRIU %s dumped the checkpoint; this node's CRIU %s is older and may not read its images", ErrRefused, dumped, local)
 	}
 	return nil
 }

@@ -256,7 +256,7 @@ func TestRunRefuses(t *testing.T) {
 			r := &Restore{
 				Config:  restoring.Config{CheckpointDir: ckpt, WorkDir: work, MaxBytes: 64 << 10},
 				Runtime: "/nonexistent/runc", Call: restoring.Call{Command: "create", Bundle: bundle, ID: "abc"},
-				Spec: specFor("counter", img), Checkpoint: "x.tar", Arch: here, CriuVersion: "4.1.1",
+				Spec: specFor("counter", img), Checkpoint: "x.tar", Arch: here, CriuVersion: func() string { return "4.1.1" },
 			}
 			_, err := r.Run()
 			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
