@@ -689,10 +689,17 @@ func errOr(err error, st ProcState) string {
 // dir and publishes it under the first free name. On error nothing is left
 // behind.
 func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, images string, meta []archive.MetaFile, name func(int) string) (path string, size int64, fsync time.Duration, err error) {
-	if big := largestPages(images); big != "" && !o.CopyArchive && !o.Seal.Enabled() {
+	// An encrypted archive is written through seal's stream; a signed
+	// one may be built in place and hashed after.
+	if big := largestPages(images); big != "" && !o.CopyArchive && len(o.Seal.Recipients) == 0 {
 		path, size, fsync, err = writeArchiveInPlace(ctx, o, dir, work, images, big, meta, name)
 		if !errors.Is(err, errNoInPlace) {
 			*inPlace = err == nil
+			if err == nil {
+				if err := seal.SignFile(path, o.Seal); err != nil {
+					return "", 0, 0, errors.Join(err, os.Remove(path))
+				}
+			}
 			return path, size, fsync, err
 		}
 		o.Logger.Debug("copying the images into the archive", "reason", err)

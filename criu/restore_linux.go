@@ -146,10 +146,11 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 			}
 		}()
 	}
-	if plain, err = sealed.Reader(); err != nil {
+	stream, err := sealed.Stream()
+	if err != nil {
 		return res, err
 	}
-	if err := Unpack(plain, work); err != nil {
+	if err := Unpack(stream, work); err != nil {
 		return res, fmt.Errorf("unpack %s: %w", archive, err)
 	}
 	res.Unpack = time.Since(start)

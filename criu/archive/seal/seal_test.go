@@ -80,8 +80,8 @@ func write(t testing.TB, dir string, content []byte, o WriteOptions) string {
 	return path
 }
 
-// open opens path as o says and reads the whole plain tar twice (as
-// Restore does: validate, then unpack).
+// open opens path as o says and reads the whole plain tar twice, through
+// Reader and through Stream (as Restore does: validate, then unpack).
 func open(t testing.TB, path string, o OpenOptions) ([]byte, *Archive, error) {
 	t.Helper()
 	f, err := os.Open(path)
@@ -94,8 +94,13 @@ func open(t testing.TB, path string, o OpenOptions) ([]byte, *Archive, error) {
 		return nil, nil, err
 	}
 	var first []byte
-	for range 2 {
-		r, err := a.Reader()
+	for i := range 2 {
+		var r io.Reader
+		if i == 0 {
+			r, err = a.Reader()
+		} else {
+			r, err = a.Stream()
+		}
 		if err != nil {
 			return nil, a, err
 		}
@@ -437,5 +442,33 @@ func TestSigningKeyFile(t *testing.T) {
 		if _, err := LoadSigningKey(writeTemp(t, bad)); err == nil || !strings.Contains(err.Error(), "signing key") {
 			t.Errorf("key file %q: error %v", bad, err)
 		}
+	}
+}
+
+// TestSignFile: an archive written elsewhere and signed in place opens
+// under a policy that trusts the key, and a changed byte is refused.
+func TestSignFile(t *testing.T) {
+	k := newKeys(t, "node-a")
+	content := plainTar(t)
+	path := filepath.Join(t.TempDir(), "a.tar")
+	if err := os.WriteFile(path, content, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := SignFile(path, WriteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(path + SignatureSuffix); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("signed without a signer: %v", err)
+	}
+	if err := SignFile(path, WriteOptions{Signer: &k.signer}); err != nil {
+		t.Fatal(err)
+	}
+	got, a, err := open(t, path, OpenOptions{Policy: trustAll(k)})
+	if err != nil || !bytes.Equal(got, content) || a.Signature == nil || a.Signature.Encrypted {
+		t.Fatalf("open: %v, signature %+v", err, a)
+	}
+	flipByte(700)(t, path)
+	if _, _, err := open(t, path, OpenOptions{Policy: trustAll(k)}); !errors.Is(err, ErrUntrusted) {
+		t.Fatalf("changed byte: %v, want ErrUntrusted", err)
 	}
 }

@@ -130,6 +130,42 @@ func (w *Writer) Seal(path string) error {
 	return nil
 }
 
+// SignFile signs the archive file at path, already written and in place,
+// as o.Signer (doing nothing without one): it hashes the file and writes
+// its signature file as Seal does. It is for archives not written through
+// a Writer (nodeshim's archive built around CRIU's pages image); an
+// encrypted archive is always written through one.
+func SignFile(path string, o WriteOptions) error {
+	if o.Signer == nil {
+		return nil
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Errorf("sign %s: %w", path, err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return fmt.Errorf("sign %s: hash: %w", path, err)
+	}
+	magic := make([]byte, len(ageMagic))
+	m, _ := f.ReadAt(magic, 0)
+	var sum [32]byte
+	copy(sum[:], h.Sum(nil))
+	s, err := NewSignature(*o.Signer, sum, n, m == len(magic) && string(magic) == ageMagic, o.Now())
+	if err != nil {
+		return err
+	}
+	if err := atomicfile.WriteFile(path+SignatureSuffix, s.Marshal(), 0o600); err != nil {
+		return fmt.Errorf("sign %s: %w", path, err)
+	}
+	return nil
+}
+
 // RemoveSignature removes the signature file of the archive at path, if
 // there is one: whoever removes an archive removes its signature with it.
 func RemoveSignature(path string) error {
