@@ -30,7 +30,10 @@ import (
 // Each iteration checkpoints the running counter, kills it, restores it
 // from the archive and waits for it to count again; only the checkpoint
 // and the restore are timed, every one after a sync(2). It reports
-// ckpt-ms, restore-ms, frozen-ms and archive-MiB beside ns/op (their sum).
+// ckpt-ms (of which dump-ms is CRIU's and archive-ms the archive's,
+// fsync-ms of it the fsync), restore-ms (of which unpack-ms verifies,
+// decrypts, validates and unpacks), frozen-ms and archive-MiB beside
+// ns/op (their sum).
 func BenchmarkSeal(b *testing.B) {
 	bin := requireCriu(b)
 	mib := 1024
@@ -57,7 +60,7 @@ func BenchmarkSeal(b *testing.B) {
 		b.Run(fmt.Sprintf("%dMiB/%s", mib, v.name), func(b *testing.B) {
 			b.ReportAllocs()
 			root := b.TempDir()
-			var ckpt, rst, frozen time.Duration
+			var ckpt, rst, frozen, dump, archive, fsync, unpack time.Duration
 			var size int64
 			for b.Loop() {
 				b.StopTimer()
@@ -74,6 +77,7 @@ func BenchmarkSeal(b *testing.B) {
 				}
 				ckpt += time.Since(start)
 				frozen += res.Frozen
+				dump, archive, fsync = dump+res.Dump, archive+res.Archive, fsync+res.Fsync
 				size = res.Size
 				b.StopTimer()
 				testworkload.Kill(b, pid)
@@ -86,6 +90,7 @@ func BenchmarkSeal(b *testing.B) {
 					b.Fatal(err)
 				}
 				rst += time.Since(start)
+				unpack += rr.Unpack
 				b.StopTimer()
 				pid = rr.Pid
 				testworkload.WaitCount(b, dir, n+2)
@@ -100,6 +105,10 @@ func BenchmarkSeal(b *testing.B) {
 			b.ReportMetric(float64(ckpt.Milliseconds())/float64(b.N), "ckpt-ms")
 			b.ReportMetric(float64(rst.Milliseconds())/float64(b.N), "restore-ms")
 			b.ReportMetric(float64(frozen.Milliseconds())/float64(b.N), "frozen-ms")
+			b.ReportMetric(float64(dump.Milliseconds())/float64(b.N), "dump-ms")
+			b.ReportMetric(float64(archive.Milliseconds())/float64(b.N), "archive-ms")
+			b.ReportMetric(float64(fsync.Milliseconds())/float64(b.N), "fsync-ms")
+			b.ReportMetric(float64(unpack.Milliseconds())/float64(b.N), "unpack-ms")
 			b.ReportMetric(float64(size)/(1<<20), "archive-MiB")
 		})
 	}

@@ -1,6 +1,7 @@
 package seal
 
 import (
+	"bufio"
 	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
@@ -137,7 +138,7 @@ func (a *Archive) Stream() (io.Reader, error) {
 	if len(a.ids) == 0 {
 		return nil, fmt.Errorf("%s is encrypted and no age identity is configured: %w", a.Name, ErrNoIdentity)
 	}
-	r, err := age.Decrypt(io.NewSectionReader(a.f, 0, a.Size), a.ids...)
+	r, err := age.Decrypt(bufio.NewReaderSize(io.NewSectionReader(a.f, 0, a.Size), ioChunk), a.ids...)
 	if err != nil {
 		var nomatch *age.NoIdentityMatchError
 		if errors.As(err, &nomatch) {
@@ -183,7 +184,7 @@ func verify(f *os.File, name string, size int64, p *Policy) (*Signature, error) 
 		return nil, untrusted(name, "digest mismatch: the archive has %s bytes, the signature says %s", sizeString(size), sizeString(s.Size))
 	}
 	h := sha256.New()
-	n, err := io.Copy(h, io.NewSectionReader(f, 0, size))
+	n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size), make([]byte, ioChunk))
 	if err != nil {
 		return nil, fmt.Errorf("hash %s: %w", name, err)
 	}

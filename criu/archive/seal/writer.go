@@ -1,6 +1,7 @@
 package seal
 
 import (
+	"bufio"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -13,6 +14,9 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 )
+
+// ioChunk is the size of the reads and writes of archive bytes.
+const ioChunk = 1 << 20
 
 // WriteOptions say how an archive is sealed. The zero value writes a
 // plain, unsigned archive.
@@ -34,6 +38,7 @@ func (o WriteOptions) Enabled() bool { return len(o.Recipients) > 0 || o.Signer 
 // then calls Seal with its final path.
 type Writer struct {
 	o      WriteOptions
+	buf    *bufio.Writer // between stored and the stream: whole MiBs per write(2)
 	stored *storedWriter
 	enc    io.WriteCloser // nil: plain
 	closed bool
@@ -58,7 +63,10 @@ func NewWriter(dst io.Writer, o WriteOptions) (*Writer, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	w := &Writer{o: o, stored: &storedWriter{dst: dst, h: sha256.New()}}
+	// age writes a 64 KiB chunk at a time; a write(2) each would cost
+	// more than the encryption.
+	buf := bufio.NewWriterSize(dst, ioChunk)
+	w := &Writer{o: o, buf: buf, stored: &storedWriter{dst: buf, h: sha256.New()}}
 	if len(o.Recipients) > 0 {
 		enc, err := age.Encrypt(w.stored, o.Recipients...)
 		if err != nil {
@@ -91,6 +99,9 @@ func (w *Writer) Close() error {
 		if err := w.enc.Close(); err != nil {
 			return fmt.Errorf("encrypt archive: %w", err)
 		}
+	}
+	if err := w.buf.Flush(); err != nil {
+		return fmt.Errorf("write archive: %w", err)
 	}
 	return nil
 }
@@ -148,7 +159,7 @@ func SignFile(path string, o WriteOptions) error {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, make([]byte, ioChunk))
 	if err != nil {
 		return fmt.Errorf("sign %s: hash: %w", path, err)
 	}
