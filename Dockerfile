@@ -35,6 +35,11 @@ RUN CGO_ENABLED=1 go build -trimpath -tags netgo,osusergo,grpcnotrace -ldflags "
 # The reporter alone, pure Go: without the shim's code and client-go's
 # clientset it is a third of nodeshim's size (BENCHMARKS.md, footprint).
 RUN CGO_ENABLED=0 go build -trimpath -tags netgo,osusergo,grpcnotrace -ldflags "-s -w -X main.version=${VERSION} -X main.commit=${COMMIT}" -o /out/nodeshim-reporter ./cmd/nodeshim-reporter
+# The RuntimeClass handler's OCI runtime and its restoring half, pure Go,
+# which the DaemonSet's init container installs on the host
+# (deploy/runtimeclass, docs/runtimeclass.md).
+RUN CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o /out/nodeshim-runc ./cmd/nodeshim-runc
+RUN CGO_ENABLED=0 go build -trimpath -tags grpcnotrace -ldflags "-s -w" -o /out/nodeshim-runc-restore ./cmd/nodeshim-runc-restore
 
 # CRIU: Debian trixie's criu 4.1.1 (bookworm's 3.17 fails `criu check` on
 # kernels that map [vvar_vclock]) and the programs it runs: tar dumps and
@@ -67,5 +72,6 @@ RUN mkdir -p /out/usr/sbin /out/usr/bin /out/bin /out/lib64 /out/usr/lib/x86_64-
 FROM gcr.io/distroless/static-debian12:nonroot
 COPY --from=build /out/nodeshim /usr/bin/nodeshim
 COPY --from=build /out/nodeshim-reporter /usr/bin/nodeshim-reporter
+COPY --from=build /out/nodeshim-runc /out/nodeshim-runc-restore /usr/bin/
 COPY --from=criu /out/ /
 ENTRYPOINT ["/usr/bin/nodeshim"]

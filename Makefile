@@ -95,10 +95,12 @@ test-apt-deps:
 go-deps:
 	$(GO) mod download
 
-## build: build bin/nodeshim and bin/nodeshim-reporter
+## build: build bin/nodeshim, bin/nodeshim-reporter and the RuntimeClass handler's bin/nodeshim-runc{,-restore}
 build: deps
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeshim
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-reporter ./cmd/nodeshim-reporter
+	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-runc ./cmd/nodeshim-runc
+	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-runc-restore ./cmd/nodeshim-runc-restore
 
 ## run: build and run the main job on the embedded default configuration
 run: build $(RUN_DEPS)

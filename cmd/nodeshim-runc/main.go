@@ -6,16 +6,33 @@
 // imports the standard library only: it runs before every runtime call of
 // the handler, and Go runs every linked package's init at each start. See
 // runtimes/restoring and docs/runtimeclass.md.
+//
+// `nodeshim-runc --nodeshim-install DIR` copies it and
+// nodeshim-runc-restore from beside it into DIR: the DaemonSet's init
+// container installs them on the node so.
 package main
 
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
 
 func main() {
+	if len(os.Args) == 3 && os.Args[1] == restoring.InstallFlag {
+		exe, err := os.Executable()
+		if err == nil {
+			err = restoring.Install(filepath.Dir(exe), os.Args[2])
+		}
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "nodeshim-runc:", err)
+			os.Exit(1)
+		}
+		fmt.Printf("nodeshim-runc: installed %v into %s\n", restoring.Binaries, os.Args[2])
+		return
+	}
 	w, err := restoring.NewWrapper(os.Args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nodeshim-runc:", err)

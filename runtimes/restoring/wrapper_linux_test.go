@@ -107,3 +107,41 @@ func TestWrapperRoutes(t *testing.T) {
 		})
 	}
 }
+
+func TestInstall(t *testing.T) {
+	src, dst := t.TempDir(), filepath.Join(t.TempDir(), "opt", "bin")
+	for i, b := range Binaries {
+		if err := os.WriteFile(filepath.Join(src, b), []byte{byte(i)}, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for round := 0; round < 2; round++ {
+		// Twice: the second replaces what the first installed.
+		if err := Install(src, dst); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ents, err := os.ReadDir(dst)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != len(Binaries) {
+		t.Errorf("%s holds %d files, want the %d binaries and nothing else", dst, len(ents), len(Binaries))
+	}
+	for i, b := range Binaries {
+		fi, err := os.Stat(filepath.Join(dst, b))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := os.ReadFile(filepath.Join(dst, b))
+		if fi.Mode().Perm() != 0o755 || !bytes.Equal(got, []byte{byte(i)}) {
+			t.Errorf("%s: mode %v, content %v", b, fi.Mode(), got)
+		}
+	}
+	if err := Install(src, "relative"); err == nil {
+		t.Error("Install into a relative directory")
+	}
+	if err := Install(t.TempDir(), dst); err == nil {
+		t.Error("Install without the binaries")
+	}
+}

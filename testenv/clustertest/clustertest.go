@@ -134,6 +134,9 @@ type Env struct {
 	// CRIU and restore through CreateContainer) kubelet's runtime instead
 	// of containerd 1.6. Set it before the first use.
 	Containerd2 bool
+	// Handlers2 are runtime handlers added to containerd 2.x's config
+	// (runtimetest.Env.Handlers2). Set them before the first use.
+	Handlers2 []runtimetest.Handler
 
 	mu      sync.Mutex
 	rt      runtimetest.Env
@@ -179,6 +182,7 @@ func (e *Env) Cluster(t testing.TB) *Cluster {
 	bins.apiserver, bins.etcd = kubetest.Binaries(t)
 	var ctrd *runtimetest.Containerd
 	if e.Containerd2 {
+		e.rt.Handlers2 = e.Handlers2
 		ctrd = e.rt.Containerd2(t)
 	} else {
 		ctrd = e.rt.Containerd(t)

@@ -44,6 +44,7 @@ func HostSuite() []Decision {
 		{"testenv/fakecri", true, "a CRI server on a unix socket"},
 		{"internal/errdefs", true, "portable: no kernel dependency"},
 		{"e2e/podrestore", false, "its test is a Pod restored from a checkpoint image through kubelet on the single-node cluster"},
+		{"e2e/runtimeclass", false, "its test is a Pod restored under nodeshim's RuntimeClass through kubelet on the single-node cluster"},
 		{"e2e/fleet", false, "its benchmark is a fleet of reporters against a kube-apiserver with etcd; " +
 			"its parser tests are portable and run on the host"},
 		{"testenv/golden", true, "portable: golden files from the package's testdata"},

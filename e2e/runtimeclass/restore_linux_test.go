@@ -1,0 +1,260 @@
+// Package runtimeclass_test runs nodeshim's RuntimeClass on a single-node
+// cluster whose kubelet runs on containerd 2.x: a Pod with
+// runtimeClassName nodeshim and the restore.nodeshim.io/checkpoint
+// annotation starts restored through an unmodified kubelet.
+package runtimeclass_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
+	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/clustertest"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+)
+
+// handler is the containerd runtime handler and RuntimeClass name.
+const handler = "nodeshim"
+
+var (
+	// cluster2 is a cluster whose kubelet runs on containerd 2.x with the
+	// nodeshim handler.
+	cluster2 clustertest.Env
+	// ckptDir is the handler's checkpoint directory.
+	ckptDir string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	dir, err := os.MkdirTemp("", "nodeshim-runtimeclass-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	bins := filepath.Join(dir, "bin")
+	ckptDir = filepath.Join(dir, "checkpoints")
+	for _, d := range []string{bins, ckptDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	for _, b := range restoring.Binaries {
+		if out, err := exec.Command("go", "build", "-o", filepath.Join(bins, b), "github.com/nodeshim/nodeshim/cmd/"+b).CombinedOutput(); err != nil {
+			fmt.Fprintf(os.Stderr, "go build %s: %v\n%s", b, err, out)
+			return 1
+		}
+	}
+	if runc, err := exec.LookPath(runtimetest.RuntimeRunc); err == nil {
+		b, _ := json.Marshal(restoring.Config{Runtime: runc, CheckpointDir: ckptDir, WorkDir: filepath.Join(dir, "work"), Criu: os.Getenv("NODESHIM_CRIU")})
+		if err := os.WriteFile(restoring.ConfigPath(filepath.Join(bins, "nodeshim-runc")), b, 0o600); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+	}
+	cluster2 = clustertest.Env{Containerd2: true, Handlers2: []runtimetest.Handler{{
+		Name: handler, Binary: filepath.Join(bins, "nodeshim-runc"), PodAnnotations: []string{"restore.nodeshim.io/*"},
+	}}}
+	code := m.Run()
+	if err := cluster2.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
+}
+
+const counterScript = "i=0; while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done"
+
+// TestPodRestoredUnderRuntimeClass: nodeshim checkpoints a Pod's counter
+// into the checkpoint directory; the Pod is deleted, and a new Pod with
+// runtimeClassName nodeshim, the same container and image, and the
+// annotation naming the archive, reaches Running through kubelet with its
+// counter going on from where it was. The checkpointed Pod ran under the
+// RuntimeClass without the annotation, fresh; one naming a file outside
+// the checkpoint directory is refused with the reason in its status.
+func TestPodRestoredUnderRuntimeClass(t *testing.T) {
+	c := cluster2.Cluster(t)
+	bin := criutest.Require(t)
+	cs, err := kubernetes.NewForConfig(c.API.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: handler}, Handler: handler}
+	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	orig := counterPod("counter", nil)
+	runPod(t, cs, orig)
+	before := podCount(t, c, orig.Name, 5)
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Containerd.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	res, err := svc.Checkpoint(ctx, criu.ContainerRef{Namespace: orig.Namespace, Pod: orig.Name, Container: "counter"}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(res.Path) })
+	deletePod(t, cs, orig.Name)
+
+	start := time.Now()
+	restored := counterPod("counter-restored", map[string]string{restoring.AnnotationCheckpoint: filepath.Base(res.Path)})
+	runPod(t, cs, restored)
+	running := time.Since(start)
+	n := podCount(t, c, restored.Name, 0)
+	if n < before {
+		t.Fatalf("Pod %s counts %d, below the %d seen before the checkpoint: it was not restored", restored.Name, n, before)
+	}
+	next := podCount(t, c, restored.Name, n)
+	t.Logf("%s: checkpoint %s; Pod under RuntimeClass %s Running restored in %s; count %d before, %d then %d",
+		c.Containerd.Version, res.Total.Round(time.Millisecond), handler, running.Round(time.Millisecond), before, n, next)
+
+	hostile := counterPod("counter-hostile", map[string]string{restoring.AnnotationCheckpoint: "/etc/passwd"})
+	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostile, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePod(t, cs, hostile.Name) })
+	for {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, hostile.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// kubelet counts a container waiting to be restarted as running in
+		// the Pod's phase: what the container is decides.
+		for _, st := range p.Status.ContainerStatuses {
+			if st.State.Running != nil {
+				t.Fatalf("Pod %s naming /etc/passwd runs: %+v", hostile.Name, st)
+			}
+		}
+		if sts := p.Status.ContainerStatuses; len(sts) == 1 && sts[0].State.Waiting != nil &&
+			strings.Contains(sts[0].State.Waiting.Message, "not under the checkpoint directory") {
+			t.Logf("Pod %s: %s: %s", hostile.Name, sts[0].State.Waiting.Reason, sts[0].State.Waiting.Message)
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// counterPod is a Pod of one container, "counter", counting in /count,
+// under the nodeshim RuntimeClass, with annotations.
+func counterPod(name string, annotations map[string]string) *corev1.Pod {
+	var grace int64
+	rc := handler
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Annotations: annotations},
+		Spec: corev1.PodSpec{
+			RuntimeClassName:              &rc,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name: "counter", Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", counterScript},
+			}},
+		},
+	}
+}
+
+// runPod creates pod and waits until it is Running; go test's -timeout
+// bounds the wait.
+func runPod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePod(t, cs, pod.Name) })
+	for {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch p.Status.Phase {
+		case corev1.PodRunning:
+			return
+		case corev1.PodFailed, corev1.PodSucceeded:
+			t.Fatalf("Pod %s is %s: %+v", pod.Name, p.Status.Phase, p.Status.ContainerStatuses)
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if w := st.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
+				t.Fatalf("Pod %s: %s: %s", pod.Name, w.Reason, w.Message)
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// deletePod deletes the Pod at once and waits until it is gone.
+func deletePod(t *testing.T, cs kubernetes.Interface, name string) {
+	t.Helper()
+	ctx := context.Background()
+	var grace int64
+	err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Errorf("delete Pod %s: %v", name, err)
+		return
+	}
+	for {
+		if _, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// podCount waits until the running container "counter" of Pod name (found
+// through CRI by kubelet's labels) has counted past n, and returns its count.
+func podCount(t *testing.T, c *clustertest.Cluster, name string, n int) int {
+	t.Helper()
+	ctx := t.Context()
+	for {
+		list, err := c.Containerd.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			LabelSelector: map[string]string{runtimetest.LabelPodName: name, runtimetest.LabelContainerName: "counter"},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, ctr := range list.Containers {
+			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
+			if err != nil || resp.ExitCode != 0 {
+				continue
+			}
+			if v, err := strconv.Atoi(strings.TrimSpace(string(resp.Stdout))); err == nil && v > n {
+				return v
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
