@@ -153,6 +153,11 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 	if err := Unpack(stream, work); err != nil {
 		return res, fmt.Errorf("unpack %s: %w", archive, err)
 	}
+	// The rest of the stream, so that a signed archive's bytes are
+	// checked again to their end before CRIU reads what was unpacked.
+	if _, err := io.Copy(io.Discard, stream); err != nil {
+		return res, fmt.Errorf("unpack %s: %w", archive, err)
+	}
 	res.Unpack = time.Since(start)
 
 	rstart := time.Now()

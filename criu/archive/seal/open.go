@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
 	"os"
@@ -130,15 +131,22 @@ func (a *Archive) Reader() (*io.SectionReader, error) {
 // Stream returns a reader of the plain tar from its start for one
 // sequential pass, the fastest way through an encrypted archive (age's
 // streaming decryption; Reader's random access decrypts a chunk at a
-// time and is slower for a whole pass). For a plain archive it is Reader.
+// time and is slower for a whole pass). For a signed archive it hashes
+// the bytes again as they pass and, at their end, fails the read with
+// ErrUntrusted if they are no longer those Open verified: read it to its
+// end (io.Copy to io.Discard after the tar) before using what was read.
 func (a *Archive) Stream() (io.Reader, error) {
+	var raw io.Reader = io.NewSectionReader(a.f, 0, a.Size)
+	if a.Signature != nil {
+		raw = &rehash{r: raw, h: sha256.New(), want: digestHex(a.Signature.Digest), name: a.Name}
+	}
 	if !a.Encrypted {
-		return a.Reader()
+		return raw, nil
 	}
 	if len(a.ids) == 0 {
 		return nil, fmt.Errorf("%s is encrypted and no age identity is configured: %w", a.Name, ErrNoIdentity)
 	}
-	r, err := age.Decrypt(bufio.NewReaderSize(io.NewSectionReader(a.f, 0, a.Size), ioChunk), a.ids...)
+	r, err := age.Decrypt(bufio.NewReaderSize(raw, ioChunk), a.ids...)
 	if err != nil {
 		var nomatch *age.NoIdentityMatchError
 		if errors.As(err, &nomatch) {
@@ -147,6 +155,25 @@ func (a *Archive) Stream() (io.Reader, error) {
 		return nil, fmt.Errorf("decrypt %s: %w", a.Name, err)
 	}
 	return r, nil
+}
+
+// rehash hashes the archive's bytes as a pass reads them and, at their
+// end, fails the read unless they are still the bytes verified: the file
+// may be rewritten between Open's check and the pass that unpacks it.
+type rehash struct {
+	r    io.Reader
+	h    hash.Hash
+	want string
+	name string
+}
+
+func (x *rehash) Read(p []byte) (int, error) {
+	n, err := x.r.Read(p)
+	x.h.Write(p[:n])
+	if err == io.EOF && hex.EncodeToString(x.h.Sum(nil)) != x.want {
+		return n, untrusted(x.name, "digest mismatch: the archive changed after it was verified")
+	}
+	return n, err
 }
 
 // untrusted is a refusal naming the archive and why.

@@ -472,3 +472,55 @@ func TestSignFile(t *testing.T) {
 		t.Fatalf("changed byte: %v, want ErrUntrusted", err)
 	}
 }
+
+// TestChangedAfterVerification: an archive rewritten between Open and the
+// pass that unpacks it (same size; for the encrypted one a valid age file
+// to the same recipient) fails that pass at its end with ErrUntrusted.
+func TestChangedAfterVerification(t *testing.T) {
+	k := newKeys(t, "node-a")
+	content := plainTar(t)
+	for _, tc := range []struct {
+		name string
+		w    WriteOptions
+	}{
+		{"plain", WriteOptions{Signer: &k.signer}},
+		{"encrypted", WriteOptions{Signer: &k.signer, Recipients: []age.Recipient{k.id.Recipient()}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := write(t, t.TempDir(), content, tc.w)
+			// The replacement: the same tar with one byte changed, sealed
+			// the same way but never signed.
+			changed := bytes.Clone(content)
+			changed[len(changed)/2] ^= 0x01
+			other := write(t, t.TempDir(), changed, WriteOptions{Recipients: tc.w.Recipients})
+			f, err := os.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer f.Close()
+			a, err := Open(f, path, OpenOptions{Policy: trustAll(k), Identities: []age.Identity{k.id}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			b, err := os.ReadFile(other)
+			if err != nil {
+				t.Fatal(err)
+			}
+			w, err := os.OpenFile(path, os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, err := w.WriteAt(b, 0); err != nil || int64(n) != a.Size {
+				t.Fatalf("rewrote %d of %d bytes: %v", n, a.Size, err)
+			}
+			w.Close()
+			r, err := a.Stream()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := io.Copy(io.Discard, r); !errors.Is(err, ErrUntrusted) || !strings.Contains(err.Error(), "changed after it was verified") {
+				t.Fatalf("reading the rewritten archive: %v, want ErrUntrusted", err)
+			}
+		})
+	}
+}
