@@ -41,9 +41,16 @@ CONTAINERD2_CMDS    := containerd containerd-shim-runc-v2 ctr
 export NODESHIM_CRICTL := $(CRICTL)
 export NODESHIM_CONTAINERD2 := $(CONTAINERD2_DIR)
 
+# containerd v2.4.2, which has no restore of its own: nodeshim's
+# RuntimeClass (runtimes/restoring) must restore there too. Same build.
+CONTAINERD24_VERSION := v2.4.2
+CONTAINERD24_DIR     := $(TOOLS)/containerd-$(CONTAINERD24_VERSION)/bin
+CONTAINERD24         := $(CONTAINERD24_DIR)/containerd
+export NODESHIM_CONTAINERD24 := $(CONTAINERD24_DIR)
+
 .PHONY: runtime-testenv runtime-check
 ## runtime-testenv: build crictl and containerd 2.x, check the runtimes the container tests start
-runtime-testenv: $(CRICTL) $(CONTAINERD2) runtime-check
+runtime-testenv: $(CRICTL) $(CONTAINERD2) $(CONTAINERD24) runtime-check
 
 $(CRICTL):
 	@mkdir -p $(TOOLS)/bin
@@ -64,6 +71,16 @@ $(CONTAINERD2):
 	$(CONTAINERD2_DIR).tmp/containerd --version | grep -qF ' $(CONTAINERD2_VERSION)'
 	rm -rf $(CONTAINERD2_DIR)
 	mv $(CONTAINERD2_DIR).tmp $(CONTAINERD2_DIR)
+
+$(CONTAINERD24):
+	rm -rf $(CONTAINERD24_DIR).tmp
+	@mkdir -p $(CONTAINERD24_DIR).tmp
+	GOBIN=$(CONTAINERD24_DIR).tmp CGO_ENABLED=1 $(GO) install -trimpath \
+		-ldflags '-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD24_VERSION)' \
+		$(foreach c,$(CONTAINERD2_CMDS),github.com/containerd/containerd/v2/cmd/$(c)@$(CONTAINERD24_VERSION))
+	$(CONTAINERD24_DIR).tmp/containerd --version | grep -qF ' $(CONTAINERD24_VERSION)'
+	rm -rf $(CONTAINERD24_DIR)
+	mv $(CONTAINERD24_DIR).tmp $(CONTAINERD24_DIR)
 
 # Each binary the tests run, and a note (not a failure) when the machine's
 # own containerd is running: the tests use their own sockets and state, so

@@ -116,7 +116,10 @@ func (e *Env) Containerd2(t testing.TB) *Containerd {
 	testutil.RequireRoot(t)
 	// The kernel-matrix guests carry no container runtime ("containerd").
 	testutil.SkipIfGuestLacks(t, "containerd")
-	dir := os.Getenv(EnvContainerd2)
+	dir := e.Containerd2Dir
+	if dir == "" {
+		dir = os.Getenv(EnvContainerd2)
+	}
 	if dir == "" {
 		testutil.Skip(t, "needs containerd 2.x: %s names the directory of its binaries (make test builds it under .tools)", EnvContainerd2)
 	}

@@ -199,6 +199,10 @@ type Env struct {
 	// Handlers2 are runtime handlers added to Containerd2's config beside
 	// runc; set them before its first use.
 	Handlers2 []Handler
+	// Containerd2Dir, when set, is the directory of the containerd 2.x
+	// binaries Containerd2 runs instead of NODESHIM_CONTAINERD2's (another
+	// 2.x release); set it before the first use.
+	Containerd2Dir string
 
 	podman    *Podman
 	podmanErr error

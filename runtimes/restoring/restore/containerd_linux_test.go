@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
@@ -28,8 +29,14 @@ import (
 // Handler is the runtime handler of nodeshim-runc in the tests' containerd.
 const Handler = "nodeshim"
 
+// EnvContainerd24 names the directory of containerd v2.4.2's binaries
+// (mk/runtime.mk builds them): the release without a restore of its own.
+const EnvContainerd24 = "NODESHIM_CONTAINERD24"
+
 var (
-	rt runtimetest.Env
+	// rt runs containerd 2.3.7 (NODESHIM_CONTAINERD2), rt24 v2.4.2, each
+	// with the nodeshim handler.
+	rt, rt24 runtimetest.Env
 	// bins holds nodeshim-runc, nodeshim-runc-restore and the config.
 	bins string
 	// ckptDir is the handler's checkpoint directory, workDir its work
@@ -72,11 +79,28 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	rt.Handlers2 = []runtimetest.Handler{{
+	handlers := []runtimetest.Handler{{
 		Name: Handler, Binary: filepath.Join(bins, "nodeshim-runc"),
 		PodAnnotations: []string{"restore.nodeshim.io/*"},
 	}}
-	return rt.Main(m)
+	rt.Handlers2, rt24.Handlers2 = handlers, handlers
+	rt24.Containerd2Dir = os.Getenv(EnvContainerd24)
+	code := m.Run()
+	if err := rt24.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if err := rt.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	return code
 }
 
 // counter is the workload: a shell that counts into /count.
@@ -134,7 +158,7 @@ func criCheckpoint(t testing.TB, c *runtimetest.Containerd, ctr *runtimetest.Con
 
 // nodeshimCheckpoint checkpoints ctr with nodeshim's checkpoint service
 // into the checkpoint directory and returns the archive's name there.
-func nodeshimCheckpoint(t *testing.T, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
+func nodeshimCheckpoint(t testing.TB, c *runtimetest.Containerd, ctr *runtimetest.Container) string {
 	t.Helper()
 	bin := criutest.Require(t)
 	svc := checkpoint.New(checkpoint.Options{
@@ -167,8 +191,21 @@ func restorePod(t *testing.T, c *runtimetest.Containerd, ckpt string) *runtimete
 // on from at least before.
 func checkRestored(t *testing.T, pod *runtimetest.Pod, before int) {
 	t.Helper()
+	ctr := startRestored(t, pod, "counter", before)
+	ctr.Stop(t, 0)
+	if st := ctr.Status(t); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
+		t.Fatalf("stopped restored container is %v", st.State)
+	}
+	ctr.Remove(t)
+	checkNothingLeft(t)
+}
+
+// startRestored creates and starts container name in pod and checks
+// that it counts on from at least before and writes to its CRI log.
+func startRestored(t *testing.T, pod *runtimetest.Pod, name string, before int) *runtimetest.Container {
+	t.Helper()
 	start := time.Now()
-	ctr := pod.CreateContainer(t, runtimetest.ContainerOptions{Name: "counter", Command: counter})
+	ctr := pod.CreateContainer(t, runtimetest.ContainerOptions{Name: name, Command: counter})
 	created := time.Since(start)
 	ctr.Start(t)
 	t.Logf("CreateContainer (restore) %s, StartContainer %s", created, time.Since(start)-created)
@@ -192,12 +229,7 @@ func checkRestored(t *testing.T, pod *runtimetest.Pod, before int) {
 		}
 		return nil
 	})
-	ctr.Stop(t, 0)
-	if st := ctr.Status(t); st.State != runtimeapi.ContainerState_CONTAINER_EXITED {
-		t.Fatalf("stopped restored container is %v", st.State)
-	}
-	ctr.Remove(t)
-	checkNothingLeft(t)
+	return ctr
 }
 
 // checkNothingLeft checks that no restore left a work directory.
@@ -223,6 +255,72 @@ func TestRestoresContainerdCheckpoint(t *testing.T) {
 	ctr.Stop(t, 0)
 	ctr.Remove(t)
 	checkRestored(t, restorePod(t, c, name), before)
+}
+
+// TestRestoresOnContainerd24: containerd v2.4.2 has no restore of its
+// own; under the nodeshim handler nodeshim's archive and containerd's CRI
+// checkpoint of a counter restore there all the same.
+func TestRestoresOnContainerd24(t *testing.T) {
+	if os.Getenv(EnvContainerd24) == "" {
+		testutil.Skip(t, "needs containerd v2.4.2: %s names the directory of its binaries (make test builds it under .tools)", EnvContainerd24)
+	}
+	c := rt24.Containerd2(t)
+	if !strings.Contains(c.Version, "v2.4.") {
+		t.Fatalf("%s runs %s, not v2.4", EnvContainerd24, c.Version)
+	}
+	for _, tc := range []struct {
+		name       string
+		checkpoint func(testing.TB, *runtimetest.Containerd, *runtimetest.Container) string
+	}{{"nodeshim", nodeshimCheckpoint}, {"containerd CRI", criCheckpoint}} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctr, before := runCounter(t, c)
+			name := tc.checkpoint(t, c, ctr)
+			ctr.Stop(t, 0)
+			ctr.Remove(t)
+			checkRestored(t, restorePod(t, c, name), before)
+		})
+	}
+}
+
+// TestRestoresPodCheckpoint: nodeshim's pod checkpoint (criu/pod) of a
+// two-container pod, named by its directory, restores both containers in
+// a new pod under the nodeshim handler, each from its own archive, both
+// counters going on.
+func TestRestoresPodCheckpoint(t *testing.T) {
+	c := rt.Containerd2(t)
+	bin := criutest.Require(t)
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+	var before []int
+	for _, name := range []string{"counter", "sidecar"} {
+		ctr := pod.Run(t, runtimetest.ContainerOptions{Name: name, Command: counter})
+		before = append(before, waitCount(t, ctr, 10))
+	}
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: pod.Config.Metadata.Namespace, Name: pod.Config.Metadata.Name}, checkpoint.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	t.Logf("pod checkpoint %s: frozen %s, total %s", filepath.Base(res.Path), res.Frozen, res.Total)
+	if err := pod.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	restored := restorePod(t, c, filepath.Base(res.Path))
+	for i, name := range []string{"counter", "sidecar"} {
+		startRestored(t, restored, name, before[i])
+	}
+	if err := restored.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t)
 }
 
 // TestRestoresNodeshimCheckpoint: the same from nodeshim's archive, named

@@ -12,6 +12,7 @@ import (
 	"path"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,6 +20,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
@@ -96,7 +98,7 @@ func (r *Restore) Run() (Timings, error) {
 	if r.Call.ConsoleSocket != "" {
 		return tm, fmt.Errorf("%w: the container asks for a terminal, which a restore cannot attach", ErrUnsupported)
 	}
-	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint)
+	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
 	if err != nil {
 		return tm, err
 	}
@@ -179,13 +181,15 @@ func (r *Restore) bundle() string {
 	return r.Call.Bundle
 }
 
-// OpenCheckpoint opens the archive value names beneath dir: value is
-// relative to dir, or an absolute path under it. Every component is
-// resolved beneath dir (os.Root: no "..", no symlink leads out), and
-// only a regular file is opened; anything else is refused with
-// ErrRefused, so that a Pod's annotation never makes the node read an
-// arbitrary host path. It returns the file and its path.
-func OpenCheckpoint(dir, value string) (*os.File, string, error) {
+// OpenCheckpoint opens the archive of container that value names beneath
+// dir: value is relative to dir, or an absolute path under it, and names
+// a container archive, or a pod checkpoint (criu/pod: a directory with a
+// manifest and one archive per container), whose archive of container is
+// taken. Every component is resolved beneath dir (os.Root: no "..", no
+// symlink leads out), and only a regular file is opened; anything else is
+// refused with ErrRefused, so that a Pod's annotation never makes the node
+// read an arbitrary host path. It returns the file and its path.
+func OpenCheckpoint(dir, value, container string) (*os.File, string, error) {
 	if value == "" {
 		return nil, "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
 	}
@@ -202,6 +206,27 @@ func OpenCheckpoint(dir, value string) (*os.File, string, error) {
 		return nil, "", fmt.Errorf("open the checkpoint directory %s: %w", dir, err)
 	}
 	defer root.Close()
+	if fi, err := root.Stat(rel); err == nil && fi.IsDir() {
+		mf, err := archive.OpenMember(root, filepath.Join(rel, pod.ManifestFile), 4<<20)
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
+		}
+		m, err := pod.DecodeManifest(mf)
+		mf.Close()
+		if err != nil {
+			return nil, "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
+		}
+		i := slices.IndexFunc(m.Containers, func(c pod.Container) bool { return c.Name == container })
+		if i < 0 {
+			names := make([]string, len(m.Containers))
+			for j, c := range m.Containers {
+				names[j] = c.Name
+			}
+			return nil, "", fmt.Errorf("%w: pod checkpoint %q of %s/%s has no container %q, only %q", ErrRefused, value, m.Namespace, m.Name, container, names)
+		}
+		// A plain file name (Manifest.Validate), beside the manifest.
+		rel = filepath.Join(rel, m.Containers[i].Archive)
+	}
 	f, err := archive.OpenMember(root, rel, 1<<62)
 	if err != nil {
 		return nil, "", fmt.Errorf("%w: %s %q: %w", ErrRefused, restoring.AnnotationCheckpoint, value, err)

@@ -121,8 +121,9 @@ func TestNormalizeImage(t *testing.T) {
 	}
 }
 
-// TestOpenCheckpointRefusesOutside: a Pod's annotation names a file under
-// the checkpoint directory or nothing; every way out is refused.
+// TestOpenCheckpointRefusesOutside: a Pod's annotation names a file, or a
+// pod checkpoint's archive of the container, under the checkpoint
+// directory, or nothing; every way out is refused.
 func TestOpenCheckpointRefusesOutside(t *testing.T) {
 	base := t.TempDir()
 	dir := filepath.Join(base, "checkpoints")
@@ -145,30 +146,67 @@ func TestOpenCheckpointRefusesOutside(t *testing.T) {
 	if err := syscall.Mkfifo(filepath.Join(dir, "fifo.tar"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Pod checkpoints (criu/pod): a manifest naming an archive per
+	// container. In "pod" both are files; in "pod-links" the archive is a
+	// symlink out of the checkpoint directory; in "pod-manifest-link" the
+	// manifest is.
+	manifest, err := os.ReadFile("../../../criu/pod/testdata/manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const appArchive = "checkpoint-web-0_default-app-2026-11-28T03:30:00Z.tar"
+	for _, d := range []string{"pod", "pod-links", "pod-manifest-link"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, body := range map[string][]byte{"pod/manifest.json": manifest, "pod/" + appArchive: []byte("x"), "pod-links/manifest.json": manifest} {
+		if err := os.WriteFile(filepath.Join(dir, p), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "manifest.json"), manifest, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"pod-links/" + appArchive: outside, "pod-manifest-link/manifest.json": filepath.Join(base, "manifest.json")} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		value string
 		ok    bool
+		ctr   string // "" is "app"
 	}{
-		{"ok.tar", true},
-		{"sub/ok.tar", true},
-		{filepath.Join(dir, "ok.tar"), true},
-		{"in-link.tar", true},
-		{"", false},
-		{outside, false},
-		{"/etc/passwd", false},
-		{"../secret.tar", false},
-		{"sub/../../secret.tar", false},
-		{dir + "/../secret.tar", false},
-		{"abs-link.tar", false},
-		{"rel-link.tar", false},
-		{"dir-link/secret.tar", false},
-		{"fifo.tar", false},
-		{"sub", false},
-		{"missing.tar", false},
-		{"/proc/self/root/etc/passwd", false},
+		{"pod", true, ""},
+		{filepath.Join(dir, "pod"), true, ""},
+		{"pod", false, "sidecar"}, // named in the manifest, its archive missing
+		{"pod", false, "other"},
+		{"pod-links", false, ""},
+		{"pod-manifest-link", false, ""},
+		{"ok.tar", true, ""},
+		{"sub/ok.tar", true, ""},
+		{filepath.Join(dir, "ok.tar"), true, ""},
+		{"in-link.tar", true, ""},
+		{"", false, ""},
+		{outside, false, ""},
+		{"/etc/passwd", false, ""},
+		{"../secret.tar", false, ""},
+		{"sub/../../secret.tar", false, ""},
+		{dir + "/../secret.tar", false, ""},
+		{"abs-link.tar", false, ""},
+		{"rel-link.tar", false, ""},
+		{"dir-link/secret.tar", false, ""},
+		{"fifo.tar", false, ""},
+		{"sub", false, ""},
+		{"missing.tar", false, ""},
+		{"/proc/self/root/etc/passwd", false, ""},
 	} {
-		t.Run(tc.value, func(t *testing.T) {
-			f, _, err := OpenCheckpoint(dir, tc.value)
+		if tc.ctr == "" {
+			tc.ctr = "app"
+		}
+		t.Run(tc.value+"/"+tc.ctr, func(t *testing.T) {
+			f, _, err := OpenCheckpoint(dir, tc.value, tc.ctr)
 			if tc.ok {
 				if err != nil {
 					t.Fatal(err)
