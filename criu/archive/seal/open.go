@@ -54,8 +54,12 @@ type Archive struct {
 	// Size is the archive file's size when it was opened.
 	Size int64
 
-	f   *os.File
-	ids []age.Identity
+	f *os.File
+	// key decrypts an encrypted archive: the file key Open unwrapped,
+	// pinned, so that a file replaced after Open (another age file to
+	// the same recipients) fails every read (its header MAC and chunks
+	// are keyed by its own file key).
+	key age.Identity
 	// plain is the decrypted view of an encrypted archive, of plainSize
 	// bytes, once Reader made it.
 	plain     io.ReaderAt
@@ -74,7 +78,7 @@ func Open(f *os.File, name string, o OpenOptions) (*Archive, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stat %s: %w", name, err)
 	}
-	a := &Archive{Name: name, Size: fi.Size(), f: f, ids: o.Identities}
+	a := &Archive{Name: name, Size: fi.Size(), f: f}
 	if o.Policy != nil {
 		if a.Signature, err = verify(f, name, a.Size, o.Policy); err != nil {
 			return nil, err
@@ -89,11 +93,30 @@ func Open(f *os.File, name string, o OpenOptions) (*Archive, error) {
 	if a.Encrypted {
 		// Unwrap the file key now, so that a node without the key is
 		// told so before any work starts.
-		if _, err := a.Reader(); err != nil {
-			return nil, err
+		if len(o.Identities) == 0 {
+			return nil, fmt.Errorf("%s is encrypted and no age identity is configured: %w", name, ErrNoIdentity)
 		}
+		hdr, err := age.ExtractHeader(io.NewSectionReader(f, 0, a.Size))
+		if err != nil {
+			return nil, fmt.Errorf("decrypt %s: %w", name, err)
+		}
+		key, err := age.DecryptHeader(hdr, o.Identities...)
+		if err != nil {
+			return nil, a.decryptError(err, len(o.Identities))
+		}
+		a.key = age.NewInjectedFileKeyIdentity(key)
 	}
 	return a, nil
+}
+
+// decryptError says that none of n identities matched, or what else
+// failed.
+func (a *Archive) decryptError(err error, n int) error {
+	var nomatch *age.NoIdentityMatchError
+	if errors.As(err, &nomatch) {
+		return fmt.Errorf("%s: none of the %d configured age identities is a recipient of it: %w", a.Name, n, ErrNoIdentity)
+	}
+	return fmt.Errorf("decrypt %s: %w", a.Name, err)
 }
 
 // Reader returns a reader of the plain tar from its start, decrypting an
@@ -111,18 +134,11 @@ func (a *Archive) Reader() (*io.SectionReader, error) {
 	if a.plain != nil {
 		return io.NewSectionReader(a.plain, 0, a.plainSize), nil
 	}
-	if len(a.ids) == 0 {
-		return nil, fmt.Errorf("%s is encrypted and no age identity is configured: %w", a.Name, ErrNoIdentity)
-	}
 	// DecryptReaderAt authenticates the last chunk, and so the plain
 	// size, before it returns.
-	r, n, err := age.DecryptReaderAt(raw, a.Size, a.ids...)
+	r, n, err := age.DecryptReaderAt(raw, a.Size, a.key)
 	if err != nil {
-		var nomatch *age.NoIdentityMatchError
-		if errors.As(err, &nomatch) {
-			return nil, fmt.Errorf("%s: none of the %d configured age identities is a recipient of it: %w", a.Name, len(a.ids), ErrNoIdentity)
-		}
-		return nil, fmt.Errorf("decrypt %s: %w", a.Name, err)
+		return nil, a.changed(err)
 	}
 	a.plain, a.plainSize = r, n
 	return io.NewSectionReader(r, 0, n), nil
@@ -131,30 +147,31 @@ func (a *Archive) Reader() (*io.SectionReader, error) {
 // Stream returns a reader of the plain tar from its start for one
 // sequential pass, the fastest way through an encrypted archive (age's
 // streaming decryption; Reader's random access decrypts a chunk at a
-// time and is slower for a whole pass). For a signed archive it hashes
-// the bytes again as they pass and, at their end, fails the read with
-// ErrUntrusted if they are no longer those Open verified: read it to its
-// end (io.Copy to io.Discard after the tar) before using what was read.
+// time and is slower for a whole pass). An archive changed after Open
+// fails the read: an encrypted one at the first chunk not sealed with the
+// file key Open unwrapped (age authenticates each), a signed plain one at
+// its end, where the bytes hashed again as they passed are compared with
+// the signed digest. Read it to its end (io.Copy to io.Discard after the
+// tar) before using what was read.
 func (a *Archive) Stream() (io.Reader, error) {
 	var raw io.Reader = io.NewSectionReader(a.f, 0, a.Size)
-	if a.Signature != nil {
-		raw = &rehash{r: raw, h: sha256.New(), want: digestHex(a.Signature.Digest), name: a.Name}
-	}
 	if !a.Encrypted {
+		if a.Signature != nil {
+			raw = &rehash{r: raw, h: sha256.New(), want: digestHex(a.Signature.Digest), name: a.Name}
+		}
 		return raw, nil
 	}
-	if len(a.ids) == 0 {
-		return nil, fmt.Errorf("%s is encrypted and no age identity is configured: %w", a.Name, ErrNoIdentity)
-	}
-	r, err := age.Decrypt(bufio.NewReaderSize(raw, ioChunk), a.ids...)
+	r, err := age.Decrypt(bufio.NewReaderSize(raw, ioChunk), a.key)
 	if err != nil {
-		var nomatch *age.NoIdentityMatchError
-		if errors.As(err, &nomatch) {
-			return nil, fmt.Errorf("%s: none of the %d configured age identities is a recipient of it: %w", a.Name, len(a.ids), ErrNoIdentity)
-		}
-		return nil, fmt.Errorf("decrypt %s: %w", a.Name, err)
+		return nil, a.changed(err)
 	}
 	return r, nil
+}
+
+// changed is the refusal of an encrypted archive that no longer decrypts
+// with the file key Open unwrapped from it.
+func (a *Archive) changed(err error) error {
+	return untrusted(a.Name, "the encrypted archive is corrupt or changed after it was opened (%v)", err)
 }
 
 // rehash hashes the archive's bytes as a pass reads them and, at their
