@@ -88,11 +88,11 @@ func run(m *testing.M) int {
 
 const counterScript = "i=0; while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done"
 
-// TestPodRestoredUnderRuntimeClass: nodeshim checkpoints a Pod's counter
-// into the checkpoint directory; the Pod is deleted, and a new Pod with
-// runtimeClassName nodeshim, the same container and image, and the
-// annotation naming the archive, reaches Running through kubelet with its
-// counter going on from where it was. The checkpointed Pod ran under the
+// TestPodRestoredUnderRuntimeClass: nodeshim takes a pod checkpoint of a
+// two-container Pod into the checkpoint directory; the Pod is deleted, and
+// a new Pod with runtimeClassName nodeshim, the same containers and
+// images, and the annotation naming the pod checkpoint, reaches Running
+// through kubelet with both counters going on from where they were. The checkpointed Pod ran under the
 // RuntimeClass without the annotation, fresh; one naming a file outside
 // the checkpoint directory is refused with the reason in its status.
 func TestPodRestoredUnderRuntimeClass(t *testing.T) {
@@ -110,7 +110,10 @@ func TestPodRestoredUnderRuntimeClass(t *testing.T) {
 
 	orig := counterPod("counter", nil)
 	runPod(t, cs, orig)
-	before := podCount(t, c, orig.Name, 5)
+	var before []int
+	for _, ctr := range containers {
+		before = append(before, podCount(t, c, orig.Name, ctr, 5))
+	}
 	svc := checkpoint.New(checkpoint.Options{
 		Settings: func() checkpoint.Settings {
 			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Containerd.Address}
@@ -120,24 +123,27 @@ func TestPodRestoredUnderRuntimeClass(t *testing.T) {
 		Model:    status.New(nil),
 	})
 	defer svc.Close()
-	res, err := svc.Checkpoint(ctx, criu.ContainerRef{Namespace: orig.Namespace, Pod: orig.Name, Container: "counter"}, 0)
+	res, err := svc.CheckpointPod(ctx, checkpoint.PodRef{Namespace: orig.Namespace, Name: orig.Name}, checkpoint.PodOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.Remove(res.Path) })
+	t.Cleanup(func() { os.RemoveAll(res.Path) })
 	deletePod(t, cs, orig.Name)
 
 	start := time.Now()
 	restored := counterPod("counter-restored", map[string]string{restoring.AnnotationCheckpoint: filepath.Base(res.Path)})
 	runPod(t, cs, restored)
 	running := time.Since(start)
-	n := podCount(t, c, restored.Name, 0)
-	if n < before {
-		t.Fatalf("Pod %s counts %d, below the %d seen before the checkpoint: it was not restored", restored.Name, n, before)
+	for i, ctr := range containers {
+		n := podCount(t, c, restored.Name, ctr, 0)
+		if n < before[i] {
+			t.Fatalf("Pod %s's %s counts %d, below the %d seen before the checkpoint: it was not restored", restored.Name, ctr, n, before[i])
+		}
+		next := podCount(t, c, restored.Name, ctr, n)
+		t.Logf("%s: count %d before, %d then %d", ctr, before[i], n, next)
 	}
-	next := podCount(t, c, restored.Name, n)
-	t.Logf("%s: checkpoint %s; Pod under RuntimeClass %s Running restored in %s; count %d before, %d then %d",
-		c.Containerd.Version, res.Total.Round(time.Millisecond), handler, running.Round(time.Millisecond), before, n, next)
+	t.Logf("%s: pod checkpoint %s (frozen %s); Pod under RuntimeClass %s Running restored in %s",
+		c.Containerd.Version, res.Total.Round(time.Millisecond), res.Frozen.Round(time.Millisecond), handler, running.Round(time.Millisecond))
 
 	hostile := counterPod("counter-hostile", map[string]string{restoring.AnnotationCheckpoint: "/etc/passwd"})
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostile, metav1.CreateOptions{}); err != nil {
@@ -156,7 +162,7 @@ func TestPodRestoredUnderRuntimeClass(t *testing.T) {
 				t.Fatalf("Pod %s naming /etc/passwd runs: %+v", hostile.Name, st)
 			}
 		}
-		if sts := p.Status.ContainerStatuses; len(sts) == 1 && sts[0].State.Waiting != nil &&
+		if sts := p.Status.ContainerStatuses; len(sts) > 0 && sts[0].State.Waiting != nil &&
 			strings.Contains(sts[0].State.Waiting.Message, "not under the checkpoint directory") {
 			t.Logf("Pod %s: %s: %s", hostile.Name, sts[0].State.Waiting.Reason, sts[0].State.Waiting.Message)
 			break
@@ -165,8 +171,11 @@ func TestPodRestoredUnderRuntimeClass(t *testing.T) {
 	}
 }
 
-// counterPod is a Pod of one container, "counter", counting in /count,
-// under the nodeshim RuntimeClass, with annotations.
+// containers are the two containers of the counter Pod.
+var containers = []string{"counter", "sidecar"}
+
+// counterPod is a Pod of two containers counting in /count, under the
+// nodeshim RuntimeClass, with annotations.
 func counterPod(name string, annotations map[string]string) *corev1.Pod {
 	var grace int64
 	rc := handler
@@ -176,7 +185,10 @@ func counterPod(name string, annotations map[string]string) *corev1.Pod {
 			RuntimeClassName:              &rc,
 			TerminationGracePeriodSeconds: &grace,
 			Containers: []corev1.Container{{
-				Name: "counter", Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Name: containers[0], Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
+				Command: []string{"sh", "-c", counterScript},
+			}, {
+				Name: containers[1], Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
 				Command: []string{"sh", "-c", counterScript},
 			}},
 		},
@@ -233,21 +245,21 @@ func deletePod(t *testing.T, cs kubernetes.Interface, name string) {
 	}
 }
 
-// podCount waits until the running container "counter" of Pod name (found
+// podCount waits until the running container ctr of Pod name (found
 // through CRI by kubelet's labels) has counted past n, and returns its count.
-func podCount(t *testing.T, c *clustertest.Cluster, name string, n int) int {
+func podCount(t *testing.T, c *clustertest.Cluster, name, ctr string, n int) int {
 	t.Helper()
 	ctx := t.Context()
 	for {
 		list, err := c.Containerd.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-			LabelSelector: map[string]string{runtimetest.LabelPodName: name, runtimetest.LabelContainerName: "counter"},
+			LabelSelector: map[string]string{runtimetest.LabelPodName: name, runtimetest.LabelContainerName: ctr},
 		}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, ctr := range list.Containers {
-			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
+		for _, lc := range list.Containers {
+			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
 			if err != nil || resp.ExitCode != 0 {
 				continue
 			}
