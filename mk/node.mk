@@ -4,7 +4,10 @@
 # containerd $(NODE_CONTAINERD_VERSION) as a systemd service with
 # `SystemdCgroup = true` and runc $(NODE_RUNC_VERSION), and `nodeshim serve`
 # as a systemd service, on Debian trixie's 6.12 kernel and userland
-# (debootstrap; CRIU 4.1.1, crun 1.21, systemd 257).
+# (debootstrap; CRIU 4.1.1, crun 1.21, systemd 257). kubelet
+# $(KUBE_GUEST_VERSION) (mk/reporter.mk's kube-guest) joins a control plane
+# of the same version that the harness starts on the host's loopback; the
+# node reaches it through QEMU's restricted user-mode network.
 #
 # runc and containerd are built from the Go module proxy on the host, once
 # per version, under .tools/.cache/node; nodeshim itself and the scenarios'
@@ -63,8 +66,10 @@ node-lint: deps $(STATICCHECK)
 	$(GO) vet -tags nodevm ./testenv/nodevm/...
 	$(STATICCHECK) -tags nodevm ./testenv/nodevm/...
 
-## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5) under QEMU and run the node scenarios
-vmtest-node: node-apt-deps node-lint node-tools $(NODEVM)
+## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5, kubelet 1.37) under QEMU and run the node scenarios
+vmtest-node: node-apt-deps node-lint node-tools kube-guest $(NODEVM)
 	$(NODEVM) -root $(CURDIR) -cache $(CACHE)/vmtest/node -timeout $(NODE_TIMEOUT) \
 		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -crictl $(CRICTL) \
+		-kubelet $(TOOLS)/bin/kubelet-$(KUBE_GUEST_VERSION) -kube-apiserver $(TOOLS)/bin/kube-apiserver-$(KUBE_GUEST_VERSION) \
+		-kube-controller-manager $(TOOLS)/bin/kube-controller-manager-$(KUBE_GUEST_VERSION) -etcd $(ETCD) \
 		-ldflags '$(LDFLAGS)' -tags '$(GOTAGS)' $(if $(NODE_NODESHIM),-nodeshim $(NODE_NODESHIM)) $(NODE_FLAGS)

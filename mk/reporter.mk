@@ -38,10 +38,23 @@ KUBE_NODE_BINS  := $(foreach c,kubelet kube-controller-manager kube-scheduler,$(
 KUBE_TOOLS_SUM  := $(KUBE_TOOLS_MOD)/go.sum
 # What Kubernetes' own build stamps in (hack/lib/version.sh), so that
 # --version and /version say which release this is.
-KUBE_LDFLAGS    := -X k8s.io/component-base/version.gitVersion=v$(KUBE_VERSION) \
-	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(KUBE_VERSION))) \
-	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(KUBE_VERSION))) \
+kube-ldflags     = -X k8s.io/component-base/version.gitVersion=v$(1) \
+	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(1))) \
+	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(1))) \
 	-X k8s.io/component-base/version.gitTreeState=clean
+KUBE_LDFLAGS    := $(call kube-ldflags,$(KUBE_VERSION))
+
+# The node guest's Kubernetes (testenv/nodevm): kubelet at the newest minor
+# the proxy serves, and the control plane it joins at the same version (a
+# kubelet newer than its API server is outside the version skew policy). A
+# second tools module beside the first, written and built the same way; 1.37
+# moved two more packages to staging (cri-streaming, streaming).
+KUBE_GUEST_VERSION := 1.37.2
+KUBE_GUEST_STAGING_VERSION := v0.37.2
+KUBE_GUEST_STAGING := $(KUBE_STAGING) cri-streaming streaming
+KUBE_GUEST_TOOLS_MOD := $(TOOLS)/kube-$(KUBE_GUEST_VERSION)
+KUBE_GUEST_TOOLS_SUM := $(KUBE_GUEST_TOOLS_MOD)/go.sum
+KUBE_GUEST_BINS := $(foreach c,$(KUBE_COMMANDS),$(TOOLS)/bin/$(c)-$(KUBE_GUEST_VERSION))
 
 ETCD_SUITE      := trixie
 ETCD_PREFIX     := $(TOOLS)/etcd-$(ETCD_SUITE)
@@ -56,27 +69,38 @@ export NODESHIM_KUBELET := $(TOOLS)/bin/kubelet-$(KUBE_VERSION)
 export NODESHIM_KUBE_CONTROLLER_MANAGER := $(TOOLS)/bin/kube-controller-manager-$(KUBE_VERSION)
 export NODESHIM_KUBE_SCHEDULER := $(TOOLS)/bin/kube-scheduler-$(KUBE_VERSION)
 
-.PHONY: kube-testenv kube-node
+.PHONY: kube-testenv kube-node kube-guest
 ## kube-testenv: build the Kubernetes binaries and unpack etcd for the tests
 kube-testenv: $(KUBE_APISERVER) $(KUBE_NODE_BINS) $(ETCD)
 ## kube-node: build kubelet, kube-controller-manager and kube-scheduler
 kube-node: $(KUBE_NODE_BINS)
+## kube-guest: build the node guest's Kubernetes $(KUBE_GUEST_VERSION) (kubelet and its control plane)
+kube-guest: $(KUBE_GUEST_BINS) $(ETCD)
 
 # The tools module, written and tidied once for all four commands. A module
 # written by an older version of this file (kube-apiserver only) is
 # rewritten: its tools.go lacks kubelet.
-$(KUBE_TOOLS_SUM):
-	@mkdir -p $(KUBE_TOOLS_MOD)
-	cd $(KUBE_TOOLS_MOD) && { \
+# $(call kube-tools-mod,DIR,VERSION,STAGING_VERSION,STAGING): write and tidy
+# the tools module DIR for k8s.io/kubernetes VERSION.
+define kube-tools-mod
+	@mkdir -p $(1)
+	cd $(1) && { \
 		echo 'module nodeshim.local/kubetools'; echo; echo 'go 1.24'; echo; \
-		echo 'require k8s.io/kubernetes v$(KUBE_VERSION)'; echo; \
-		for m in $(KUBE_STAGING); do echo "replace k8s.io/$$m => k8s.io/$$m $(KUBE_STAGING_VERSION)"; done; \
+		echo 'require k8s.io/kubernetes v$(2)'; echo; \
+		for m in $(4); do echo "replace k8s.io/$$m => k8s.io/$$m $(3)"; done; \
 	} > go.mod && { \
 		echo '//go:build tools'; echo; echo 'package kubetools'; echo; echo 'import ('; \
 		for c in $(KUBE_COMMANDS); do printf '\t_ "k8s.io/kubernetes/cmd/%s"\n' $$c; done; \
 		echo ')'; \
 	} > tools.go
-	cd $(KUBE_TOOLS_MOD) && $(GO) mod tidy
+	cd $(1) && $(GO) mod tidy
+endef
+
+$(KUBE_TOOLS_SUM):
+	$(call kube-tools-mod,$(KUBE_TOOLS_MOD),$(KUBE_VERSION),$(KUBE_STAGING_VERSION),$(KUBE_STAGING))
+
+$(KUBE_GUEST_TOOLS_SUM):
+	$(call kube-tools-mod,$(KUBE_GUEST_TOOLS_MOD),$(KUBE_GUEST_VERSION),$(KUBE_GUEST_STAGING_VERSION),$(KUBE_GUEST_STAGING))
 
 .PHONY: kube-tools-mod
 kube-tools-mod:
@@ -87,6 +111,13 @@ $(TOOLS)/bin/%-$(KUBE_VERSION): | kube-tools-mod
 	@mkdir -p $(TOOLS)/bin
 	cd $(KUBE_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$*
 	$@.tmp --version | grep -qF 'v$(KUBE_VERSION)'
+	mv $@.tmp $@
+
+# $(TOOLS)/bin/COMMAND-$(KUBE_GUEST_VERSION): the same from the guest's module.
+$(TOOLS)/bin/%-$(KUBE_GUEST_VERSION): $(KUBE_GUEST_TOOLS_SUM)
+	@mkdir -p $(TOOLS)/bin
+	cd $(KUBE_GUEST_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(call kube-ldflags,$(KUBE_GUEST_VERSION))' -o $@.tmp k8s.io/kubernetes/cmd/$*
+	$@.tmp --version | grep -qF 'v$(KUBE_GUEST_VERSION)'
 	mv $@.tmp $@
 
 $(ETCD):
