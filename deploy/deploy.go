@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
@@ -153,6 +154,8 @@ func newObject(tm metav1.TypeMeta) (runtime.Object, error) {
 		return &appsv1.DaemonSet{}, nil
 	case "apps/v1, Kind=Deployment":
 		return &appsv1.Deployment{}, nil
+	case "apiextensions.k8s.io/v1, Kind=CustomResourceDefinition":
+		return &apiextensionsv1.CustomResourceDefinition{}, nil
 	}
 	return nil, fmt.Errorf("%w: apiVersion %q kind %q", ErrUnknownKind, tm.APIVersion, tm.Kind)
 }
@@ -184,6 +187,17 @@ var ControllerFiles = []string{"controller.yaml", "controller-deployment.yaml"}
 // identity and rights, with the reporters' Namespace where it reads their
 // Leases.
 var ControllerAccessFiles = []string{"namespace.yaml", "controller.yaml"}
+
+// PodCheckpointFiles define the PodCheckpoint objects: their
+// CustomResourceDefinition, and the ClusterRoles that give a namespace's
+// users (admin, edit, view) their access to them by aggregation.
+var PodCheckpointFiles = []string{"crd-podcheckpoint.yaml", "rbac-podcheckpoint.yaml"}
+
+// PodCheckpointDefinition returns PodCheckpointFiles as one multi-document
+// YAML stream.
+func PodCheckpointDefinition() ([]byte, error) {
+	return concat(PodCheckpointFiles)
+}
 
 // ReporterAccess returns ReporterAccessFiles as one multi-document YAML
 // stream, for tests that run the reporter with exactly the rights it is

@@ -14,6 +14,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -40,7 +41,9 @@ func objects(t *testing.T) []Object {
 // reporterObjects are the objects of every file but the controller's.
 func reporterObjects(t *testing.T) []Object {
 	t.Helper()
-	return slices.DeleteFunc(objects(t), func(o Object) bool { return slices.Contains(ControllerFiles, o.File) })
+	return slices.DeleteFunc(objects(t), func(o Object) bool {
+		return slices.Contains(ControllerFiles, o.File) || slices.Contains(PodCheckpointFiles, o.File)
+	})
 }
 
 // controllerObjects are the objects of the controller's files.
@@ -145,8 +148,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 		kinds[typeName(o.Object)]++
 	}
 	want := map[string]int{
-		"Namespace": 2, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 2,
+		"Namespace": 2, "ServiceAccount": 2, "ConfigMap": 1, "ClusterRole": 4,
 		"ClusterRoleBinding": 2, "Role": 3, "RoleBinding": 3, "DaemonSet": 1, "Deployment": 1,
+		"CustomResourceDefinition": 1,
 	}
 	for k, n := range want {
 		if kinds[k] != n {
@@ -166,6 +170,9 @@ func TestManifestsDecodeStrictly(t *testing.T) {
 			continue
 		}
 		if _, ok := o.Object.(*rbacv1.ClusterRoleBinding); ok {
+			continue
+		}
+		if _, ok := o.Object.(*apiextensionsv1.CustomResourceDefinition); ok {
 			continue
 		}
 		want := namespace
@@ -623,6 +630,12 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		"core/events create",
 		"core/nodes get",
 		"core/nodes/status patch",
+		"core/pods get",
+		"nodeshim.io/podcheckpoints get",
+		"nodeshim.io/podcheckpoints list",
+		"nodeshim.io/podcheckpoints update",
+		"nodeshim.io/podcheckpoints watch",
+		"nodeshim.io/podcheckpoints/status update",
 	}
 	wantRole := []string{
 		"coordination.k8s.io/leases create",
@@ -705,3 +718,53 @@ func checkBinding(t *testing.T, what string, ref rbacv1.RoleRef, subjects []rbac
 func typeName(o any) string { return reflect.TypeOf(o).Elem().Name() }
 
 func namespaceOf(o any) string { return o.(metav1.Object).GetNamespace() }
+
+// TestPodCheckpointRoles: a namespace's admins and editors get exactly
+// create, delete and read of PodCheckpoints, its viewers read, by
+// aggregation into Kubernetes' own roles; nobody but the reporter writes
+// their status.
+func TestPodCheckpointRoles(t *testing.T) {
+	want := map[string]struct {
+		labels []string
+		rules  []string
+	}{
+		"nodeshim-podcheckpoints-edit": {
+			[]string{"rbac.authorization.k8s.io/aggregate-to-admin", "rbac.authorization.k8s.io/aggregate-to-edit"},
+			[]string{"nodeshim.io/podcheckpoints create", "nodeshim.io/podcheckpoints delete", "nodeshim.io/podcheckpoints get",
+				"nodeshim.io/podcheckpoints list", "nodeshim.io/podcheckpoints watch"},
+		},
+		"nodeshim-podcheckpoints-view": {
+			[]string{"rbac.authorization.k8s.io/aggregate-to-view"},
+			[]string{"nodeshim.io/podcheckpoints get", "nodeshim.io/podcheckpoints list", "nodeshim.io/podcheckpoints watch"},
+		},
+	}
+	var seen int
+	for _, o := range objects(t) {
+		cr, ok := o.Object.(*rbacv1.ClusterRole)
+		if !ok || !slices.Contains(PodCheckpointFiles, o.File) {
+			continue
+		}
+		seen++
+		w, ok := want[cr.Name]
+		if !ok {
+			t.Errorf("unexpected ClusterRole %s in %s", cr.Name, o.File)
+			continue
+		}
+		var labels []string
+		for k, v := range cr.Labels {
+			if v == "true" {
+				labels = append(labels, k)
+			}
+		}
+		sort.Strings(labels)
+		if !slices.Equal(labels, w.labels) {
+			t.Errorf("ClusterRole %s aggregates into %v, want %v", cr.Name, labels, w.labels)
+		}
+		if got := flatten(t, "ClusterRole "+cr.Name, cr.Rules); !slices.Equal(got, w.rules) {
+			t.Errorf("ClusterRole %s grants %v, want %v", cr.Name, got, w.rules)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d PodCheckpoint ClusterRoles, want %d", seen, len(want))
+	}
+}

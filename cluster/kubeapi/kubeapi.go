@@ -26,12 +26,17 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 )
 
 // Client makes the reporter's and the controller's requests. It satisfies
 // reporter.API.
 type Client struct {
 	core, coordination rest.Interface
+	// nodeshim is the client of nodeshim.io/v1alpha1 (PodCheckpoints);
+	// nil unless made by ForConfig or given to WithNodeshim.
+	nodeshim rest.Interface
 	// params encodes list and watch options into query parameters; built
 	// on first use, which the reporter never makes.
 	params func() runtime.ParameterCodec
@@ -55,7 +60,15 @@ func newScheme() *runtime.Scheme {
 	// own types once.
 	utilruntime.Must(corev1.AddToScheme(s))
 	utilruntime.Must(coordinationv1.AddToScheme(s))
+	utilruntime.Must(v1alpha1.AddToScheme(s))
 	return s
+}
+
+// WithNodeshim returns c with rc as its client of nodeshim.io/v1alpha1.
+func (c *Client) WithNodeshim(rc rest.Interface) *Client {
+	out := *c
+	out.nodeshim = rc
+	return &out
 }
 
 // ForConfig returns a Client for cfg with its own small scheme.
@@ -83,7 +96,11 @@ func ForConfig(cfg *rest.Config) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(core, coord), nil
+	ns, err := client(v1alpha1.GroupVersion(), "/apis")
+	if err != nil {
+		return nil, err
+	}
+	return New(core, coord).WithNodeshim(ns), nil
 }
 
 // GetNode reads the Node name.
@@ -186,4 +203,95 @@ func LoadConfig(kubeconfig string) (*rest.Config, error) {
 		return nil, fmt.Errorf("load kubeconfig %s: %w", kubeconfig, err)
 	}
 	return cfg, nil
+}
+
+// GetPod reads the Pod namespace/name.
+func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error) {
+	var p corev1.Pod
+	err := c.core.Get().Namespace(namespace).Resource("pods").Name(name).Do(ctx).Into(&p)
+	return &p, err
+}
+
+// errNoNodeshim is returned by the PodCheckpoint requests of a Client
+// without a client of nodeshim.io/v1alpha1.
+var errNoNodeshim = fmt.Errorf("no client of %s", v1alpha1.GroupVersion())
+
+// ListPodCheckpoints lists the PodCheckpoints of every namespace.
+func (c *Client) ListPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodCheckpointList, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	var l v1alpha1.PodCheckpointList
+	err := c.nodeshim.Get().Resource("podcheckpoints").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
+}
+
+// GetPodCheckpoint reads the PodCheckpoint namespace/name.
+func (c *Client) GetPodCheckpoint(ctx context.Context, namespace, name string) (*v1alpha1.PodCheckpoint, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	var pc v1alpha1.PodCheckpoint
+	err := c.nodeshim.Get().Namespace(namespace).Resource("podcheckpoints").Name(name).Do(ctx).Into(&pc)
+	return &pc, err
+}
+
+// WatchPodCheckpoints watches the PodCheckpoints of every namespace.
+func (c *Client) WatchPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	opts.Watch = true
+	return c.nodeshim.Get().Resource("podcheckpoints").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Watch(ctx)
+}
+
+// CreatePodCheckpoint creates pc in its namespace as fieldManager.
+func (c *Client) CreatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	in := pc.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodCheckpoint"}
+	var out v1alpha1.PodCheckpoint
+	err := c.nodeshim.Post().Namespace(in.Namespace).Resource("podcheckpoints").
+		Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
+}
+
+// DeletePodCheckpoint deletes the PodCheckpoint namespace/name; its node
+// removes the checkpoint before the API server lets it go.
+func (c *Client) DeletePodCheckpoint(ctx context.Context, namespace, name string) error {
+	if c.nodeshim == nil {
+		return errNoNodeshim
+	}
+	return c.nodeshim.Delete().Namespace(namespace).Resource("podcheckpoints").Name(name).Do(ctx).Error()
+}
+
+// UpdatePodCheckpoint writes pc's metadata and spec (its finalizers) as
+// fieldManager and returns what the API server stored.
+func (c *Client) UpdatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error) {
+	return c.putPodCheckpoint(ctx, pc, "", fieldManager)
+}
+
+// UpdatePodCheckpointStatus writes pc's status as fieldManager and
+// returns what the API server stored.
+func (c *Client) UpdatePodCheckpointStatus(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error) {
+	return c.putPodCheckpoint(ctx, pc, "status", fieldManager)
+}
+
+func (c *Client) putPodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, sub, fieldManager string) (*v1alpha1.PodCheckpoint, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	in := pc.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodCheckpoint"}
+	req := c.nodeshim.Put().Namespace(in.Namespace).Resource("podcheckpoints").Name(in.Name)
+	if sub != "" {
+		req = req.SubResource(sub)
+	}
+	var out v1alpha1.PodCheckpoint
+	err := req.Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
 }

@@ -74,6 +74,8 @@ func HostSuite() []Decision {
 		{"criu/workentry", true, "the work entries' names, their owners judged by pid and start time, and the OFD target locks on the guest's kernel"},
 		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
 		{"shim/client", true, "the client over a unix socket"},
+		{"cluster/apis/v1alpha1", true, "portable: the PodCheckpoint types against deploy/'s CustomResourceDefinition"},
+		{"cluster/podcheckpoint", false, "every test runs the handler against a kube-apiserver with etcd"},
 		{"cluster/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
 		{"runtimes/cri", true, "the CRI client against a fake runtime on a unix socket"},

@@ -1,0 +1,81 @@
+package v1alpha1
+
+import (
+	"reflect"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+
+	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/deploy"
+)
+
+// jsonFields returns the JSON names of t's fields (a struct).
+func jsonFields(t reflect.Type) []string {
+	var out []string
+	for i := range t.NumField() {
+		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+		if name != "" && name != "-" {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func keys(m map[string]apiextensionsv1.JSONSchemaProps) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// TestCRDMatchesTypes: deploy/crd-podcheckpoint.yaml declares exactly
+// the fields of these types, in this group and version, with a status
+// subresource, so that what the reporter writes is what the API server
+// keeps (a field missing from the schema would be pruned).
+func TestCRDMatchesTypes(t *testing.T) {
+	objs, err := deploy.Objects()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var crd *apiextensionsv1.CustomResourceDefinition
+	for _, o := range objs {
+		if c, ok := o.Object.(*apiextensionsv1.CustomResourceDefinition); ok && c.Spec.Names.Kind == "PodCheckpoint" {
+			crd = c
+		}
+	}
+	if crd == nil {
+		t.Fatal("deploy/ has no CustomResourceDefinition of PodCheckpoint")
+	}
+	if crd.Spec.Group != GroupName || crd.Name != "podcheckpoints."+GroupName || crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
+		t.Errorf("CRD %s: group %s, scope %s", crd.Name, crd.Spec.Group, crd.Spec.Scope)
+	}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != Version || !crd.Spec.Versions[0].Storage ||
+		crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
+		t.Fatalf("CRD versions %+v: want %s alone, stored, with a status subresource", crd.Spec.Versions, Version)
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	for _, tt := range []struct {
+		what   string
+		schema map[string]apiextensionsv1.JSONSchemaProps
+		typ    reflect.Type
+	}{
+		{"spec", root["spec"].Properties, reflect.TypeFor[PodCheckpointSpec]()},
+		{"status", root["status"].Properties, reflect.TypeFor[PodCheckpointStatus]()},
+		{"status.conditions[]", root["status"].Properties["conditions"].Items.Schema.Properties, reflect.TypeFor[condition.Condition]()},
+	} {
+		if got, want := keys(tt.schema), jsonFields(tt.typ); !slices.Equal(got, want) {
+			t.Errorf("%s: the CRD declares %v, the type has %v", tt.what, got, want)
+		}
+	}
+	phases := root["status"].Properties["phase"].Enum
+	if len(phases) != 4 {
+		t.Errorf("phase enum %v, want the 4 phases", phases)
+	}
+}

@@ -1,0 +1,169 @@
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/nodeshim/nodeshim/condition"
+)
+
+// GroupName and Version name this API group version.
+const (
+	GroupName = "nodeshim.io"
+	Version   = "v1alpha1"
+)
+
+// GroupVersion returns nodeshim.io/v1alpha1.
+func GroupVersion() schema.GroupVersion {
+	return schema.GroupVersion{Group: GroupName, Version: Version}
+}
+
+// Resource returns the group resource of a resource of this group.
+func Resource(resource string) schema.GroupResource {
+	return GroupVersion().WithResource(resource).GroupResource()
+}
+
+// AddToScheme registers the types of this group version with s.
+func AddToScheme(s *runtime.Scheme) error {
+	s.AddKnownTypes(GroupVersion(), &PodCheckpoint{}, &PodCheckpointList{})
+	metav1.AddToGroupVersion(s, GroupVersion())
+	return nil
+}
+
+// FinalizerCheckpointFiles is set on a PodCheckpoint once its node has
+// claimed it, and removed once the node has removed what the checkpoint
+// produced, so that deleting the object deletes the files.
+const FinalizerCheckpointFiles = "nodeshim.io/checkpoint-files"
+
+// Phase is where a PodCheckpoint stands.
+type Phase string
+
+// The phases of a PodCheckpoint, in order; Failed may follow any but
+// Stored.
+const (
+	// PhasePending: no node has claimed the object yet (its pod is not
+	// scheduled, or its node's reporter has not seen it).
+	PhasePending Phase = ""
+	// PhaseAccepted: the pod's node claimed it and asked its shim.
+	PhaseAccepted Phase = "Accepted"
+	// PhaseStored: the pod checkpoint is on the node (and its images
+	// built when asked for).
+	PhaseStored Phase = "Stored"
+	// PhaseFailed: it failed; the Stored condition says why. Nothing of
+	// it is left on the node, and the pod runs on.
+	PhaseFailed Phase = "Failed"
+)
+
+// The condition types of a PodCheckpoint's status (condition.Condition:
+// nodeshim's one condition model, with a severity while abnormal).
+const (
+	// ConditionAccepted is True once the pod's node has claimed the
+	// object, False when it refused it (the pod is gone, checkpoints are
+	// off on that node).
+	ConditionAccepted = "Accepted"
+	// ConditionStored is True once the checkpoint is stored on the node,
+	// False when it failed.
+	ConditionStored = "Stored"
+	// ConditionReady summarises the others (condition.Summarize).
+	ConditionReady = condition.TypeReady
+)
+
+// PodCheckpoint asks for a checkpoint of one pod of its namespace, taken
+// on the node the pod runs on, with all its containers frozen at one
+// instant.
+type PodCheckpoint struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   PodCheckpointSpec   `json:"spec"`
+	Status PodCheckpointStatus `json:"status,omitempty"`
+}
+
+// PodCheckpointSpec is what a PodCheckpoint asks for.
+type PodCheckpointSpec struct {
+	// PodName names the pod, in the object's namespace.
+	PodName string `json:"podName"`
+	// Image, when set, asks for one OCI checkpoint image per container
+	// too, named from this repository (e.g. "registry.local/ckpt/web").
+	Image string `json:"image,omitempty"`
+	// Timeout bounds the checkpoint on the node; unset takes the node's
+	// default.
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+}
+
+// PodCheckpointStatus is what became of a PodCheckpoint.
+type PodCheckpointStatus struct {
+	// ObservedGeneration is the generation of the spec this status is of.
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Phase is where it stands.
+	Phase Phase `json:"phase,omitempty"`
+	// NodeName is the node that claimed it: the pod's node then.
+	NodeName string `json:"nodeName,omitempty"`
+	// PodUID is the uid of the pod checkpointed.
+	PodUID string `json:"podUID,omitempty"`
+	// Location is the pod checkpoint's path on that node.
+	Location string `json:"location,omitempty"`
+	// StartTime and CompletionTime bound the work on the node.
+	StartTime      *metav1.Time `json:"startTime,omitempty"`
+	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Conditions are Accepted, Stored and their Ready summary.
+	Conditions []condition.Condition `json:"conditions,omitempty"`
+}
+
+// DeepCopyInto copies c into out.
+func (c *PodCheckpoint) DeepCopyInto(out *PodCheckpoint) {
+	*out = *c
+	out.TypeMeta = c.TypeMeta
+	c.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	if c.Spec.Timeout != nil {
+		d := *c.Spec.Timeout
+		out.Spec.Timeout = &d
+	}
+	if c.Status.StartTime != nil {
+		out.Status.StartTime = c.Status.StartTime.DeepCopy()
+	}
+	if c.Status.CompletionTime != nil {
+		out.Status.CompletionTime = c.Status.CompletionTime.DeepCopy()
+	}
+	if c.Status.Conditions != nil {
+		out.Status.Conditions = append([]condition.Condition(nil), c.Status.Conditions...)
+	}
+}
+
+// DeepCopy returns a copy of c.
+func (c *PodCheckpoint) DeepCopy() *PodCheckpoint {
+	if c == nil {
+		return nil
+	}
+	out := new(PodCheckpoint)
+	c.DeepCopyInto(out)
+	return out
+}
+
+// DeepCopyObject returns a copy of c as a runtime.Object.
+func (c *PodCheckpoint) DeepCopyObject() runtime.Object { return c.DeepCopy() }
+
+// PodCheckpointList is a list of PodCheckpoints.
+type PodCheckpointList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+
+	Items []PodCheckpoint `json:"items"`
+}
+
+// DeepCopyObject returns a copy of l as a runtime.Object.
+func (l *PodCheckpointList) DeepCopyObject() runtime.Object {
+	if l == nil {
+		return nil
+	}
+	out := &PodCheckpointList{TypeMeta: l.TypeMeta}
+	l.ListMeta.DeepCopyInto(&out.ListMeta)
+	if l.Items != nil {
+		out.Items = make([]PodCheckpoint, len(l.Items))
+		for i := range l.Items {
+			l.Items[i].DeepCopyInto(&out.Items[i])
+		}
+	}
+	return out
+}
