@@ -230,9 +230,11 @@ func (p Pod) validate() error {
 	return nil
 }
 
+// checkName checks a namespace or pod name against the name rules of
+// the archives (archive.CheckName's): it goes into file names.
 func checkName(what, v string) error {
-	if err := archive.CheckName("pod checkpoint", what, v); err != nil {
-		return fmt.Errorf("%w: %w", err, errdefs.ErrInvalidArgument)
+	if archive.CheckName(ManifestFile, what, v) != nil {
+		return fmt.Errorf("%s %q is not a valid name: %w", what, v, errdefs.ErrInvalidArgument)
 	}
 	return nil
 }

@@ -33,8 +33,8 @@ func HostSuite() []Decision {
 		{"criu/archive", false, "the archive format and its hostile-input checks do not depend on the kernel; they run on the host"},
 		{"criu/archive/seal", false, "encryption, signatures and the trust policy are the same on any kernel; its tests mount a tmpfs on the host"},
 		{"criu/image", false, "its tests build images from archives that CRIU makes, and CRIU is not in the guest"},
-		{"criu/pod", false, "the pod checkpoint's manifest and names are portable; pod checkpoints themselves are tested with real pods " +
-			"in shim/checkpoint, on the host's containerd and CRIU"},
+		{"criu/pod", false, "its tests freeze pod cgroups and checkpoint with CRIU, which the guest does not carry; " +
+			"pod checkpoints of real pods are tested in shim/checkpoint on the host's containerd"},
 		{"deploy", false, "the manifests, the static build and the footprint need kubectl, a kube-apiserver " +
 			"with etcd and the go toolchain: they test the deployment, not the kernel"},
 		{"eviction", true, "the pressure policy on the guest's own readings and on cgroup's recorded tree"},
@@ -67,6 +67,7 @@ func HostSuite() []Decision {
 		{"kernel/capability", true, "portable: the verdict vocabulary and report"},
 		{"kernel/seccomp/runtimeneeds", false, "it measures the host's runc and crun starting a container, and the guest carries no runtime"},
 		{"kernel/seccomp", true, "seccomp filters loaded into the guest's kernel, run against busybox's programs"},
+		{"kernel/seccomp/auditlog", false, "it reads the host's /dev/kmsg while a child of the test runs under a complain-mode filter; the guest's kernel log is its console"},
 		{"report", true, "the whole catalogue collected twice against the guest's kernel, the second from the per-boot caches"},
 		{"shim/api", true, "the API over a unix socket with peer credentials"},
 		{"shim/checkpoint", true, "portable: the checkpoint service with a fake checkpointer"},
@@ -91,6 +92,7 @@ func HostSuite() []Decision {
 		{"runtimes/restoring/restore", false, "its tests restore containers through containerd 2.x's runc shim and CRI, which the guest does not carry"},
 		{"shim/pressure", true, "the pressure source with PSI triggers on a pure cgroup v2 machine"},
 		{"shim/profiles", true, "the seccomp profile installer: libseccomp compiles, files on the guest's tmpfs"},
+		{"shim/complaints", false, "its test runs CRI containers under a complain-mode profile through containerd, which the guest does not carry"},
 		{"cluster/reporter", true, "the condition planning; the publishing tests need a kube-apiserver and skip"},
 		{"cluster/reporter/command", true, "portable: the reporter process's flags and readiness"},
 		{"cluster/kubeapi", false, "its client is tested against a kube-apiserver with etcd"},
