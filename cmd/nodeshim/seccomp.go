@@ -45,6 +45,7 @@ libc falls back to older calls instead of failing with the default errno.`,
 		newSeccompExecCommand(),
 		newSeccompRecordCommand(),
 		newSeccompEffectiveCommand(),
+		newSeccompComplaintsCommand(),
 	)
 	return cmd
 }

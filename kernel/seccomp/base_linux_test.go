@@ -82,3 +82,31 @@ func TestLoadFileBase(t *testing.T) {
 		t.Errorf("err = %v, want ErrBaseMissing naming the chain", err)
 	}
 }
+
+// TestComplainVerifies: a denying profile in complain mode compiles, and
+// on the kernel every syscall it denied runs (the kernel's answer is the
+// unfiltered one), as the complain-mode profile means.
+func TestComplainVerifies(t *testing.T) {
+	testutil.RequireRoot(t)
+	p, _ := loadTestdata(t, "kill-process.json", CompileOptions{})
+	c := Complain(p)
+	f, err := Compile(c, CompileOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(f.ENOSYS) != 0 {
+		t.Errorf("complain mode has an ENOSYS prefix: %+v", f.ENOSYS)
+	}
+	rep, err := Verify(context.Background(), c, f, VerifyOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rep.Results {
+		if r.Status == StatusMismatch {
+			t.Errorf("%s: expected %s, observed %s", r.Syscall, r.Expected, r.Observed)
+		}
+	}
+	if rep.OK < 3 {
+		t.Errorf("too little proven: %+v", rep)
+	}
+}

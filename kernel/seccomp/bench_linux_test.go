@@ -229,3 +229,48 @@ func BenchmarkRepeatedNames(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkComplainSyscall is complain mode's cost per syscall: getppid
+// in a loop with no filter, under a filter that allows everything, and
+// under the complain-mode form of a profile that denies getppid
+// (SCMP_ACT_LOG for it, the kernel writing an audit record for every
+// call while actions_logged lists "log", which it sets as serve does).
+// The ns/syscall is measured inside the child, without its start.
+func BenchmarkComplainSyscall(b *testing.B) {
+	testutil.RequireRoot(b)
+	if _, _, err := EnsureActionLogged("/proc", "log"); err != nil {
+		b.Fatal(err)
+	}
+	compile := func(profile string, complain bool) *Filter {
+		p, err := Parse([]byte(profile), ParseOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if complain {
+			p = Complain(p)
+		}
+		f, err := Compile(p, CompileOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		return f
+	}
+	filters := []struct {
+		name string
+		f    *Filter
+	}{
+		{"none", nil},
+		{"allow-all", compile(`{"defaultAction":"SCMP_ACT_ALLOW"}`, false)},
+		{"complain-log", compile(`{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["getppid"],"action":"SCMP_ACT_ERRNO"}]}`, true)},
+	}
+	for _, tc := range filters {
+		b.Run(tc.name, func(b *testing.B) {
+			b.ReportAllocs()
+			ns, err := timeSyscall(context.Background(), tc.f, unix.SYS_GETPPID, [6]uint64{}, b.N)
+			if err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(ns)/float64(b.N), "ns/syscall")
+		})
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/nodeshim/nodeshim/report"
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
+	"github.com/nodeshim/nodeshim/shim/complaints"
 	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/lock"
 	"github.com/nodeshim/nodeshim/shim/metrics"
@@ -159,7 +160,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	defer stopPrinting()
 	// Sources that report later start Unknown, so that Ready is never True
 	// before they have spoken (not even between the report and them).
-	d.model.Set(pressure.NotStarted(), oom.NotStarted(), profiles.NotStarted())
+	d.model.Set(pressure.NotStarted(), oom.NotStarted(), profiles.NotStarted(), complaints.NotStarted())
 	setReport()
 	d.model.SetShim(time.Now(), os.Getpid())
 
@@ -479,7 +480,9 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log, ProcRoot: d.opts.ProcRoot,
 			RuntimeEndpoint: ns.ContainerRuntimeEndpoint, Verdict: d.reportVerdict(oom.Requirement)}, ns.ContainerRuntimeEndpoint},
 		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
-			[]any{seccompRoot, c.SeccompProfiles}},
+			[]any{seccompRoot, c.SeccompProfiles, c.SeccompComplain}},
+		{&complaints.Source{Profiles: c.SeccompComplain, ProcRoot: d.opts.ProcRoot, RuntimeEndpoint: ns.ContainerRuntimeEndpoint, Logger: d.log},
+			[]any{c.SeccompComplain, ns.ContainerRuntimeEndpoint}},
 	}
 }
 
@@ -504,6 +507,7 @@ func (d *daemon) profileInstaller(c config.ShimConfiguration) *profiles.Installe
 		Root:     profiles.SeccompRoot(filepath.Join(d.opts.HostRoot, c.KubeletRootDir)),
 		StateDir: filepath.Join(d.opts.RootDir, "seccomp"),
 		Parse:    d.node,
+		Complain: c.SeccompComplain,
 		Logger:   d.log,
 	}
 }

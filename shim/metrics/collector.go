@@ -37,6 +37,9 @@ var (
 		"Total time some or all tasks stalled on the resource since boot.", []string{"resource", "kind"}, nil)
 	descOOMKills = prometheus.NewDesc("nodeshim_oom_kills_total",
 		"OOM kills seen by the eBPF OOM watcher since nodeshim started.", nil, nil)
+	descComplaints = prometheus.NewDesc("nodeshim_seccomp_complaints_total",
+		"Syscalls that complain-mode seccomp profiles would have denied, per container and syscall, since nodeshim started (a process outside a known container has empty namespace, pod and container).",
+		[]string{"namespace", "pod", "container", "syscall"}, nil)
 	descOOMWatching = prometheus.NewDesc("nodeshim_oom_watcher_attached",
 		"1 while the eBPF OOM watcher is attached; with 0, nodeshim_oom_kills_total counts nothing.", nil, nil)
 )
@@ -56,7 +59,7 @@ func NewCollector(model *status.Model, configStatus func() config.NodeConfigStat
 // Describe sends the descriptors of every metric the collector exports.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descCondition, descTransition, descGeneration, descConfig, descConfigError,
-		descSignalAvailable, descSignalCapacity, descSignalUnknown, descPSIAvg, descPSITotal, descOOMKills, descOOMWatching} {
+		descSignalAvailable, descSignalCapacity, descSignalUnknown, descPSIAvg, descPSITotal, descOOMKills, descOOMWatching, descComplaints} {
 		ch <- d
 	}
 }
@@ -81,6 +84,18 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	collectPressure(ch, d.Pressure)
 	ch <- prometheus.MustNewConstMetric(descOOMKills, prometheus.CounterValue, float64(d.OOMKills.Total))
 	ch <- prometheus.MustNewConstMetric(descOOMWatching, prometheus.GaugeValue, b2f(d.OOMKills.Watching))
+	if sc := d.SeccompComplaints; sc != nil {
+		// Rows of unresolved processes share empty labels: summed.
+		sum := map[[4]string]uint64{}
+		for _, r := range sc.Containers {
+			for _, c := range r.Syscalls {
+				sum[[4]string{r.Namespace, r.Pod, r.Container, c.Name}] += c.Count
+			}
+		}
+		for k, n := range sum {
+			ch <- prometheus.MustNewConstMetric(descComplaints, prometheus.CounterValue, float64(n), k[:]...)
+		}
+	}
 	if c.config == nil {
 		return
 	}

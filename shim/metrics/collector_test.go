@@ -26,6 +26,11 @@ func TestCollector(t *testing.T) {
 
 	m.SetOOMWatch(true, "tracepoint/oom/mark_victim", "")
 	m.AddOOMKill(status.OOMKill{Time: clk.Now(), PID: 42, TGID: 42, Comm: "hog"})
+	m.SetSeccompComplaints(status.SeccompComplaints{Watching: true, Total: 6, Containers: []status.ContainerComplaints{
+		{Namespace: "shop", Pod: "web-0", Container: "nginx", ContainerID: "c1", Syscalls: []status.SyscallComplaint{{Name: "chdir", Count: 2}, {Name: "umask", Count: 1}}},
+		{Comm: "ln", Syscalls: []status.SyscallComplaint{{Name: "symlink", Count: 1}}},
+		{Comm: "mkdir", Syscalls: []status.SyscallComplaint{{Name: "symlink", Count: 2}}},
+	}})
 	m.SetPressure(status.Pressure{
 		Signals: []status.Signal{
 			{Name: "memory.available", Available: 3 << 30, Capacity: 4 << 30},
@@ -91,9 +96,14 @@ nodeshim_psi_stall_ratio{kind="some",resource="memory",window="60s"} 0.02
 # TYPE nodeshim_psi_stall_seconds_total counter
 nodeshim_psi_stall_seconds_total{kind="full",resource="memory"} 0.25
 nodeshim_psi_stall_seconds_total{kind="some",resource="memory"} 1.5
+# HELP nodeshim_seccomp_complaints_total Syscalls that complain-mode seccomp profiles would have denied, per container and syscall, since nodeshim started (a process outside a known container has empty namespace, pod and container).
+# TYPE nodeshim_seccomp_complaints_total counter
+nodeshim_seccomp_complaints_total{container="",namespace="",pod="",syscall="symlink"} 3
+nodeshim_seccomp_complaints_total{container="nginx",namespace="shop",pod="web-0",syscall="chdir"} 2
+nodeshim_seccomp_complaints_total{container="nginx",namespace="shop",pod="web-0",syscall="umask"} 1
 # HELP nodeshim_status_generation Generation of the node status: the number of visible changes since start.
 # TYPE nodeshim_status_generation gauge
-nodeshim_status_generation 3
+nodeshim_status_generation 4
 `
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)

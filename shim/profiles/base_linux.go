@@ -44,11 +44,30 @@ func (in *Installer) resolve(name string, set map[string]string) (resolved, erro
 	if !hasBase(data) {
 		return resolved{profile: p, content: data}, nil
 	}
-	out, err := json.MarshalIndent(p, "", "  ")
+	out, err := marshal(p)
 	if err != nil {
 		return resolved{}, fmt.Errorf("encode the union of %s and its base: %w", name, err)
 	}
-	return resolved{profile: p, content: append(out, '\n')}, nil
+	return resolved{profile: p, content: out}, nil
+}
+
+// complain turns a resolved profile into its complain-mode form
+// (seccomp.Complain), which is what is installed.
+func complain(r resolved) (resolved, error) {
+	p := seccomp.Complain(r.profile)
+	out, err := marshal(p)
+	if err != nil {
+		return resolved{}, fmt.Errorf("encode the complain-mode profile: %w", err)
+	}
+	return resolved{profile: p, content: out}, nil
+}
+
+func marshal(p *seccomp.Profile) ([]byte, error) {
+	out, err := json.MarshalIndent(p, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return append(out, '\n'), nil
 }
 
 // hasBase reports whether data names a baseProfileName at its top level.

@@ -31,6 +31,9 @@ type Installer struct {
 	// Parse describes the node the profiles are resolved for
 	// (seccomp.NodeParseOptions).
 	Parse seccomp.ParseOptions
+	// Complain names the profiles of the set installed in complain mode
+	// (seccomp.Complain): what they would deny is allowed and logged.
+	Complain []string
 	// Clock stamps the install times; the real clock when nil.
 	Clock clock.PassiveClock
 	// Logger receives what was written and removed; slog.Default() when nil.
@@ -96,6 +99,11 @@ func (in *Installer) check(set map[string]string, m manifest) (map[string][]byte
 	names := slices.Sorted(maps.Keys(set))
 	content := make(map[string][]byte, len(set))
 	var errs []error
+	for _, name := range in.Complain {
+		if _, ok := set[name]; !ok {
+			errs = append(errs, &ProfileError{Name: name, Err: fmt.Errorf("%w: complain mode names a profile that is not configured", ErrName)})
+		}
+	}
 	for i, name := range names {
 		if err := CheckName(name); err != nil {
 			errs = append(errs, &ProfileError{Name: name, Err: err})
@@ -137,6 +145,11 @@ func (in *Installer) compile(name string, set map[string]string) ([]byte, error)
 			pe.JSONPath = fe.Path
 		}
 		return nil, pe
+	}
+	if slices.Contains(in.Complain, name) {
+		if res, err = complain(res); err != nil {
+			return nil, &ProfileError{Name: name, Err: err}
+		}
 	}
 	if _, err := seccomp.Compile(res.profile, seccomp.CompileOptions{}); err != nil {
 		return nil, &ProfileError{Name: name, Err: err}

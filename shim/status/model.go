@@ -50,6 +50,9 @@ type Document struct {
 	// SeccompProfiles are the Localhost seccomp profiles nodeshim
 	// installed, once the profiles source has reported.
 	SeccompProfiles *SeccompProfiles `json:"seccompProfiles,omitempty"`
+	// SeccompComplaints are the would-be denials of complain-mode seccomp
+	// profiles, once the complaints source has reported.
+	SeccompComplaints *SeccompComplaints `json:"seccompComplaints,omitempty"`
 	// Shim is nodeshim's own health: start, pid, and each source's state.
 	Shim ShimHealth `json:"shim"`
 }
@@ -78,6 +81,7 @@ type Model struct {
 	checkpoints []CheckpointRecord
 	archives    *CheckpointArchives
 	profiles    *SeccompProfiles
+	complaints  *SeccompComplaints
 	shim        ShimHealth
 	podsRefresh func(ctx context.Context)
 }
@@ -196,6 +200,11 @@ func (m *Model) Snapshot() Document {
 		// Replaced whole, never changed in place.
 		p := *m.profiles
 		d.SeccompProfiles = &p
+	}
+	if m.complaints != nil {
+		// Replaced whole, never changed in place.
+		c := *m.complaints
+		d.SeccompComplaints = &c
 	}
 	d.Shim = m.shim
 	if d.Shim.Sources == nil {
