@@ -64,10 +64,10 @@ func Main(exe string, args []string) int {
 		restoring.Fail(os.Stderr, call, fmt.Errorf("%w: %s has no root", ErrUnsupported, cfgPath))
 		return 1
 	}
-	// `criu --version` takes a process start: it runs while the archive
-	// is validated and unpacked.
+	// `criu --version` takes a process start, once per CRIU binary: it
+	// runs while the archive is validated and unpacked.
 	version := make(chan string, 1)
-	go func() { version <- CriuVersion(cfg.Criu) }()
+	go func() { version <- CachedCriuVersion(cfg.Criu, cfg.WorkDir) }()
 	r := &Restore{
 		Config: cfg, Runtime: rt, Call: call, Spec: &spec, Checkpoint: ckpt,
 		Arch: ArchOfGOARCH(runtime.GOARCH), CriuVersion: sync.OnceValue(func() string { return <-version }),

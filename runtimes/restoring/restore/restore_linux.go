@@ -21,6 +21,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/pod"
+	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
@@ -50,6 +51,42 @@ func CriuVersion(bin string) string {
 		return ""
 	}
 	return DumpVersion(out)
+}
+
+// versionCache is the file in the work directory that keeps the CRIU
+// version CachedCriuVersion found, with the binary it is of.
+const versionCache = ".criu-version"
+
+// CachedCriuVersion is CriuVersion, kept in dir (the work directory)
+// keyed by the binary's path, size and modification time, so that a
+// restore does not start a CRIU process to learn what the previous one
+// learned.
+func CachedCriuVersion(bin, dir string) string {
+	if bin == "" {
+		bin = "criu"
+	}
+	p, err := exec.LookPath(bin)
+	if err != nil {
+		return ""
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return ""
+	}
+	key := fmt.Sprintf("%s %d %d", p, fi.Size(), fi.ModTime().UnixNano())
+	cache := filepath.Join(dir, versionCache)
+	if b, err := os.ReadFile(cache); err == nil {
+		k, v, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		if k == key && DumpVersion([]byte("Version: "+v)) == v {
+			return v
+		}
+	}
+	v := CriuVersion(p)
+	if v != "" && os.MkdirAll(dir, 0o700) == nil {
+		// Best effort: the next restore asks CRIU again.
+		_ = atomicfile.WriteFile(cache, []byte(key+"\n"+v+"\n"), 0o600)
+	}
+	return v
 }
 
 // ErrUnsupported: the checkpoint asks for what this wrapper cannot do

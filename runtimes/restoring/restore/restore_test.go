@@ -13,6 +13,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/encoding/protowire"
@@ -93,6 +94,35 @@ func TestVersions(t *testing.T) {
 		if got := CompareVersions(tc.a, tc.b); got != tc.want {
 			t.Errorf("CompareVersions(%s, %s) = %d, want %d", tc.a, tc.b, got, tc.want)
 		}
+	}
+}
+
+func TestCachedCriuVersion(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "criu")
+	// A CRIU that answers once: the second answer must come from the cache.
+	script := "#!/bin/sh\nif [ -e " + dir + "/asked ]; then exit 1; fi\ntouch " + dir + "/asked\necho 'Version: 4.1.1'\n"
+	if err := os.WriteFile(bin, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	for i := 0; i < 2; i++ {
+		if v := CachedCriuVersion(bin, work); v != "4.1.1" {
+			t.Fatalf("call %d: CachedCriuVersion = %q", i, v)
+		}
+	}
+	// Another binary at the same path is asked again.
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\necho 'Version: 4.2'\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(bin, time.Now(), time.Now().Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if v := CachedCriuVersion(bin, work); v != "4.2" {
+		t.Fatalf("after the binary changed: %q", v)
+	}
+	if v := CachedCriuVersion(filepath.Join(dir, "missing"), work); v != "" {
+		t.Fatalf("a missing CRIU: %q", v)
 	}
 }
 
