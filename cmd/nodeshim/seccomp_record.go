@@ -48,6 +48,9 @@ type recordFlags struct {
 	namespace, pod, container string
 	runtimeEndpoint           string
 
+	// Every replica of the pod's workload, each recorded.
+	replicas bool
+
 	// What the runtime's init does under the container's filter.
 	runtimeNeeds bool
 	cacheDir     string
@@ -142,7 +145,12 @@ const recordExample = `  # Record a running podman container, then run a new one
   podman start --attach $id
 
   # Record a pod's container through containerd's CRI for a minute
-  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m`
+  nodeshim seccomp record --out-file web.json --namespace shop --pod web-0 --container nginx --duration 1m
+
+  # Record every replica of a Deployment's pod on this node for an hour:
+  # one profile, and web.json.replicas.json with each syscall's replicas
+  nodeshim seccomp record --out-file web.json --namespace shop --pod web-7d4f8b-x2k9q --container nginx \
+    --replicas --duration 1h`
 
 func newSeccompRecordCommand() *cobra.Command {
 	var f recordFlags
@@ -175,6 +183,7 @@ func (f *recordFlags) bind(cmd *cobra.Command) {
 	fl.StringVar(&f.namespace, "namespace", "default", "with --pod, the pod's namespace")
 	fl.StringVar(&f.pod, "pod", "", "record a container of this pod through CRI (with --container)")
 	fl.StringVar(&f.container, "container", "", "with --pod, the container's name")
+	fl.BoolVar(&f.replicas, "replicas", false, "with --pod, record the container in every pod of the namespace that the pod's controller owns (its ReplicaSet, StatefulSet or Job, from the labels it sets), one recorder each, and write their union, with PROFILE.replicas.json saying how many replicas made each syscall")
 	fl.StringVar(&f.runtimeEndpoint, "runtime-endpoint", config.Defaults().ContainerRuntimeEndpoint, "with --pod, the CRI runtime's socket (ShimConfiguration containerRuntimeEndpoint)")
 	fl.BoolVar(&f.runtimeNeeds, "runtime-needs", true, "in the container modes, also allow what the runtime's init does under the container's filter before the container's command, measured on this node")
 	fl.StringVar(&f.cacheDir, "cache-dir", defaultRuntimeNeedsCache, "where the measured needs of the node's runtimes are kept; empty to measure every time")
@@ -198,6 +207,8 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		return withExitCode(exitUsage, errors.New("--duration applies to --cgroup, --pid and containers; a command is recorded until it exits"))
 	case f.pod != "" && (f.container == "" || f.namespace == ""):
 		return withExitCode(exitUsage, errors.New("--pod needs --container and --namespace"))
+	case f.replicas && f.pod == "":
+		return withExitCode(exitUsage, errors.New("--replicas needs --pod, --container and --namespace"))
 	}
 	arch, err := seccomp.SCMPArch(runtime.GOARCH)
 	if err != nil {
@@ -221,6 +232,9 @@ func runSeccompRecord(cmd *cobra.Command, f *recordFlags, args []string) error {
 		return fmt.Errorf("output directory: %w", err)
 	}
 
+	if f.replicas {
+		return recordReplicas(cmd, f, arch, base)
+	}
 	ctx := cmd.Context()
 	var (
 		counts []bpf.SyscallCount
