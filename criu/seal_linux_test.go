@@ -124,6 +124,7 @@ func TestSealedCheckpointRestore(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("sealed checkpoint: dump %v, archive %v, fsync %v, total %v; plain total %v", res.Dump, res.Archive, res.Fsync, res.Total, plain.Total)
 	if ck.seen == 0 || len(ck.onDisk) > 0 {
 		t.Errorf("checkpoint work dirs: %d seen, on disk: %v", ck.seen, ck.onDisk)
 	}
