@@ -8,7 +8,10 @@
 // directory: a file it did not install is never replaced or removed.
 //
 // The status model shows the installed profiles (name, path, SHA-256,
-// install time) and the SeccompProfilesReady condition.
+// install time) and the SeccompProfilesReady condition. An installed
+// profile edited or removed on the node is put back from the configuration
+// (drift_linux.go), shown in the status's repairs and the
+// SeccompProfilesUnchanged condition.
 package profiles
 
 import (
@@ -19,6 +22,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"k8s.io/utils/clock"
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
@@ -55,6 +60,21 @@ type Source struct {
 	Retry time.Duration
 	// Logger receives the failures; slog.Default() when nil.
 	Logger *slog.Logger
+	// Check is how often the installed files are compared with what was
+	// written, besides when fsnotify reports a change in their
+	// directories; 10 s when zero. DriftHold is how long
+	// SeccompProfilesUnchanged stays False after a repair; 10 minutes
+	// when zero.
+	Check, DriftHold time.Duration
+	// Clock drives the checks; the real clock when nil.
+	Clock clock.WithTicker
+}
+
+func (s *Source) clock() clock.WithTicker {
+	if s.Clock == nil {
+		return clock.RealClock{}
+	}
+	return s.Clock
 }
 
 // Name returns "seccomp-profiles".
@@ -93,6 +113,11 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 			retry = min(2*retry, 5*time.Minute)
 		}
 		if wait == 0 {
+			if err == nil && len(installed) > 0 {
+				// An installed profile edited or removed on the node is
+				// put back from the configuration.
+				s.watchDrift(ctx, model, log, installed)
+			}
 			<-ctx.Done()
 			return nil
 		}

@@ -9,6 +9,11 @@ import (
 // active configuration are installed under the kubelet's seccomp root.
 const TypeSeccompProfiles = "SeccompProfilesReady"
 
+// TypeSeccompProfilesDrift is True while every installed profile holds
+// what nodeshim wrote, and False for a while after one was edited or
+// removed on the node and put back.
+const TypeSeccompProfilesDrift = "SeccompProfilesUnchanged"
+
 // SeccompProfiles are the Localhost seccomp profiles nodeshim installed
 // and owns.
 type SeccompProfiles struct {
@@ -17,6 +22,23 @@ type SeccompProfiles struct {
 	Root string `json:"root"`
 	// Installed lists them by name.
 	Installed []InstalledProfile `json:"installed"`
+	// Repairs are the recent changes found on the node and put back,
+	// oldest first.
+	Repairs []ProfileRepair `json:"repairs,omitempty"`
+}
+
+// ProfileRepair is an installed profile found changed on the node.
+type ProfileRepair struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
+	// Change is "edited" or "removed"; FoundSHA256 the SHA-256 of what
+	// the file held, for an edit.
+	Change      string `json:"change"`
+	FoundSHA256 string `json:"foundSHA256,omitempty"`
+	// At is when it was found; Restored whether the configured content
+	// was written back.
+	At       time.Time `json:"at"`
+	Restored bool      `json:"restored"`
 }
 
 // InstalledProfile is one Localhost profile nodeshim installed.
@@ -34,6 +56,7 @@ type InstalledProfile struct {
 // SetSeccompProfiles records the installed seccomp profiles.
 func (m *Model) SetSeccompProfiles(p SeccompProfiles) {
 	p.Installed = slices.Clone(p.Installed)
+	p.Repairs = slices.Clone(p.Repairs)
 	if p.Installed == nil {
 		p.Installed = []InstalledProfile{}
 	}
