@@ -25,6 +25,7 @@ import (
 type Fake struct {
 	mu       sync.Mutex
 	timeouts []time.Duration
+	images   []string
 }
 
 // ArchivePath is the archive Fake reports for container app of pod in ns.
@@ -63,5 +64,39 @@ func (f *Fake) Timeouts() []time.Duration {
 func (f *Fake) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.timeouts = nil
+	f.timeouts, f.images = nil, nil
+}
+
+// PodCheckpointPath is the pod checkpoint Fake reports for pod in ns.
+func PodCheckpointPath(ns, pod string) string {
+	return "/var/lib/nodeshim/checkpoints/checkpoint-" + pod + "_" + ns + "-2026-11-23T12:00:00Z"
+}
+
+// PodCheckpoint answers a pod checkpoint by pod name as Checkpoint does by
+// container name: "web" succeeds with PodCheckpointPath, "missing" fails
+// with checkpoint.ErrNotFound, "starting" with checkpoint.ErrPodNotRunning
+// (Busy), any other with CRIU's "Dumping FAILED". It records the timeout
+// and the image asked for.
+func (f *Fake) PodCheckpoint(_ context.Context, ns, pod string, timeout time.Duration, imageRef string) (string, error) {
+	f.mu.Lock()
+	f.timeouts = append(f.timeouts, timeout)
+	f.images = append(f.images, imageRef)
+	f.mu.Unlock()
+	switch pod {
+	case "web":
+		return PodCheckpointPath(ns, pod), nil
+	case "missing":
+		return "", fmt.Errorf("pod %s/%s: no ready sandbox: %w", ns, pod, checkpoint.ErrNotFound)
+	case "starting":
+		return "", fmt.Errorf("pod %s/%s: container app is CREATED: %w", ns, pod, checkpoint.ErrPodNotRunning)
+	}
+	return "", errors.New("criu failed: Dumping FAILED")
+}
+
+// Images returns the images pod checkpoints asked for since the last
+// Reset, in order.
+func (f *Fake) Images() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.images)
 }
