@@ -1,5 +1,5 @@
 // Package runtimeclass_test runs nodeshim's RuntimeClass on a single-node
-// cluster whose kubelet runs on containerd 2.x: a Pod with
+// cluster whose kubelet runs on containerd 2.3.7, then v2.4.2: a Pod with
 // runtimeClassName nodeshim and the restore.nodeshim.io/checkpoint
 // annotation starts restored through an unmodified kubelet.
 package runtimeclass_test
@@ -30,15 +30,19 @@ import (
 	"github.com/nodeshim/nodeshim/testenv/clustertest"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 // handler is the containerd runtime handler and RuntimeClass name.
 const handler = "nodeshim"
 
+// envContainerd24 names the directory of containerd v2.4.2's binaries
+// (mk/runtime.mk builds them).
+const envContainerd24 = "NODESHIM_CONTAINERD24"
+
 var (
-	// cluster2 is a cluster whose kubelet runs on containerd 2.x with the
-	// nodeshim handler.
-	cluster2 clustertest.Env
+	// handlers are containerd's runtime handlers beside runc: nodeshim's.
+	handlers []runtimetest.Handler
 	// ckptDir is the handler's checkpoint directory.
 	ckptDir string
 )
@@ -75,28 +79,48 @@ func run(m *testing.M) int {
 			return 1
 		}
 	}
-	cluster2 = clustertest.Env{Containerd2: true, Handlers2: []runtimetest.Handler{{
+	handlers = []runtimetest.Handler{{
 		Name: handler, Binary: filepath.Join(bins, "nodeshim-runc"), PodAnnotations: []string{"restore.nodeshim.io/*"},
-	}}}
-	code := m.Run()
-	if err := cluster2.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		code = 1
+	}}
+	return m.Run()
+}
+
+// TestPodRestoredUnderRuntimeClass runs testPodRestored on a cluster whose
+// kubelet runs on containerd 2.3.7 (NODESHIM_CONTAINERD2), then on one on
+// v2.4.2, which has no restore of its own; one cluster at a time, each
+// closed (a leak fails the test) before the next starts.
+func TestPodRestoredUnderRuntimeClass(t *testing.T) {
+	for _, tc := range []struct{ name, dir, version string }{
+		{"containerd-2.3", "", "v2.3."},
+		{"containerd-2.4", os.Getenv(envContainerd24), "v2.4."},
+	} {
+		env := &clustertest.Env{Containerd2: true, Handlers2: handlers, Containerd2Dir: tc.dir}
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.name == "containerd-2.4" && tc.dir == "" {
+				testutil.Skip(t, "needs containerd v2.4.2: %s names the directory of its binaries (make test builds it under .tools)", envContainerd24)
+			}
+			testPodRestored(t, env, tc.version)
+		})
+		if err := env.Close(); err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
 	}
-	return code
 }
 
 const counterScript = "i=0; while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done"
 
-// TestPodRestoredUnderRuntimeClass: nodeshim takes a pod checkpoint of a
+// testPodRestored: nodeshim takes a pod checkpoint of a
 // two-container Pod into the checkpoint directory; the Pod is deleted, and
 // a new Pod with runtimeClassName nodeshim, the same containers and
 // images, and the annotation naming the pod checkpoint, reaches Running
 // through kubelet with both counters going on from where they were. The checkpointed Pod ran under the
 // RuntimeClass without the annotation, fresh; one naming a file outside
 // the checkpoint directory is refused with the reason in its status.
-func TestPodRestoredUnderRuntimeClass(t *testing.T) {
-	c := cluster2.Cluster(t)
+func testPodRestored(t *testing.T, env *clustertest.Env, version string) {
+	c := env.Cluster(t)
+	if !strings.Contains(c.Containerd.Version, " "+version) {
+		t.Fatalf("kubelet's containerd is %s, want %s", c.Containerd.Version, version)
+	}
 	bin := criutest.Require(t)
 	cs, err := kubernetes.NewForConfig(c.API.AdminConfig())
 	if err != nil {

@@ -137,6 +137,10 @@ type Env struct {
 	// Handlers2 are runtime handlers added to containerd 2.x's config
 	// (runtimetest.Env.Handlers2). Set them before the first use.
 	Handlers2 []runtimetest.Handler
+	// Containerd2Dir, when set, is the directory of another containerd
+	// 2.x release's binaries (runtimetest.Env.Containerd2Dir). Set it
+	// before the first use.
+	Containerd2Dir string
 
 	mu      sync.Mutex
 	rt      runtimetest.Env
@@ -182,7 +186,7 @@ func (e *Env) Cluster(t testing.TB) *Cluster {
 	bins.apiserver, bins.etcd = kubetest.Binaries(t)
 	var ctrd *runtimetest.Containerd
 	if e.Containerd2 {
-		e.rt.Handlers2 = e.Handlers2
+		e.rt.Handlers2, e.rt.Containerd2Dir = e.Handlers2, e.Containerd2Dir
 		ctrd = e.rt.Containerd2(t)
 	} else {
 		ctrd = e.rt.Containerd(t)
