@@ -122,7 +122,8 @@ type Timings struct {
 
 // Run restores the container: it opens the archive beneath the
 // checkpoint directory, validates it (archive.ValidateLimits), checks that
-// the node and the container are the checkpoint's (Check), unpacks it into
+// the container is the checkpoint's (CheckContainer) and the node can
+// restore its images (machine type, CRIU version), unpacks it into
 // a private directory under WorkDir, applies its rootfs diff to the
 // bundle's root, and runs `<runtime> restore --detach` with the shim's
 // pid file and stdio, so that the process runs when create returns. The
