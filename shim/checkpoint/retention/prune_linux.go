@@ -10,9 +10,12 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 )
+
+// SignatureSuffix names an archive's signature file (criu/archive/seal's
+// SignatureSuffix, which the tests check), removed with the archive.
+const SignatureSuffix = ".sig"
 
 // TrashDir is the directory, inside the checkpoint directory, that
 // archives are renamed into before they are unlinked. It holds only
@@ -96,7 +99,7 @@ func Remove(dir, name string) error {
 	// The archive's signature file (package seal) goes with it, after it:
 	// a crash between the two leaves a signature without an archive,
 	// never a signed archive unsigned.
-	sig := name + seal.SignatureSuffix
+	sig := name + SignatureSuffix
 	if err := os.Rename(filepath.Join(dir, sig), filepath.Join(trash, sig)); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove checkpoint archive signature: %w", err)
 	}

@@ -374,6 +374,9 @@ func TestSweepFinishesARemoval(t *testing.T) {
 // TestRemoveTakesTheSignature: an archive's signature file is removed
 // with it, and is never listed as an archive; another archive's stays.
 func TestRemoveTakesTheSignature(t *testing.T) {
+	if SignatureSuffix != seal.SignatureSuffix {
+		t.Fatalf("retention removes %q files, seal writes %q", SignatureSuffix, seal.SignatureSuffix)
+	}
 	dir := t.TempDir()
 	all := []string{"checkpoint-web-0_default-app-2026-01-01T00:00:00Z.tar", "checkpoint-web-0_default-app-2026-01-02T00:00:00Z.tar"}
 	for _, n := range all {
