@@ -631,7 +631,6 @@ func TestRBACLeastPrivilege(t *testing.T) {
 		"core/nodes get",
 		"core/nodes/status patch",
 		"core/pods get",
-		"nodeshim.io/podcheckpoints get",
 		"nodeshim.io/podcheckpoints list",
 		"nodeshim.io/podcheckpoints update",
 		"nodeshim.io/podcheckpoints watch",

@@ -26,7 +26,6 @@ type API interface {
 	WatchPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	UpdatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error)
 	UpdatePodCheckpointStatus(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error)
-	GetPodCheckpoint(ctx context.Context, namespace, name string) (*v1alpha1.PodCheckpoint, error)
 }
 
 // Shim is what the handler asks of its node's shim (shim/client.Client).
@@ -79,6 +78,16 @@ type Handler struct {
 	// Accepted is its own, finished or being written, never an
 	// interrupted one.
 	claimed map[string]bool
+	// outcomes holds the outcomes of checkpoints whose status write
+	// failed (a conflict with another write, the API server away): the
+	// object's next version gets it.
+	outcomes map[string]outcome
+}
+
+// outcome is what became of a checkpoint on the node.
+type outcome struct {
+	location, reason string
+	cause            error
 }
 
 // New returns a Handler; it does nothing until Run.
@@ -95,7 +104,7 @@ func New(o Options) (*Handler, error) {
 	if o.Retry <= 0 {
 		o.Retry = time.Second
 	}
-	return &Handler{o: o, objects: map[string]*v1alpha1.PodCheckpoint{}, claimed: map[string]bool{}, wake: make(chan struct{}, 1)}, nil
+	return &Handler{o: o, objects: map[string]*v1alpha1.PodCheckpoint{}, claimed: map[string]bool{}, outcomes: map[string]outcome{}, wake: make(chan struct{}, 1)}, nil
 }
 
 // Run lists and watches the PodCheckpoints and handles them, one at a
@@ -255,11 +264,16 @@ func (h *Handler) sync(ctx context.Context, pc *v1alpha1.PodCheckpoint) error {
 		// middle, or by this one, whose next write is on its way.
 		h.mu.Lock()
 		own := h.claimed[key(pc)]
+		out, unwritten := h.outcomes[key(pc)]
 		h.mu.Unlock()
-		if own {
-			return nil
+		switch {
+		case unwritten:
+			return h.finish(ctx, pc, out)
+		case own:
+			return nil // being checkpointed
 		}
-		return h.finish(ctx, pc, "", ReasonInterrupted, errors.New("the reporter restarted during the checkpoint; its outcome on the node is unknown (the node's retention removes what it left)"))
+		return h.finish(ctx, pc, outcome{reason: ReasonInterrupted,
+			cause: errors.New("the reporter restarted during the checkpoint; its outcome on the node is unknown (the node's retention removes what it left)")})
 	}
 	pod, err := h.o.API.GetPod(ctx, pc.Namespace, pc.Spec.PodName)
 	if apierrors.IsNotFound(err) {
@@ -338,42 +352,41 @@ func (h *Handler) checkpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, po
 	}
 	loc, cerr := h.o.Shim.CheckpointPod(ctx, pod.Namespace, pod.Name, timeout, pc.Spec.Image)
 	if cerr != nil {
-		return h.finish(ctx, claimed, "", ReasonFailed, cerr)
+		return h.finish(ctx, claimed, outcome{reason: ReasonFailed, cause: cerr})
 	}
-	return h.finish(ctx, claimed, loc, ReasonStored, nil)
+	return h.finish(ctx, claimed, outcome{location: loc, reason: ReasonStored})
 }
 
-// finish records the outcome of pc's checkpoint: Stored at loc, or Failed
-// with reason and cause. A conflict (another write came between) is met
-// by reading the object again.
-func (h *Handler) finish(ctx context.Context, pc *v1alpha1.PodCheckpoint, loc, reason string, cause error) error {
-	for attempt := 0; ; attempt++ {
-		end := metav1.NewTime(h.o.Now())
-		pc.Status.CompletionTime = &end
-		stored := condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.True, Reason: reason,
-			Message: "pod checkpoint " + filepath.Base(loc) + " on node " + h.o.NodeName}
-		pc.Status.Phase = v1alpha1.PhaseStored
-		pc.Status.Location = loc
-		if cause != nil {
-			pc.Status.Phase = v1alpha1.PhaseFailed
-			stored = condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.False,
-				Severity: condition.SeverityError, Reason: reason, Message: cause.Error()}
-		}
-		h.setConditions(pc, nil, &stored)
-		_, err := h.o.API.UpdatePodCheckpointStatus(ctx, pc, FieldManager)
-		if err == nil || apierrors.IsNotFound(err) {
-			h.o.Logger.Info("pod checkpoint done", "podcheckpoint", key(pc), "phase", pc.Status.Phase, "location", loc, "err", cause)
-			return nil
-		}
-		if !apierrors.IsConflict(err) || attempt >= 5 {
-			return fmt.Errorf("record the outcome of %s: %w", key(pc), err)
-		}
-		fresh, gerr := h.o.API.GetPodCheckpoint(ctx, pc.Namespace, pc.Name)
-		if gerr != nil {
-			return fmt.Errorf("record the outcome of %s: %w", key(pc), errors.Join(err, gerr))
-		}
-		pc = fresh
+// finish records out in pc's status: Stored at its location, or Failed
+// with its reason and cause. When the write fails (a conflict with
+// another write, the API server away), the outcome is kept for the
+// object's next version, which the watch brings.
+func (h *Handler) finish(ctx context.Context, pc *v1alpha1.PodCheckpoint, out outcome) error {
+	end := metav1.NewTime(h.o.Now())
+	pc.Status.CompletionTime = &end
+	stored := condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.True, Reason: out.reason,
+		Message: "pod checkpoint " + filepath.Base(out.location) + " on node " + h.o.NodeName}
+	pc.Status.Phase = v1alpha1.PhaseStored
+	pc.Status.Location = out.location
+	if out.cause != nil {
+		pc.Status.Phase = v1alpha1.PhaseFailed
+		stored = condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.False,
+			Severity: condition.SeverityError, Reason: out.reason, Message: out.cause.Error()}
 	}
+	h.setConditions(pc, nil, &stored)
+	_, err := h.o.API.UpdatePodCheckpointStatus(ctx, pc, FieldManager)
+	h.mu.Lock()
+	if err == nil || apierrors.IsNotFound(err) {
+		delete(h.outcomes, key(pc))
+	} else {
+		h.outcomes[key(pc)] = out
+	}
+	h.mu.Unlock()
+	if err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("record the outcome of %s: %w", key(pc), err)
+	}
+	h.o.Logger.Info("pod checkpoint done", "podcheckpoint", key(pc), "phase", pc.Status.Phase, "location", out.location, "err", out.cause)
+	return nil
 }
 
 // release removes the checkpoint of a deleted object from the node, then

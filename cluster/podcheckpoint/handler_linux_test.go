@@ -14,6 +14,7 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
@@ -70,6 +71,7 @@ func TestPodCheckpoints(t *testing.T) {
 	t.Run("on the pod's node", func(t *testing.T) { testCheckpointOnThePodsNode(t, e) })
 	t.Run("failed, pending, interrupted", func(t *testing.T) { testFailedPendingInterrupted(t, e) })
 	t.Run("who may checkpoint", func(t *testing.T) { testWhoMayCheckpoint(t, e) })
+	t.Run("every grant needed", func(t *testing.T) { testEveryGrantNeeded(t, e) })
 }
 
 // fakeShim is the node's shim as the handler sees it: it records the
@@ -340,5 +342,124 @@ func testWhoMayCheckpoint(t *testing.T, e *env) {
 	_, err = e.adminAPI.UpdatePodCheckpoint(ctx, cur, "kubectl")
 	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "immutable") {
 		t.Errorf("change podName: %v, want invalid: immutable", err)
+	}
+}
+
+// recordingAPI is the handler's API that remembers which requests the
+// API server refused.
+type recordingAPI struct {
+	API
+	mu        sync.Mutex
+	forbidden map[string]bool
+}
+
+func (a *recordingAPI) note(what string, err error) {
+	if apierrors.IsForbidden(err) {
+		a.mu.Lock()
+		a.forbidden[what] = true
+		a.mu.Unlock()
+	}
+}
+
+func (a *recordingAPI) GetPod(ctx context.Context, ns, name string) (*corev1.Pod, error) {
+	p, err := a.API.GetPod(ctx, ns, name)
+	a.note("pods/get", err)
+	return p, err
+}
+
+func (a *recordingAPI) ListPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodCheckpointList, error) {
+	l, err := a.API.ListPodCheckpoints(ctx, opts)
+	a.note("podcheckpoints/list", err)
+	return l, err
+}
+
+func (a *recordingAPI) WatchPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := a.API.WatchPodCheckpoints(ctx, opts)
+	a.note("podcheckpoints/watch", err)
+	return w, err
+}
+
+func (a *recordingAPI) UpdatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fm string) (*v1alpha1.PodCheckpoint, error) {
+	out, err := a.API.UpdatePodCheckpoint(ctx, pc, fm)
+	a.note("podcheckpoints/update", err)
+	return out, err
+}
+
+func (a *recordingAPI) UpdatePodCheckpointStatus(ctx context.Context, pc *v1alpha1.PodCheckpoint, fm string) (*v1alpha1.PodCheckpoint, error) {
+	out, err := a.API.UpdatePodCheckpointStatus(ctx, pc, fm)
+	a.note("podcheckpoints/status/update", err)
+	return out, err
+}
+
+// handlerGrants are the reporter's grants (deploy/rbac.yaml) that the
+// handler uses, as group, resource, verb.
+var handlerGrants = []struct{ group, resource, verb string }{
+	{"", "pods", "get"},
+	{"nodeshim.io", "podcheckpoints", "list"},
+	{"nodeshim.io", "podcheckpoints", "watch"},
+	{"nodeshim.io", "podcheckpoints", "update"},
+	{"nodeshim.io", "podcheckpoints/status", "update"},
+}
+
+// testEveryGrantNeeded: run with every grant of handlerGrants but one,
+// the handler is refused exactly where it uses that one, so none of them
+// is broader than needed; deploy/'s TestRBACLeastPrivilege holds
+// rbac.yaml to these.
+func testEveryGrantNeeded(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.pod(t, "team-g", "web", "node-g")
+	e.create(t, "team-g", "web-ckpt", "web")
+	for i, without := range handlerGrants {
+		key := without.resource + "/" + without.verb
+		t.Run(key, func(t *testing.T) {
+			name := fmt.Sprintf("without-%d", i)
+			var rules []rbacv1.PolicyRule
+			for _, g := range handlerGrants {
+				if g != without {
+					rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{g.group}, Resources: []string{g.resource}, Verbs: []string{g.verb}})
+				}
+			}
+			if _, err := e.admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := e.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+				ObjectMeta: metav1.ObjectMeta{Name: name},
+				RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "nodeshim"}},
+			}, metav1.CreateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			kube, err := kubeapi.ForConfig(e.ServiceAccountConfig(t, "nodeshim", name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			api := &recordingAPI{API: kube, forbidden: map[string]bool{}}
+			h, err := New(Options{NodeName: "node-g", API: api, Shim: &fakeShim{}, Retry: 100 * time.Millisecond})
+			if err != nil {
+				t.Fatal(err)
+			}
+			rctx, cancel := context.WithCancel(ctx)
+			done := make(chan error, 1)
+			go func() { done <- h.Run(rctx) }()
+			defer func() {
+				cancel()
+				<-done
+			}()
+			testutil.Eventually(t, "the handler refused "+key, func() error {
+				api.mu.Lock()
+				defer api.mu.Unlock()
+				if !api.forbidden[key] {
+					return fmt.Errorf("refused so far: %v", api.forbidden)
+				}
+				return nil
+			})
+			api.mu.Lock()
+			defer api.mu.Unlock()
+			for k := range api.forbidden {
+				if k != key {
+					t.Errorf("also refused %s, which the role grants", k)
+				}
+			}
+		})
 	}
 }

@@ -132,6 +132,11 @@ const (
 	// ReadOnly: the status endpoints only (GET /status, /report, /healthz,
 	// /readyz, /metrics); anything else is refused with 403.
 	ReadOnly
+	// PodCheckpoints: what ReadOnly may, and asking for pod checkpoints
+	// and removing checkpoints (POST /checkpoint/{namespace}/{pod},
+	// DELETE /checkpoints/{name}): the reporter that serves PodCheckpoint
+	// objects; anything else is refused with 403.
+	PodCheckpoints
 	// FullAccess: every endpoint.
 	FullAccess
 )
@@ -192,6 +197,22 @@ func UnixPeer(full, readUIDs, readGIDs []uint32) Authenticator {
 			return ReadOnly, who
 		}
 		return NoAccess, who
+	}
+}
+
+// WithPodCheckpoints returns auth where the unix peers of uids have
+// PodCheckpoints access; every other request is decided by auth.
+func WithPodCheckpoints(auth Authenticator, uids []uint32) Authenticator {
+	if len(uids) == 0 {
+		return auth
+	}
+	return func(r *http.Request) (Access, string) {
+		access, who := auth(r)
+		if p, ok := r.Context().Value(peerKey{}).(peer); ok && p.err == nil && p.cred != nil &&
+			access < PodCheckpoints && slices.Contains(uids, p.cred.Uid) {
+			return PodCheckpoints, who
+		}
+		return access, who
 	}
 }
 
@@ -334,8 +355,11 @@ func NewHandler(src Source, opts Options) http.Handler {
 	full.HandleFunc("POST /checkpoint/{namespace}/{pod}/{container}", func(w http.ResponseWriter, r *http.Request) {
 		serveCheckpoint(w, r, opts)
 	})
-	full.HandleFunc("POST /checkpoint/{namespace}/{pod}", func(w http.ResponseWriter, r *http.Request) {
+	full.HandleFunc(podCheckpointPattern, func(w http.ResponseWriter, r *http.Request) {
 		servePodCheckpoint(w, r, opts)
+	})
+	full.HandleFunc(removeCheckpointPattern, func(w http.ResponseWriter, r *http.Request) {
+		serveRemoveCheckpoint(w, r, opts)
 	})
 	return authorize(read, full, opts)
 }
@@ -355,6 +379,46 @@ func longPoll(q url.Values) (after int64, wait time.Duration, err error) {
 		wait = min(time.Duration(n)*time.Second, MaxStatusWait)
 	}
 	return after, wait, nil
+}
+
+// The patterns a PodCheckpoints caller may reach beyond the read-only
+// ones.
+const (
+	podCheckpointPattern    = "POST /checkpoint/{namespace}/{pod}"
+	removeCheckpointPattern = "DELETE /checkpoints/{name}"
+)
+
+// CheckpointRemover removes checkpoints for DELETE /checkpoints/{name}: a
+// container archive or a pod checkpoint of the node's checkpoint
+// directory, by its base name; one already gone is no error. A Checkpoint
+// that implements it serves that path.
+type CheckpointRemover interface {
+	RemoveCheckpoint(ctx context.Context, name string) error
+}
+
+// serveRemoveCheckpoint serves DELETE /checkpoints/{name}: 204 when the
+// checkpoint is gone, 404 with the feature off, 400 for a name that is
+// not a checkpoint's, 409 for one in use (a restore reading it).
+func serveRemoveCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
+	name := r.PathValue("name")
+	rm, ok := opts.Checkpoint.(CheckpointRemover)
+	if !ok {
+		err := errdefs.New(errdefs.ErrNotFound, "checkpoints are not available on this node")
+		writeJSON(w, statusCode(err), map[string]string{"error": err.Error()})
+		return
+	}
+	if err := rm.RemoveCheckpoint(r.Context(), name); err != nil {
+		code := statusCode(err)
+		switch {
+		case errors.Is(err, errdefs.ErrInvalidArgument):
+			code = http.StatusBadRequest
+		case errors.Is(err, errdefs.ErrBusy):
+			code = http.StatusConflict
+		}
+		writeJSON(w, code, map[string]string{"error": fmt.Sprintf("remove checkpoint %q: %v", name, err)})
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 // servePodCheckpoint serves a pod checkpoint as serveCheckpoint serves a
@@ -476,6 +540,12 @@ func authorize(read, full http.Handler, opts Options) http.Handler {
 		case FullAccess:
 			full.ServeHTTP(w, r)
 			return
+		case PodCheckpoints:
+			if _, pattern := full.(*http.ServeMux).Handler(r); pattern == podCheckpointPattern || pattern == removeCheckpointPattern {
+				full.ServeHTTP(w, r)
+				return
+			}
+			fallthrough
 		case ReadOnly:
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				if _, pattern := read.(*http.ServeMux).Handler(r); pattern != "" {

@@ -137,7 +137,7 @@ func (c *Client) do(ctx context.Context, method, path string) (io.ReadCloser, er
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
 	}
-	if resp.StatusCode == http.StatusOK {
+	if resp.StatusCode == http.StatusOK || resp.StatusCode == http.StatusNoContent {
 		return resp.Body, nil
 	}
 	defer resp.Body.Close()
@@ -238,6 +238,23 @@ func (c *Client) CheckpointPod(ctx context.Context, namespace, pod string, timeo
 		return "", fmt.Errorf("POST %s on %s: answer names %d pod checkpoints, want 1", path, c.socket, len(out.Items))
 	}
 	return out.Items[0], nil
+}
+
+// RemoveCheckpoint asks the shim to remove the checkpoint name (a
+// container archive or a pod checkpoint of the node's checkpoint
+// directory, by its base name) through its retention (DELETE
+// /checkpoints/{name}); one already gone is no error.
+func (c *Client) RemoveCheckpoint(ctx context.Context, name string) error {
+	if name == "" {
+		return fmt.Errorf("remove checkpoint: empty name")
+	}
+	ctx, cancel := c.bound(ctx, 0)
+	defer cancel()
+	body, err := c.do(ctx, http.MethodDelete, "/checkpoints/"+url.PathEscape(name))
+	if err != nil {
+		return err
+	}
+	return body.Close()
 }
 
 // Checkpoint asks the shim to checkpoint a container, as kubelet's

@@ -408,6 +408,7 @@ func TestPayloadLoad(t *testing.T) {
 		{"unknown field in drop-in", []File{{BaseFile, []byte(tm)}, {"10-a.conf", []byte(tm + "api: {tcpAdress: x}\n")}}, nil, `10-a.conf: error unmarshaling JSON: while decoding JSON: json: unknown field "tcpAdress"`},
 		{"tcp without tls", []File{{BaseFile, []byte(tm + "api: {tcpAddress: ':10443'}\n")}}, nil, "api.tcpAddress needs api.tlsCertFile"},
 		{"negative soak", []File{{BaseFile, []byte(tm + "configSoakPeriod: -1s\n")}}, nil, "configSoakPeriod -1s is negative"},
+		{"pod checkpointer not a reader", []File{{BaseFile, []byte(tm + "api: {readOnlyUIDs: [65532], podCheckpointUIDs: [1000]}\n")}}, nil, "api.podCheckpointUIDs: uid 1000 is not in api.readOnlyUIDs"},
 		{"negative api limit", []File{{BaseFile, []byte(tm + "api: {limits: {connsPerAddress: -1, idleTimeout: -1s}}\n")}}, nil, "api.limits.connsPerAddress -1 is negative"},
 		{"checkpoints without a runtime", []File{{BaseFile, []byte(tm + "containerRuntimeEndpoint: ''\ncheckpoint: {enabled: true}\n")}}, nil, "checkpoint.enabled needs containerRuntimeEndpoint"},
 		{"reporter access", []File{{BaseFile, []byte(tm + "api: {readOnlyUIDs: [65534], readOnlyGIDs: [998]}\ncheckpoint: {enabled: true}\n")}}, func(c ShimConfiguration) bool {

@@ -102,6 +102,11 @@ type API struct {
 	// else: the reporter's identity. Root always has full access.
 	ReadOnlyUIDs []uint32 `json:"readOnlyUIDs,omitempty"`
 	ReadOnlyGIDs []uint32 `json:"readOnlyGIDs,omitempty"`
+	// PodCheckpointUIDs are readers (each must be in ReadOnlyUIDs) that
+	// may also ask for pod checkpoints and remove checkpoints (POST
+	// /checkpoint/{namespace}/{pod}, DELETE /checkpoints/{name}): the
+	// reporter, which serves the cluster's PodCheckpoint objects.
+	PodCheckpointUIDs []uint32 `json:"podCheckpointUIDs,omitempty"`
 	// Limits bounds what the API's peers can hold; an unset field keeps
 	// its default (docs/security.md lists them).
 	Limits APILimits `json:"limits,omitempty"`
@@ -344,6 +349,14 @@ func (c *ShimConfiguration) Validate() error {
 		}
 		if c.API.TokenFile == "" && c.API.ClientCAFile == "" {
 			p = append(p, "api.tcpAddress needs api.tokenFile or api.clientCAFile")
+		}
+	}
+	for _, uid := range c.API.PodCheckpointUIDs {
+		if !slices.Contains(c.API.ReadOnlyUIDs, uid) {
+			p = append(p, fmt.Sprintf("api.podCheckpointUIDs: uid %d is not in api.readOnlyUIDs", uid))
+		}
+		if uid == 0 {
+			p = append(p, "api.podCheckpointUIDs: uid 0 has full access already")
 		}
 	}
 	l := c.API.Limits

@@ -187,7 +187,7 @@ func listen(opts Options, c config.API, model *status.Model, apiOpts api.Options
 		return nil, nil, err
 	}
 	unixOpts := apiOpts
-	unixOpts.Auth = api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs)
+	unixOpts.Auth = api.WithPodCheckpoints(api.UnixPeer(nil, c.ReadOnlyUIDs, c.ReadOnlyGIDs), c.PodCheckpointUIDs)
 	unixOpts.Refusals = api.NewRefusalLog(opts.Logger, limits.RefusalLogInterval, nil)
 	unixStop := make(chan struct{})
 	unixOpts.Stop = unixStop

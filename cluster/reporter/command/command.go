@@ -16,10 +16,13 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/internal/metricsserver"
+	"github.com/nodeshim/nodeshim/shim/client"
 )
 
 // DefaultSocket is the shim's node API socket as the DaemonSet mounts it.
@@ -33,6 +36,11 @@ type Config struct {
 	Socket string
 	// MetricsAddr is where /metrics, /healthz and /readyz are served.
 	MetricsAddr string
+	// PodCheckpoints serves the PodCheckpoint objects of this node's pods
+	// (cluster/podcheckpoint); their CustomResourceDefinition must be
+	// installed, and the shim must grant the reporter's uid
+	// api.podCheckpointUIDs.
+	PodCheckpoints bool
 	// Options are the reporter's; Client, Shim, Version, Metrics and
 	// Logger are set by Run.
 	Options reporter.Options
@@ -47,6 +55,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; the in-cluster configuration when empty")
 	fs.StringVar(&c.Socket, "socket", DefaultSocket, "the shim's node API socket")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9808", "address to serve Prometheus metrics, /healthz and /readyz on")
+	fs.BoolVar(&c.PodCheckpoints, "pod-checkpoints", false, "serve the PodCheckpoint objects of this node's pods (needs their CustomResourceDefinition, and the shim's api.podCheckpointUIDs)")
 	fs.DurationVar(&c.Options.PollInterval, "poll-interval", reporter.DefaultPollInterval, "how often to read the shim's status when it cannot be long polled")
 	fs.DurationVar(&c.Options.RenewInterval, "lease-renew-interval", reporter.DefaultRenewInterval, "how often to renew the heartbeat Lease (before jitter)")
 	fs.DurationVar(&c.Options.ResyncPeriod, "resync-period", reporter.DefaultResyncPeriod, "longest time between two status patches when nothing changes")
@@ -96,8 +105,23 @@ func Run(ctx context.Context, c Config, version string, log *slog.Logger) error 
 	// The shim's metrics are relayed: a shim that cannot be read leaves
 	// the reporter's own metrics served.
 	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, shim}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	log.Info("reporting", "node", opts.NodeName, "socket", c.Socket, "metrics", ln.Addr().String(), "apiServer", cfg.Host)
-	return metricsserver.Run(ctx, ln, metrics, func() error { return Ready(r.State()) }, r.Run)
+	run := r.Run
+	if c.PodCheckpoints {
+		ckpt := client.New(c.Socket)
+		defer ckpt.Close()
+		h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: opts.NodeName, API: kube, Shim: ckpt, Logger: log})
+		if err != nil {
+			return err
+		}
+		run = func(ctx context.Context) error {
+			g, gctx := errgroup.WithContext(ctx)
+			g.Go(func() error { return r.Run(gctx) })
+			g.Go(func() error { return h.Run(gctx) })
+			return g.Wait()
+		}
+	}
+	log.Info("reporting", "node", opts.NodeName, "socket", c.Socket, "metrics", ln.Addr().String(), "apiServer", cfg.Host, "podCheckpoints", c.PodCheckpoints)
+	return metricsserver.Run(ctx, ln, metrics, func() error { return Ready(r.State()) }, run)
 }
 
 // Ready returns nil once s shows a published status and a renewed Lease,
