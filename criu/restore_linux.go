@@ -37,7 +37,9 @@ type RestoreOptions struct {
 	ShellJob       bool
 	// HardwareBreakpoints: see Options.HardwareBreakpoints.
 	HardwareBreakpoints bool
-	// KeepWorkDir leaves the unpacked images and restore.log in place.
+	// KeepWorkDir leaves the unpacked images and restore.log in place;
+	// for an encrypted archive, on the tmpfs mounted on the work
+	// directory, which stays mounted (unmount it to free its memory).
 	KeepWorkDir bool
 	// LazyFrom, when set, restores the archive of a lazy checkpoint
 	// (Options.Lazy): a `criu lazy-pages` daemon fetches the memory from
