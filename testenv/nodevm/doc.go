@@ -24,7 +24,20 @@
 //   - systemd starts containerd (SystemdCgroup = true, runc as its
 //     handler, CRIU for checkpoints) and `nodeshim serve`, each a systemd
 //     service, then the scenarios' unit, which waits for both, runs the
-//     test binary and powers the node off.
+//     test binary and powers the node off;
+//   - the node is a Kubernetes node of a control plane on the host
+//     (StartControlPlane: etcd, kube-apiserver with the Node authorizer and
+//     kube-controller-manager, at kubelet's version, on the host's
+//     loopback), as a second node of a host's cluster would be: QEMU's
+//     user-mode network with restrict=on lets no packet of the node leave
+//     the machine, and its one guestfwd takes APIServerAddress:6443 to the
+//     API server's port on 127.0.0.1 (the API server does not reach the
+//     node: no logs or exec through it). kubelet's unit (cgroupDriver
+//     systemd, failCgroupV1 at its default) is installed with a
+//     kubeconfig as system:node:<name>, and an admin kubeconfig for the
+//     scenarios; the kubelet scenario starts kubelet and stops it, last,
+//     because a running kubelet kills the pods the API server does not
+//     list, which the CRI scenarios' are.
 //
 // QEMU runs under TCG only (-machine accel=tcg -cpu max -smp 2 -m 3072M), once
 // per run: every scenario runs in the same boot. The scenarios are the

@@ -1,0 +1,258 @@
+//go:build nodevm
+
+package nodetest
+
+// The kubelet scenario's file sorts after the others on purpose: go test
+// runs the files' tests in name order, and a running kubelet kills every
+// pod of the runtime that the API server does not list, which is what the
+// CRI scenarios' pods are. It starts kubelet itself and stops it at its end.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/testenv/nodevm"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+)
+
+// startKubelet starts the node's kubelet (systemd, the systemd cgroup
+// driver) and returns an admin client of the API server it joins; kubelet
+// is stopped when t ends, after t's own cleanups have deleted its pods.
+func startKubelet(t *testing.T) kubernetes.Interface {
+	t.Helper()
+	if _, err := os.Stat(nodevm.AdminKubeconfig); err != nil {
+		testutil.Skip(t, "the node has no control plane to join (nodevm without -kubelet): %v", err)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", nodevm.AdminKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Timeout = time.Minute
+	cs, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, "systemctl", "start", nodevm.KubeletUnitName)
+	t.Cleanup(func() {
+		if out, err := runErr("systemctl", "stop", nodevm.KubeletUnitName); err != nil {
+			t.Errorf("stop kubelet: %v %s", err, out)
+		}
+		if t.Failed() {
+			out, _ := runErr("journalctl", "--no-pager", "-u", nodevm.KubeletUnitName, "-n", "80")
+			t.Logf("kubelet's journal (last lines):\n%s", out)
+		}
+	})
+	return cs
+}
+
+// TestKubeletJoinsRunsPodUnderKubepods: kubelet (cgroupDriver systemd,
+// failCgroupV1 at its default) registers the node with the API server on
+// the host and reports it Ready with kubelet's own conditions, its version
+// and containerd's; a Pod created through the API (its image imported,
+// imagePullPolicy Never) runs in
+// kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod<uid>.slice/
+// cri-containerd-<id>.scope with its memory limit, and nodeshim serve's
+// GET /pods lists it by its Kubernetes namespace and name with its own
+// PSI.
+func TestKubeletJoinsRunsPodUnderKubepods(t *testing.T) {
+	requireNode(t)
+	ctx := context.Background()
+	start := time.Now()
+	cs := startKubelet(t)
+
+	var node *corev1.Node
+	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node = n
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", conditionSummary(n))
+	})
+	tReady := time.Since(start)
+	conds := map[corev1.NodeConditionType]corev1.NodeCondition{}
+	for _, c := range node.Status.Conditions {
+		conds[c.Type] = c
+	}
+	if c := conds[corev1.NodeReady]; c.Reason != "KubeletReady" {
+		t.Errorf("Ready: %+v; want kubelet's KubeletReady", c)
+	}
+	for _, ct := range []corev1.NodeConditionType{corev1.NodeMemoryPressure, corev1.NodeDiskPressure, corev1.NodePIDPressure} {
+		if c, ok := conds[ct]; !ok || c.Status != corev1.ConditionFalse || !strings.HasPrefix(c.Reason, "KubeletHas") {
+			t.Errorf("%s: %+v; want kubelet's False", ct, c)
+		}
+	}
+	kubeletVersion := strings.TrimPrefix(strings.TrimSpace(run(t, filepath.Join(nodevm.NodeBin, "kubelet"), "--version")), "Kubernetes ")
+	// "containerd github.com/containerd/containerd/v2 v2.2.9"; CRI says
+	// "2.2.9".
+	ctrdVersion := strings.Fields(run(t, filepath.Join(nodevm.NodeBin, "containerd"), "--version"))
+	info := node.Status.NodeInfo
+	if info.KubeletVersion != kubeletVersion || len(ctrdVersion) < 3 || info.ContainerRuntimeVersion != "containerd://"+strings.TrimPrefix(ctrdVersion[2], "v") {
+		t.Errorf("node info kubelet %q, runtime %q; want %q and containerd %v", info.KubeletVersion, info.ContainerRuntimeVersion, kubeletVersion, ctrdVersion)
+	}
+	internal := ""
+	for _, a := range node.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			internal = a.Address
+		}
+	}
+	if internal != nodevm.NodeIP {
+		t.Errorf("node addresses %v; want InternalIP %s", node.Status.Addresses, nodevm.NodeIP)
+	}
+	t.Logf("node %s Ready %s after kubelet's start: kubelet %s, %s, kernel %s, cgroup driver systemd",
+		node.Name, tReady.Round(100*time.Millisecond), info.KubeletVersion, info.ContainerRuntimeVersion, info.KernelVersion)
+
+	ns := "nodeshim-kubelet"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	// The controller manager on the host makes each namespace's default
+	// ServiceAccount, without which the API server admits no pod.
+	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	const limit = 64 << 20
+	noToken, grace := false, int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "counter", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodevm.Hostname,
+			AutomountServiceAccountToken:  &noToken,
+			TerminationGracePeriodSeconds: &grace,
+			Containers: []corev1.Container{{
+				Name:            "counter",
+				Image:           runtimetest.BusyboxImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         counterCommand,
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceMemory: *resource.NewQuantity(limit, resource.BinarySI)},
+				},
+			}},
+		},
+	}
+	podStart := time.Now()
+	created, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Deleted through the API while kubelet runs, so that kubelet
+		// stops it and confirms the deletion.
+		if err := cs.CoreV1().Pods(ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete pod %s/%s: %v", ns, pod.Name, err)
+			return
+		}
+		testutil.Eventually(t, "pod "+ns+"/"+pod.Name+" gone", func() error {
+			_, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("still there: %v", err)
+		})
+	})
+	var running *corev1.Pod
+	testutil.Eventually(t, "pod "+ns+"/"+pod.Name+" Running", func() error {
+		p, err := cs.CoreV1().Pods(ns).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if p.Status.Phase != corev1.PodRunning || len(p.Status.ContainerStatuses) != 1 || p.Status.ContainerStatuses[0].ContainerID == "" {
+			return fmt.Errorf("phase %s, conditions %v, containers %+v", p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		}
+		running = p
+		return nil
+	})
+	tPod := time.Since(podStart)
+	if running.Status.QOSClass != corev1.PodQOSBurstable {
+		t.Errorf("QoS class %s, want Burstable", running.Status.QOSClass)
+	}
+	id, ok := strings.CutPrefix(running.Status.ContainerStatuses[0].ContainerID, "containerd://")
+	if !ok {
+		t.Fatalf("container ID %q: want containerd's", running.Status.ContainerStatuses[0].ContainerID)
+	}
+	uid := string(created.UID)
+	slice := "kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"
+	podDir := filepath.Join(cgroupRoot, "kubepods.slice", "kubepods-burstable.slice", slice)
+	scope := filepath.Join(podDir, "cri-containerd-"+id+".scope")
+	c := &container{ID: id, Name: "counter"}
+	in := c.inspect(t)
+	cg, err := readFile(fmt.Sprintf("/proc/%d/cgroup", in.Info.Pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "0::" + strings.TrimPrefix(scope, cgroupRoot); cg != want {
+		t.Errorf("/proc/%d/cgroup of the pod's container is %q, want %q", in.Info.Pid, cg, want)
+	}
+	if got, err := readFile(filepath.Join(scope, "memory.max")); err != nil || got != fmt.Sprint(limit) {
+		t.Errorf("%s/memory.max: %q, %v; want %d", scope, got, err, limit)
+	}
+	for _, f := range []string{"cpu.pressure", "memory.pressure", "io.pressure", "memory.events", "cgroup.freeze"} {
+		if _, err := os.Stat(filepath.Join(podDir, f)); err != nil {
+			t.Errorf("the pod's own %s: %v", f, err)
+		}
+	}
+
+	var item status.PodPressure
+	testutil.Eventually(t, "nodeshim serve's GET /pods lists the kubelet's pod by name", func() error {
+		pp, err := getPods(t)
+		if err != nil {
+			return err
+		}
+		for _, it := range pp.Items {
+			if it.UID == uid {
+				item = it
+				if it.Name == "" {
+					return fmt.Errorf("pod %s listed without its name yet: %+v", uid, it)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("%d pods listed, not %s", len(pp.Items), uid)
+	})
+	if item.Namespace != ns || item.Name != pod.Name {
+		t.Errorf("GET /pods names pod %s %s/%s, want %s/%s", uid, item.Namespace, item.Name, ns, pod.Name)
+	}
+	if strings.ToLower(item.QOS) != "burstable" || !strings.HasSuffix(item.Cgroup, slice) {
+		t.Errorf("GET /pods: QoS %q, cgroup %q; want burstable in %s", item.QOS, item.Cgroup, podDir)
+	}
+	for _, res := range []string{"cpu", "memory", "io"} {
+		if psi := psiOf(item, res); psi == nil || psi.Unknown != "" {
+			t.Errorf("GET /pods: pod %s %s PSI %+v; want its own", pod.Name, res, psi)
+		}
+	}
+	if item.Memory.LimitBytes == nil || *item.Memory.LimitBytes != limit {
+		t.Errorf("GET /pods: pod %s memory %+v; want the limit %d", pod.Name, item.Memory, limit)
+	}
+	t.Logf("pod %s/%s (uid %s) Running %s after its creation through the API, in %s; nodeshim lists it by name",
+		ns, pod.Name, uid, tPod.Round(100*time.Millisecond), scope)
+}
+
+// conditionSummary is the node's conditions as Type=Status(Reason).
+func conditionSummary(n *corev1.Node) []string {
+	var out []string
+	for _, c := range n.Status.Conditions {
+		out = append(out, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
+	}
+	return out
+}
