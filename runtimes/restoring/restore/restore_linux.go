@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
@@ -51,6 +52,55 @@ func CriuVersion(bin string) string {
 		return ""
 	}
 	return DumpVersion(out)
+}
+
+// sweepAge is how old an unlocked work directory must be before a sweep
+// removes it: one a restore has just created is not locked yet.
+const sweepAge = time.Minute
+
+// SweepWorkDir removes what killed restores left in the work directory
+// dir: a restore's directory is locked (flock) for as long as the restore
+// runs, so one that is unlocked and older than a minute belongs to no
+// restore. Errors are ignored: the next sweep tries again.
+func SweepWorkDir(dir string, now time.Time) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.IsDir() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		fi, err := e.Info()
+		if err != nil || now.Sub(fi.ModTime()) < sweepAge {
+			continue
+		}
+		p := filepath.Join(dir, e.Name())
+		l, err := lockDir(p, true)
+		if err != nil {
+			continue
+		}
+		_ = os.RemoveAll(p)
+		l.Close()
+	}
+}
+
+// lockDir takes an exclusive flock(2) on directory p, failing at once
+// when another holds it if nonblock.
+func lockDir(p string, nonblock bool) (*os.File, error) {
+	f, err := os.OpenFile(p, os.O_RDONLY|syscall.O_DIRECTORY, 0)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", p, err)
+	}
+	how := syscall.LOCK_EX
+	if nonblock {
+		how |= syscall.LOCK_NB
+	}
+	if err := syscall.Flock(int(f.Fd()), how); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", p, err)
+	}
+	return f, nil
 }
 
 // versionCache is the file in the work directory that keeps the CRIU
@@ -165,11 +215,18 @@ func (r *Restore) Run() (Timings, error) {
 	if err := os.MkdirAll(r.Config.WorkDir, 0o700); err != nil {
 		return tm, fmt.Errorf("create %s: %w", r.Config.WorkDir, err)
 	}
+	SweepWorkDir(r.Config.WorkDir, time.Now())
 	work, err := os.MkdirTemp(r.Config.WorkDir, r.Call.ID+"-")
 	if err != nil {
 		return tm, fmt.Errorf("create a work directory in %s: %w", r.Config.WorkDir, err)
 	}
 	defer os.RemoveAll(work)
+	// Held until the restore ends, so that a sweep never takes a live one.
+	lock, err := lockDir(work, false)
+	if err != nil {
+		return tm, err
+	}
+	defer lock.Close()
 	images := filepath.Join(work, "archive")
 	if err := os.Mkdir(images, 0o700); err != nil {
 		return tm, fmt.Errorf("create %s: %w", images, err)

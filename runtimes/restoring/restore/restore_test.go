@@ -126,6 +126,43 @@ func TestCachedCriuVersion(t *testing.T) {
 	}
 }
 
+// TestSweepWorkDir: what a killed restore left (old, unlocked) goes; a
+// running restore's directory (locked), a fresh one and the version
+// cache stay.
+func TestSweepWorkDir(t *testing.T) {
+	dir := t.TempDir()
+	old := time.Now().Add(-time.Hour)
+	for _, d := range []string{"stale-1", "live-2", "fresh-3", ".criu-version"} {
+		p := filepath.Join(dir, d)
+		if d == ".criu-version" {
+			if err := os.WriteFile(p, []byte("x"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		} else if err := os.MkdirAll(filepath.Join(p, "archive"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if d != "fresh-3" {
+			if err := os.Chtimes(p, old, old); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	l, err := lockDir(filepath.Join(dir, "live-2"), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	SweepWorkDir(dir, time.Now())
+	var got []string
+	ents, _ := os.ReadDir(dir)
+	for _, e := range ents {
+		got = append(got, e.Name())
+	}
+	if strings.Join(got, " ") != ".criu-version fresh-3 live-2" {
+		t.Errorf("after the sweep %s holds %q, want the version cache, the fresh and the live directories", dir, got)
+	}
+}
+
 func FuzzDumpVersion(f *testing.F) {
 	f.Add([]byte("Version: 4.1.1 (gitid 0)"))
 	f.Fuzz(func(t *testing.T, b []byte) {
