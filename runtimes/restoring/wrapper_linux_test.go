@@ -145,3 +145,25 @@ func TestInstall(t *testing.T) {
 		t.Error("Install without the binaries")
 	}
 }
+
+func FuzzLoadConfig(f *testing.F) {
+	f.Add([]byte(`{"runtime":"/usr/bin/runc","checkpointDir":"/c","maxBytes":1}`))
+	f.Add([]byte(`{"workDir":"w"}`))
+	dir := f.TempDir()
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p := filepath.Join(dir, "nodeshim-runc.json")
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := LoadConfig(p, "/opt/nodeshim/bin/nodeshim-runc")
+		if err != nil {
+			if !errors.Is(err, ErrConfig) {
+				t.Fatalf("LoadConfig: %v is not ErrConfig", err)
+			}
+			return
+		}
+		if c.Runtime == "" || !filepath.IsAbs(c.CheckpointDir) || !filepath.IsAbs(c.WorkDir) {
+			t.Fatalf("LoadConfig accepted %+v", c)
+		}
+	})
+}
