@@ -95,12 +95,13 @@ test-apt-deps:
 go-deps:
 	$(GO) mod download
 
-## build: build bin/nodeshim, bin/nodeshim-reporter and the RuntimeClass handler's bin/nodeshim-runc{,-restore}
+## build: build bin/nodeshim, bin/nodeshim-reporter, the RuntimeClass handler's bin/nodeshim-runc{,-restore} and the kubectl plugin bin/kubectl-nodeshim
 build: deps
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN) ./cmd/nodeshim
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-reporter ./cmd/nodeshim-reporter
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-runc ./cmd/nodeshim-runc
 	$(GO) build -trimpath -tags $(GOTAGS) -ldflags '$(LDFLAGS)' -o $(BIN)-runc-restore ./cmd/nodeshim-runc-restore
+	$(GO) build -trimpath -tags $(GOTAGS) -o $(dir $(BIN))kubectl-nodeshim ./cmd/kubectl-nodeshim
 
 ## run: build and run the main job on the embedded default configuration
 run: build $(RUN_DEPS)

@@ -212,6 +212,15 @@ func (c *Client) GetPod(ctx context.Context, namespace, name string) (*corev1.Po
 	return &p, err
 }
 
+// CreatePod creates p in its namespace as fieldManager.
+func (c *Client) CreatePod(ctx context.Context, p *corev1.Pod, fieldManager string) (*corev1.Pod, error) {
+	in := p.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}
+	var out corev1.Pod
+	err := c.core.Post().Namespace(in.Namespace).Resource("pods").Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
+}
+
 // errNoNodeshim is returned by the PodCheckpoint requests of a Client
 // without a client of nodeshim.io/v1alpha1.
 var errNoNodeshim = fmt.Errorf("no client of %s", v1alpha1.GroupVersion())
@@ -235,6 +244,17 @@ func (c *Client) GetPodCheckpoint(ctx context.Context, namespace, name string) (
 	var pc v1alpha1.PodCheckpoint
 	err := c.nodeshim.Get().Namespace(namespace).Resource("podcheckpoints").Name(name).Do(ctx).Into(&pc)
 	return &pc, err
+}
+
+// ListPodCheckpointsIn lists the PodCheckpoints of namespace.
+func (c *Client) ListPodCheckpointsIn(ctx context.Context, namespace string, opts metav1.ListOptions) (*v1alpha1.PodCheckpointList, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	var l v1alpha1.PodCheckpointList
+	err := c.nodeshim.Get().Namespace(namespace).Resource("podcheckpoints").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
 }
 
 // WatchPodCheckpoints watches the PodCheckpoints of every namespace.

@@ -331,6 +331,10 @@ func (h *Handler) checkpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, po
 	pc.Status.NodeName = h.o.NodeName
 	pc.Status.PodUID = string(pod.UID)
 	pc.Status.StartTime = &start
+	pc.Status.Pod = &corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels, Annotations: pod.Annotations},
+		Spec:       *pod.Spec.DeepCopy(),
+	}
 	h.setConditions(pc,
 		&condition.Condition{Type: v1alpha1.ConditionAccepted, Status: condition.True, Reason: ReasonClaimed,
 			Message: "node " + h.o.NodeName + " runs pod " + pod.Name + " and checkpoints it"},

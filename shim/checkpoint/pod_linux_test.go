@@ -236,13 +236,14 @@ func TestCheckpointPodFailure(t *testing.T) {
 	// slow to start) aborts it the same way.
 	slow := filepath.Join(t.TempDir(), "criu")
 	state2 := filepath.Join(t.TempDir(), "dumps")
-	script = fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = swrk ]; then n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; [ $n -ge 2 ] && sleep 3; fi\nexec %s \"$@\"\n", state2, state2, real.Path)
+	script = fmt.Sprintf("#!/bin/sh\nif [ \"$1\" = swrk ]; then n=$(cat %s 2>/dev/null || echo 0); n=$((n+1)); echo $n > %s; [ $n -ge 2 ] && sleep 8; fi\nexec %s \"$@\"\n", state2, state2, real.Path)
 	if err := os.WriteFile(slow, []byte(script), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	slowDir := filepath.Join(t.TempDir(), "checkpoints")
 	svc = containerdService(t, c, criu.Binary{Path: slow, Source: "configured"}, slowDir, status.New(nil))
-	_, err = svc.CheckpointPod(context.Background(), ref, PodOptions{Timeout: time.Second})
+	// The deadline leaves the steps before the freeze seconds under load.
+	_, err = svc.CheckpointPod(context.Background(), ref, PodOptions{Timeout: 5 * time.Second})
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "counter-b") {
 		t.Errorf("pod checkpoint past its deadline: %v, want DeadlineExceeded in the dump of counter-b", err)
 	}

@@ -76,6 +76,7 @@ func HostSuite() []Decision {
 		{"shim/client", true, "the client over a unix socket"},
 		{"cluster/apis/v1alpha1", true, "portable: the PodCheckpoint types against deploy/'s CustomResourceDefinition"},
 		{"cluster/podcheckpoint", false, "every test runs the handler against a kube-apiserver with etcd"},
+		{"cluster/kubectl", false, "the kubectl plugin against a kube-apiserver with etcd"},
 		{"cluster/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
 		{"runtimes/cri", true, "the CRI client against a fake runtime on a unix socket"},

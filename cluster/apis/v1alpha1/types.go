@@ -1,6 +1,7 @@
 package v1alpha1
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -107,6 +108,9 @@ type PodCheckpointStatus struct {
 	// StartTime and CompletionTime bound the work on the node.
 	StartTime      *metav1.Time `json:"startTime,omitempty"`
 	CompletionTime *metav1.Time `json:"completionTime,omitempty"`
+	// Pod is the pod as it was checkpointed (its labels, annotations and
+	// spec), from which a restore makes the new Pod.
+	Pod *corev1.PodTemplateSpec `json:"pod,omitempty"`
 	// Conditions are Accepted, Stored and their Ready summary.
 	Conditions []condition.Condition `json:"conditions,omitempty"`
 }
@@ -125,6 +129,9 @@ func (c *PodCheckpoint) DeepCopyInto(out *PodCheckpoint) {
 	}
 	if c.Status.CompletionTime != nil {
 		out.Status.CompletionTime = c.Status.CompletionTime.DeepCopy()
+	}
+	if c.Status.Pod != nil {
+		out.Status.Pod = c.Status.Pod.DeepCopy()
 	}
 	if c.Status.Conditions != nil {
 		out.Status.Conditions = append([]condition.Condition(nil), c.Status.Conditions...)
