@@ -6,8 +6,9 @@
 # under $(KUBE_TOOLS_MOD), never in nodeshim's go.mod: k8s.io/kubernetes is
 # pinned and every k8s.io/<staging> module it requires as v0.0.0 (its own
 # go.mod maps them to ./staging, which a dependent module cannot see) is
-# replaced with its published version of the same minor. About 4 minutes cold;
-# the Go build cache makes later builds fast.
+# replaced with its published version of the same minor. All four commands
+# took 23.5 minutes cold (module downloads included, kube-apiserver 17 of
+# them) at load 8-11 on 2 cores; the Go build cache makes later builds fast.
 #
 # etcd is Debian trixie's etcd-server, unpacked into $(ETCD_PREFIX) by
 # deb-prefix (Makefile). Its binary is static Go and runs here as is.
@@ -23,14 +24,17 @@
 # tests find them through NODESHIM_KUBELET, NODESHIM_KUBE_CONTROLLER_MANAGER
 # and NODESHIM_KUBE_SCHEDULER.
 
-KUBE_VERSION    := 1.33.4
-KUBE_STAGING_VERSION := v0.33.4
+# 1.37 runs on this hybrid host with failCgroupV1: false (testenv/clustertest
+# sets it) and is the node guest's kubelet (testenv/nodevm): one version for
+# both, built once.
+KUBE_VERSION    := 1.37.2
+KUBE_STAGING_VERSION := v0.37.2
 KUBE_STAGING    := api apiextensions-apiserver apimachinery apiserver cli-runtime client-go \
 	cloud-provider cluster-bootstrap code-generator component-base component-helpers \
 	controller-manager cri-api cri-client csi-translation-lib dynamic-resource-allocation \
 	endpointslice externaljwt kms kube-aggregator kube-controller-manager kube-proxy \
 	kube-scheduler kubectl kubelet metrics mount-utils pod-security-admission \
-	sample-apiserver sample-cli-plugin sample-controller
+	sample-apiserver sample-cli-plugin sample-controller cri-streaming streaming
 KUBE_TOOLS_MOD  := $(TOOLS)/kube-$(KUBE_VERSION)
 KUBE_APISERVER  := $(TOOLS)/bin/kube-apiserver-$(KUBE_VERSION)
 KUBE_COMMANDS   := kube-apiserver kube-controller-manager kube-scheduler kubelet
@@ -46,14 +50,9 @@ KUBE_LDFLAGS    := $(call kube-ldflags,$(KUBE_VERSION))
 
 # The node guest's Kubernetes (testenv/nodevm): kubelet at the newest minor
 # the proxy serves, and the control plane it joins at the same version (a
-# kubelet newer than its API server is outside the version skew policy). A
-# second tools module beside the first, written and built the same way; 1.37
-# moved two more packages to staging (cri-streaming, streaming).
-KUBE_GUEST_VERSION := 1.37.2
-KUBE_GUEST_STAGING_VERSION := v0.37.2
-KUBE_GUEST_STAGING := $(KUBE_STAGING) cri-streaming streaming
-KUBE_GUEST_TOOLS_MOD := $(TOOLS)/kube-$(KUBE_GUEST_VERSION)
-KUBE_GUEST_TOOLS_SUM := $(KUBE_GUEST_TOOLS_MOD)/go.sum
+# kubelet newer than its API server is outside the version skew policy): the
+# host's own, from the same tools module.
+KUBE_GUEST_VERSION := $(KUBE_VERSION)
 KUBE_GUEST_BINS := $(foreach c,$(KUBE_COMMANDS),$(TOOLS)/bin/$(c)-$(KUBE_GUEST_VERSION))
 
 ETCD_SUITE      := trixie
@@ -99,9 +98,6 @@ endef
 $(KUBE_TOOLS_SUM):
 	$(call kube-tools-mod,$(KUBE_TOOLS_MOD),$(KUBE_VERSION),$(KUBE_STAGING_VERSION),$(KUBE_STAGING))
 
-$(KUBE_GUEST_TOOLS_SUM):
-	$(call kube-tools-mod,$(KUBE_GUEST_TOOLS_MOD),$(KUBE_GUEST_VERSION),$(KUBE_GUEST_STAGING_VERSION),$(KUBE_GUEST_STAGING))
-
 .PHONY: kube-tools-mod
 kube-tools-mod:
 	@grep -q 'cmd/kubelet"' $(KUBE_TOOLS_MOD)/tools.go 2>/dev/null || { rm -f $(KUBE_TOOLS_SUM); $(MAKE) --no-print-directory $(KUBE_TOOLS_SUM); }
@@ -111,13 +107,6 @@ $(TOOLS)/bin/%-$(KUBE_VERSION): | kube-tools-mod
 	@mkdir -p $(TOOLS)/bin
 	cd $(KUBE_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(KUBE_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/$*
 	$@.tmp --version | grep -qF 'v$(KUBE_VERSION)'
-	mv $@.tmp $@
-
-# $(TOOLS)/bin/COMMAND-$(KUBE_GUEST_VERSION): the same from the guest's module.
-$(TOOLS)/bin/%-$(KUBE_GUEST_VERSION): $(KUBE_GUEST_TOOLS_SUM)
-	@mkdir -p $(TOOLS)/bin
-	cd $(KUBE_GUEST_TOOLS_MOD) && $(GO) build -trimpath -ldflags '$(call kube-ldflags,$(KUBE_GUEST_VERSION))' -o $@.tmp k8s.io/kubernetes/cmd/$*
-	$@.tmp --version | grep -qF 'v$(KUBE_GUEST_VERSION)'
 	mv $@.tmp $@
 
 $(ETCD):
