@@ -70,7 +70,13 @@ func Load(exe string) (Config, string, error) {
 func (w *Wrapper) Main(args []string) int {
 	call, err := ParseCall(args)
 	if err != nil {
-		// Not the wrapper's to judge: the runtime says what is wrong.
+		// A create the wrapper cannot read whose bundle names a
+		// checkpoint must not start fresh: the restoring binary refuses
+		// it, naming the command line. Anything else is not the
+		// wrapper's to judge: the runtime says what is wrong.
+		if call.Command == "create" && w.restores(Call{Bundle: BundleArg(args)}) {
+			return w.exec(w.Restorer, args)
+		}
 		return w.exec(w.Runtime, args)
 	}
 	switch call.Command {
@@ -115,6 +121,23 @@ func (w *Wrapper) restores(call Call) bool {
 	}
 	b, err := readBounded(filepath.Join(bundle, "config.json"), maxSpecSize)
 	return err == nil && bytes.Contains(b, []byte(AnnotationCheckpoint))
+}
+
+// BundleArg is the value of the last --bundle (or -b) in args, "" when
+// there is none: found without parsing the command line.
+func BundleArg(args []string) string {
+	b := ""
+	for i, a := range args {
+		switch {
+		case (a == "--bundle" || a == "-b") && i+1 < len(args):
+			b = args[i+1]
+		case strings.HasPrefix(a, "--bundle="):
+			b = strings.TrimPrefix(a, "--bundle=")
+		case strings.HasPrefix(a, "-b="):
+			b = strings.TrimPrefix(a, "-b=")
+		}
+	}
+	return b
 }
 
 // MarkerPath is the restore marker (MarkerName) of container id under

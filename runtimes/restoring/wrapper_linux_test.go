@@ -85,6 +85,8 @@ func TestWrapperRoutes(t *testing.T) {
 		{"start of a restored container", []string{"--root", root, "start", "restored"}, "", 0},
 		{"exec", []string{"--root", root, "exec", "restored"}, "/bin/runc", 1},
 		{"bad command line", []string{"--root"}, "/bin/runc", 1},
+		{"unreadable create naming a checkpoint", []string{"--root", root, "create", "--bundle", withCkpt, "--future-flag", "v", "a"}, "/x/nodeshim-runc-restore", 1},
+		{"unreadable create without checkpoint", []string{"--root", root, "create", "--bundle=" + plain, "--future-flag", "v", "a"}, "/bin/runc", 1},
 		{"delete of a restored container", []string{"--root", root, "delete", "--force", "restored"}, "/bin/runc", 1},
 		{"start after delete", []string{"--root", root, "start", "restored"}, "/bin/runc", 1},
 	} {

@@ -468,3 +468,40 @@ func TestRefusalsThroughCRI(t *testing.T) {
 		})
 	}
 }
+
+// TestBinaries runs the built binaries as the shim would, without a
+// containerd: a call that is not a restore is runc's own (its version),
+// and a create whose bundle names a checkpoint but whose command line the
+// wrapper cannot read fails, naming why in the runtime log, instead of
+// starting the container fresh.
+func TestBinaries(t *testing.T) {
+	runc := testutil.RequireBinary(t, runtimetest.RuntimeRunc)
+	want, err := exec.Command(runc, "--version").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := exec.Command(filepath.Join(bins, "nodeshim-runc"), "--version").Output()
+	if err != nil || string(got) != string(want) {
+		t.Fatalf("nodeshim-runc --version: %v\n%s\nwant runc's:\n%s", err, got, want)
+	}
+
+	dir := t.TempDir()
+	bundle, log := filepath.Join(dir, "bundle"), filepath.Join(dir, "log.json")
+	if err := os.MkdirAll(bundle, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	spec := `{"ociVersion":"1.2.0","root":{"path":"rootfs"},"annotations":{"` + restoring.AnnotationCheckpoint + `":"x.tar"}}`
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(spec), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bins, "nodeshim-runc"), "--root", filepath.Join(dir, "root"), "--log", log, "--log-format", "json",
+		"create", "--bundle", bundle, "--future-flag", "v", "abc")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("create with an unreadable command line succeeded: %s", out)
+	}
+	b, _ := os.ReadFile(log)
+	if !strings.Contains(string(b), `"level":"error"`) || !strings.Contains(string(b), "a create that names a checkpoint") {
+		t.Errorf("runtime log %q, stderr %q: want the refusal", b, out)
+	}
+}

@@ -33,6 +33,12 @@ func Main(exe string, args []string) int {
 		return 1
 	}
 	call, err := restoring.ParseCall(args)
+	if err != nil && call.Command == "create" {
+		// The front hands over an unreadable create only when its bundle
+		// names a checkpoint.
+		restoring.Fail(os.Stderr, call, fmt.Errorf("%w: a create that names a checkpoint: %w", ErrUnsupported, err))
+		return 1
+	}
 	if err != nil || call.Command != "create" {
 		return execRuntime(rt, args)
 	}
