@@ -192,7 +192,7 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 				return err
 			}
 			s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress,
-				fmt.Sprintf("%s: pod frozen, dumping %d containers with CRIU", what, len(target.Containers)), 2, 3))
+				fmt.Sprintf("%s: freezing the pod to dump %d containers with CRIU", what, len(target.Containers)), 2, 3))
 			return nil
 		},
 		Progress: func(i int, name string, pr criu.Progress) {
