@@ -241,9 +241,33 @@ func TestCheckpointPodFailure(t *testing.T) {
 		t.Fatal(err)
 	}
 	slowDir := filepath.Join(t.TempDir(), "checkpoints")
-	svc = containerdService(t, c, criu.Binary{Path: slow, Source: "configured"}, slowDir, status.New(nil))
+	model := status.New(nil)
+	svc = containerdService(t, c, criu.Binary{Path: slow, Source: "configured"}, slowDir, model)
+	// Meanwhile a checkpoint of one of the pod's containers is Busy.
+	busyErr, podDone := make(chan error, 1), make(chan struct{})
+	go func() {
+		for {
+			for _, c := range model.Snapshot().Conditions {
+				if c.Type == status.TypeCheckpoint && strings.Contains(c.Message, "dumping container counter-b") {
+					_, err := svc.Checkpoint(context.Background(), criu.ContainerRef{Namespace: ref.Namespace, Pod: ref.Name, Container: "counter-a"}, 0)
+					busyErr <- err
+					return
+				}
+			}
+			select {
+			case <-podDone:
+				busyErr <- errors.New("the pod checkpoint ended before its dump of counter-b was seen")
+				return
+			case <-time.After(time.Millisecond):
+			}
+		}
+	}()
 	// The deadline leaves the steps before the freeze seconds under load.
 	_, err = svc.CheckpointPod(context.Background(), ref, PodOptions{Timeout: 5 * time.Second})
+	close(podDone)
+	if err := <-busyErr; !errors.Is(err, ErrBusy) {
+		t.Errorf("container checkpoint during the pod's: %v, want Busy", err)
+	}
 	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "counter-b") {
 		t.Errorf("pod checkpoint past its deadline: %v, want DeadlineExceeded in the dump of counter-b", err)
 	}
