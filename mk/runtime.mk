@@ -41,16 +41,16 @@ CONTAINERD2_CMDS    := containerd containerd-shim-runc-v2 ctr
 export NODESHIM_CRICTL := $(CRICTL)
 export NODESHIM_CONTAINERD2 := $(CONTAINERD2_DIR)
 
-# containerd v2.4.2, which has no restore of its own: nodeshim's
-# RuntimeClass (runtimes/restoring) must restore there too. Same build.
-CONTAINERD24_VERSION := v2.4.2
-CONTAINERD24_DIR     := $(TOOLS)/containerd-$(CONTAINERD24_VERSION)/bin
-CONTAINERD24         := $(CONTAINERD24_DIR)/containerd
-export NODESHIM_CONTAINERD24 := $(CONTAINERD24_DIR)
+# containerd v2.2.9, and v2.4.2, which has no restore of its own: nodeshim's
+# RuntimeClass (runtimes/restoring, e2e/runtimeclass) must restore on each.
+# Same build, by the pattern rule below, into .tools/containerd-VERSION/bin.
+CONTAINERD_PEERS := $(TOOLS)/containerd-v2.2.9/bin/containerd $(TOOLS)/containerd-v2.4.2/bin/containerd
+export NODESHIM_CONTAINERD22 := $(TOOLS)/containerd-v2.2.9/bin
+export NODESHIM_CONTAINERD24 := $(TOOLS)/containerd-v2.4.2/bin
 
 .PHONY: runtime-testenv runtime-check
 ## runtime-testenv: build crictl and containerd 2.x, check the runtimes the container tests start
-runtime-testenv: $(CRICTL) $(CONTAINERD2) $(CONTAINERD24) runtime-check
+runtime-testenv: $(CRICTL) $(CONTAINERD2) $(CONTAINERD_PEERS) runtime-check
 
 $(CRICTL):
 	@mkdir -p $(TOOLS)/bin
@@ -72,15 +72,15 @@ $(CONTAINERD2):
 	rm -rf $(CONTAINERD2_DIR)
 	mv $(CONTAINERD2_DIR).tmp $(CONTAINERD2_DIR)
 
-$(CONTAINERD24):
-	rm -rf $(CONTAINERD24_DIR).tmp
-	@mkdir -p $(CONTAINERD24_DIR).tmp
-	GOBIN=$(CONTAINERD24_DIR).tmp CGO_ENABLED=1 $(GO) install -trimpath \
-		-ldflags '-X github.com/containerd/containerd/v2/version.Version=$(CONTAINERD24_VERSION)' \
-		$(foreach c,$(CONTAINERD2_CMDS),github.com/containerd/containerd/v2/cmd/$(c)@$(CONTAINERD24_VERSION))
-	$(CONTAINERD24_DIR).tmp/containerd --version | grep -qF ' $(CONTAINERD24_VERSION)'
-	rm -rf $(CONTAINERD24_DIR)
-	mv $(CONTAINERD24_DIR).tmp $(CONTAINERD24_DIR)
+$(TOOLS)/containerd-%/bin/containerd:
+	rm -rf $(@D).tmp
+	@mkdir -p $(@D).tmp
+	GOBIN=$(@D).tmp CGO_ENABLED=1 $(GO) install -trimpath \
+		-ldflags '-X github.com/containerd/containerd/v2/version.Version=$*' \
+		$(foreach c,$(CONTAINERD2_CMDS),github.com/containerd/containerd/v2/cmd/$(c)@$*)
+	$(@D).tmp/containerd --version | grep -qF ' $*'
+	rm -rf $(@D)
+	mv $(@D).tmp $(@D)
 
 # Each binary the tests run, and a note (not a failure) when the machine's
 # own containerd is running: the tests use their own sockets and state, so

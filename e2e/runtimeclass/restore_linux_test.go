@@ -1,5 +1,5 @@
 // Package runtimeclass_test runs nodeshim's RuntimeClass on a single-node
-// cluster whose kubelet runs on containerd 2.3.7, then v2.4.2: a Pod with
+// cluster whose kubelet runs on containerd 2.2, 2.3 and 2.4: a Pod with
 // runtimeClassName nodeshim and the restore.nodeshim.io/checkpoint
 // annotation starts restored through an unmodified kubelet.
 package runtimeclass_test
@@ -36,9 +36,12 @@ import (
 // handler is the containerd runtime handler and RuntimeClass name.
 const handler = "nodeshim"
 
-// envContainerd24 names the directory of containerd v2.4.2's binaries
-// (mk/runtime.mk builds them).
-const envContainerd24 = "NODESHIM_CONTAINERD24"
+// envContainerd22 and envContainerd24 name the directories of containerd
+// v2.2.9's and v2.4.2's binaries (mk/runtime.mk builds them).
+const (
+	envContainerd22 = "NODESHIM_CONTAINERD22"
+	envContainerd24 = "NODESHIM_CONTAINERD24"
+)
 
 var (
 	// handlers are containerd's runtime handlers beside runc: nodeshim's.
@@ -86,18 +89,19 @@ func run(m *testing.M) int {
 }
 
 // TestPodRestoredUnderRuntimeClass runs testPodRestored on a cluster whose
-// kubelet runs on containerd 2.3.7 (NODESHIM_CONTAINERD2), then on one on
-// v2.4.2, which has no restore of its own; one cluster at a time, each
-// closed (a leak fails the test) before the next starts.
+// kubelet runs on containerd v2.2.9, then 2.3.7 (NODESHIM_CONTAINERD2),
+// then v2.4.2, which has no restore of its own; one cluster at a time,
+// each closed (a leak fails the test) before the next starts.
 func TestPodRestoredUnderRuntimeClass(t *testing.T) {
-	for _, tc := range []struct{ name, dir, version string }{
-		{"containerd-2.3", "", "v2.3."},
-		{"containerd-2.4", os.Getenv(envContainerd24), "v2.4."},
+	for _, tc := range []struct{ name, env, version string }{
+		{"containerd-2.2", envContainerd22, "v2.2."},
+		{"containerd-2.3", runtimetest.EnvContainerd2, "v2.3."},
+		{"containerd-2.4", envContainerd24, "v2.4."},
 	} {
-		env := &clustertest.Env{Containerd2: true, Handlers2: handlers, Containerd2Dir: tc.dir}
+		env := &clustertest.Env{Containerd2: true, Handlers2: handlers, Containerd2Dir: os.Getenv(tc.env)}
 		t.Run(tc.name, func(t *testing.T) {
-			if tc.name == "containerd-2.4" && tc.dir == "" {
-				testutil.Skip(t, "needs containerd v2.4.2: %s names the directory of its binaries (make test builds it under .tools)", envContainerd24)
+			if env.Containerd2Dir == "" {
+				testutil.Skip(t, "needs containerd %sx: %s names the directory of its binaries (make test builds it under .tools)", tc.version, tc.env)
 			}
 			testPodRestored(t, env, tc.version)
 		})
