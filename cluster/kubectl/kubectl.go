@@ -372,7 +372,7 @@ func restore(ctx context.Context, c *kubeapi.Client, env Env, ns, name, podName,
 				fmt.Fprintf(env.Stdout, "pod/%s running, restored\n", podName)
 				return nil
 			case corev1.PodFailed, corev1.PodSucceeded:
-				return fmt.Errorf("Pod %s/%s ended %s: %s", ns, podName, got.Status.Phase, got.Status.Message)
+				return fmt.Errorf("pod %s/%s ended %s: %s", ns, podName, got.Status.Phase, got.Status.Message)
 			}
 		}
 		select {

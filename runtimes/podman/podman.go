@@ -22,6 +22,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	bolt "go.etcd.io/bbolt"
+	bolterrors "go.etcd.io/bbolt/errors"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
@@ -76,7 +77,7 @@ var (
 // lookupBolt finds the container idOrName in podman 4's BoltDB at dbPath.
 func lookupBolt(dbPath, idOrName string, timeout time.Duration) (Container, error) {
 	db, err := bolt.Open(dbPath, 0o600, &bolt.Options{ReadOnly: true, Timeout: timeout})
-	if errors.Is(err, bolt.ErrTimeout) {
+	if errors.Is(err, bolterrors.ErrTimeout) {
 		return Container{}, errdefs.New(errdefs.ErrUnavailable, fmt.Sprintf("podman boltdb state %s is locked: %v", dbPath, err))
 	}
 	if err != nil {

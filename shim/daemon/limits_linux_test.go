@@ -21,7 +21,9 @@ func TestLimits(t *testing.T) {
 	}{
 		{"defaults", api.Limits{}, config.APILimits{}, func(l api.Limits) bool { return l == api.DefaultLimits() }},
 		{"options", api.Limits{ConnsPerPeer: 2, IdleTimeout: time.Second}, config.APILimits{},
-			func(l api.Limits) bool { return l.ConnsPerPeer == 2 && l.IdleTimeout == time.Second && l.ConnsTCP == api.DefaultConnsTCP }},
+			func(l api.Limits) bool {
+				return l.ConnsPerPeer == 2 && l.IdleTimeout == time.Second && l.ConnsTCP == api.DefaultConnsTCP
+			}},
 		{"configuration", api.Limits{ConnsPerPeer: 2, IdleTimeout: time.Second},
 			config.APILimits{ConnsPerPeer: 5, ConnsPerAddress: 3, IdleTimeout: metav1.Duration{Duration: time.Minute}},
 			func(l api.Limits) bool {
