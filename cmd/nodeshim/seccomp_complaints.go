@@ -27,8 +27,9 @@ counted per container and syscall since nodeshim serve started, as served by
 its API socket (the seccompComplaints of GET /status).
 
 A process that exited before nodeshim read its record is listed by its command
-name without a container. When the kernel log dropped records (its printk rate
-limit), the counts are a lower bound and SUPPRESSED says how many.`,
+name without a container. When serve reads the kernel log (without
+CAP_AUDIT_READ for the audit netlink group) and the log dropped records (its
+printk rate limit), the counts are a lower bound; the first line says how many.`,
 		Example: `  # What would be denied, per container
   nodeshim seccomp complaints
 

@@ -1,7 +1,8 @@
 // Package complaints is the status model's source for complain-mode
 // seccomp profiles: it makes the kernel log SCMP_ACT_LOG hits
 // (kernel.seccomp.actions_logged), reads their audit records from the
-// kernel log (package kernel/seccomp/auditlog), finds each process's
+// audit netlink socket's read-log group, or else the kernel log (package
+// kernel/seccomp/auditlog), finds each process's
 // container through CRI by its cgroups (as shim/oom finds an OOM victim's),
 // counts the would-be denials per container and syscall in the status
 // document (seccompComplaints), and summarises them in the
@@ -53,7 +54,8 @@ type Source struct {
 	// sys/kernel/seccomp/actions_logged is set to include "log", and each
 	// process's cgroups are read there.
 	ProcRoot string
-	// KmsgPath is the kernel log (auditlog.KmsgPath when empty).
+	// KmsgPath is where the audit records are read: auditlog.Netlink
+	// (the default), falling back to the kernel log, auditlog.KmsgPath.
 	KmsgPath string
 	// Containers names each process's container; when nil and
 	// RuntimeEndpoint is set, Run connects to it.
@@ -114,8 +116,14 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 	if changed {
 		log.Info("the kernel now logs SCMP_ACT_LOG hits", "sysctl", "kernel.seccomp.actions_logged", "before", strings.Join(before, " "))
 	}
-	path := cmp.Or(s.KmsgPath, auditlog.KmsgPath)
+	// The audit netlink socket's read-log group first: it has every
+	// record; the kernel log only what its rate limit lets through.
+	path := cmp.Or(s.KmsgPath, auditlog.Netlink)
 	fl, err := auditlog.Open(path)
+	if err != nil && path == auditlog.Netlink {
+		log.Warn("audit records are read from the kernel log, through its rate limit", "err", err)
+		fl, err = auditlog.Open(auditlog.KmsgPath)
+	}
 	if err != nil {
 		return notWatched(err)
 	}

@@ -2,6 +2,7 @@ package auditlog
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"os"
@@ -20,10 +21,18 @@ const KmsgPath = "/dev/kmsg"
 // (CONSOLE_EXT_LOG_MAX, 8 KiB, in kernel/printk/printk.c).
 const maxRecord = 8192
 
+// Netlink names the audit netlink socket's read-only multicast group
+// (AUDIT_NLGRP_READLOG, Linux 3.16) as a source for Open: kauditd sends
+// every record there, besides the audit daemon or the kernel log, without
+// the kernel log's rate limit. It needs CAP_AUDIT_READ.
+const Netlink = "netlink:audit-readlog"
+
 // Follower reads the seccomp records the kernel logs from now on.
 type Follower struct {
 	fd   int
 	file *os.File
+	// netlink is set when fd is an audit netlink socket.
+	netlink bool
 	// Lost counts the records the kernel log overwrote before they were
 	// read (EPIPE from read(2)).
 	Lost atomic.Uint64
@@ -41,6 +50,9 @@ type Follower struct {
 // for the device, moves to its end: records logged before Open are not
 // read. It needs CAP_SYSLOG (or kernel.dmesg_restrict=0) for the device.
 func Open(path string) (*Follower, error) {
+	if path == Netlink {
+		return openNetlink()
+	}
 	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
@@ -75,9 +87,9 @@ func (fl *Follower) Run(ctx context.Context, out chan<- Record) error {
 				return fmt.Errorf("poll %s: %w", fl.file.Name(), err)
 			}
 			continue
-		case errors.Is(err, unix.EPIPE):
-			// The reader fell behind and records were overwritten; the
-			// next read returns the oldest one still there.
+		case errors.Is(err, unix.EPIPE), errors.Is(err, unix.ENOBUFS):
+			// The reader fell behind and records were overwritten (kmsg)
+			// or dropped (the socket's buffer); reading goes on.
 			fl.Lost.Add(1)
 			continue
 		case errors.Is(err, unix.EINTR):
@@ -92,7 +104,11 @@ func (fl *Follower) Run(ctx context.Context, out chan<- Record) error {
 			}
 			continue
 		}
-		for _, line := range splitRecords(buf[:n]) {
+		lines := splitRecords
+		if fl.netlink {
+			lines = netlinkRecords
+		}
+		for _, line := range lines(buf[:n]) {
 			if n, ok := suppressed(line); ok {
 				fl.Suppressed.Add(n)
 				continue
@@ -141,4 +157,48 @@ func suppressed(line string) (uint64, bool) {
 	}
 	n, err := strconv.ParseUint(num, 10, 64)
 	return n, err == nil
+}
+
+// openNetlink joins the audit netlink socket's read-only multicast group.
+func openNetlink() (*Follower, error) {
+	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_RAW|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_AUDIT)
+	if err != nil {
+		return nil, fmt.Errorf("audit netlink socket: %w", err)
+	}
+	// AUDIT_NLGRP_READLOG is group 1: bit 0 of the groups mask.
+	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: 1 << (unix.AUDIT_NLGRP_READLOG - 1)}); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("join the audit netlink read-log group (needs CAP_AUDIT_READ): %w", err)
+	}
+	// A larger buffer rides out bursts of records between reads.
+	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, 4<<20)
+	return &Follower{fd: fd, file: os.NewFile(uintptr(fd), Netlink), netlink: true}, nil
+}
+
+// netlinkRecords turns the audit netlink messages of one read into lines
+// as the kernel log prints them ("type=1326 audit(...): ..."). The audit
+// subsystem does not pad nlmsg_len to NLMSG_ALIGNTO (kernel/audit.c
+// sizes the message by its text), so syscall.ParseNetlinkMessage, which
+// wants the padding, refuses a record whose length is not a multiple of 4:
+// the headers are walked here, a message taking its length, the next
+// starting at the aligned offset.
+func netlinkRecords(b []byte) []string {
+	var out []string
+	for len(b) >= unix.NLMSG_HDRLEN {
+		n := int(binary.NativeEndian.Uint32(b[0:4]))
+		typ := binary.NativeEndian.Uint16(b[4:6])
+		if n < unix.NLMSG_HDRLEN {
+			break
+		}
+		n = min(n, len(b))
+		if typ == TypeSeccomp {
+			out = append(out, "type="+strconv.Itoa(int(typ))+" "+strings.TrimRight(string(b[unix.NLMSG_HDRLEN:n]), "\x00\n"))
+		}
+		next := (n + unix.NLMSG_ALIGNTO - 1) &^ (unix.NLMSG_ALIGNTO - 1)
+		if next >= len(b) {
+			break
+		}
+		b = b[next:]
+	}
+	return out
 }

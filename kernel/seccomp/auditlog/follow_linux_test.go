@@ -36,14 +36,17 @@ func TestMain(m *testing.M) {
 
 // TestFollowComplainMode: a process under a complain-mode filter makes
 // the syscall its profile denies; it succeeds, and the kernel's record of
-// it is read from /dev/kmsg with the process's pid, comm and syscall.
+// it is read from the audit netlink socket's read-log group with the
+// process's pid, comm and syscall. (The kernel log has the same records
+// through a rate limit shared with every other audit record of the node,
+// so a test reading it fails whenever the node logs more than 10 records
+// in 5 s; its lines are Parse's table test.)
 func TestFollowComplainMode(t *testing.T) {
 	testutil.RequireRoot(t)
-	testutil.RequireFile(t, KmsgPath)
 	if _, _, err := seccomp.EnsureActionLogged("/proc", "log"); err != nil {
 		t.Fatal(err)
 	}
-	fl, err := Open(KmsgPath)
+	fl, err := Open(Netlink)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +88,7 @@ func TestFollowComplainMode(t *testing.T) {
 			}
 			return
 		case <-deadline:
-			t.Fatalf("no seccomp record of pid %d in %s (lost %d, malformed %d)", pid, KmsgPath, fl.Lost.Load(), fl.Malformed.Load())
+			t.Fatalf("no seccomp record of pid %d from %s (lost %d, malformed %d)", pid, Netlink, fl.Lost.Load(), fl.Malformed.Load())
 		}
 	}
 }
