@@ -20,7 +20,6 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
-	"github.com/nodeshim/nodeshim/condition"
 )
 
 // FieldManager is the field manager of the plugin's writes.
@@ -408,18 +407,4 @@ func NewPod(pc *v1alpha1.PodCheckpoint, name, runtimeClass string) *corev1.Pod {
 		p.Spec.Hostname = pc.Spec.PodName
 	}
 	return p
-}
-
-// Stored says whether pc is Stored and Ready; for tests and callers that
-// check an object once they have followed it.
-func Stored(pc *v1alpha1.PodCheckpoint) bool {
-	if pc.Status.Phase != v1alpha1.PhaseStored {
-		return false
-	}
-	for _, c := range pc.Status.Conditions {
-		if c.Type == v1alpha1.ConditionReady {
-			return c.Status == condition.True
-		}
-	}
-	return false
 }

@@ -17,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/cluster/kubectl"
 	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
@@ -136,7 +137,7 @@ func TestPodCheckpointObjectRestored(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !kubectl.Stored(pc) || pc.Status.NodeName != c.NodeName {
+	if pc.Status.Phase != v1alpha1.PhaseStored || pc.Status.NodeName != c.NodeName {
 		t.Fatalf("PodCheckpoint shop-1: %+v", pc.Status)
 	}
 	if fi, err := os.Stat(pc.Status.Location); err != nil || !fi.IsDir() || filepath.Dir(pc.Status.Location) != ckptDir {

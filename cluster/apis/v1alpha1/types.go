@@ -20,11 +20,6 @@ func GroupVersion() schema.GroupVersion {
 	return schema.GroupVersion{Group: GroupName, Version: Version}
 }
 
-// Resource returns the group resource of a resource of this group.
-func Resource(resource string) schema.GroupResource {
-	return GroupVersion().WithResource(resource).GroupResource()
-}
-
 // AddToScheme registers the types of this group version with s.
 func AddToScheme(s *runtime.Scheme) error {
 	s.AddKnownTypes(GroupVersion(), &PodCheckpoint{}, &PodCheckpointList{})
