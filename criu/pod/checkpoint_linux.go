@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/image"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
@@ -60,8 +61,11 @@ type Options struct {
 	// Dir is the checkpoint directory the pod checkpoint is published in.
 	Dir string
 	// Criu are the options of each container's dump (Binary, ProcRoot,
-	// Logger, KillGrace, the dump flags); its ArchiveDir, Frozen, Now and
-	// Progress are set by Checkpoint.
+	// Logger, KillGrace, the dump flags, Seal); its ArchiveDir, Frozen,
+	// Now and Progress are set by Checkpoint. With Criu.Seal every
+	// container's archive is encrypted and signed as a container
+	// checkpoint's is, and its signer also signs the manifest
+	// (ManifestFile + seal.SignatureSuffix beside it).
 	Criu criu.Options
 	// Now is the clock of names and records; time.Now when nil.
 	Now func() time.Time
@@ -115,6 +119,9 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 	}
 	if err := p.validate(); err != nil {
 		return res, err
+	}
+	if o.ImageRef != nil && len(o.Criu.Seal.Recipients) > 0 {
+		return res, fmt.Errorf("pod %s/%s: a checkpoint image would hold the encrypted archives' plain text (layer encryption is not supported): %w", p.Namespace, p.Name, errdefs.ErrInvalidArgument)
 	}
 	bin := o.Criu.Binary
 	ver, err := bin.Version(ctx)
@@ -177,6 +184,11 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 	}
 	if err := atomicfile.WriteNew(filepath.Join(work, ManifestFile), b, 0o600); err != nil {
 		return res, err
+	}
+	// The manifest's signature binds the pod to its archives (names,
+	// sizes), each signed on its own.
+	if err := seal.SignFile(filepath.Join(work, ManifestFile), seal.WriteOptions{Signer: o.Criu.Seal.Signer, Now: o.Now}); err != nil {
+		return res, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	if err := atomicfile.SyncDir(work); err != nil {
 		return res, err

@@ -51,6 +51,14 @@ type Config struct {
 	// MaxBytes bounds what an archive may expand to (archive.Limits);
 	// the archive package's default when zero.
 	MaxBytes int64 `json:"maxBytes,omitempty"`
+	// TrustPolicy, when set, is the trust policy file (package
+	// criu/archive/seal) an archive's signature must satisfy before
+	// anything in it is read; a pod checkpoint's manifest.json is
+	// verified against it too. Empty: signatures are not checked.
+	TrustPolicy string `json:"trustPolicy,omitempty"`
+	// Identities are this node's age identity files, which decrypt an
+	// encrypted archive. Without them an encrypted archive is refused.
+	Identities []string `json:"identities,omitempty"`
 }
 
 // ConfigPath is the config file of the wrapper installed at exe: exe
@@ -94,7 +102,14 @@ func LoadConfig(path, exe string) (Config, error) {
 	if c.WorkDir == "" {
 		c.WorkDir = DefaultWorkDir
 	}
-	for _, p := range []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}} {
+	paths := []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}}
+	if c.TrustPolicy != "" {
+		paths = append(paths, struct{ what, v string }{"trustPolicy", c.TrustPolicy})
+	}
+	for _, id := range c.Identities {
+		paths = append(paths, struct{ what, v string }{"identities", id})
+	}
+	for _, p := range paths {
 		if !filepath.IsAbs(p.v) {
 			return c, fmt.Errorf("%w: %s %q is not an absolute path", ErrConfig, p.what, p.v)
 		}

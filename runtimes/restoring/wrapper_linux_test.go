@@ -6,6 +6,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 )
@@ -23,6 +24,11 @@ func TestLoadConfig(t *testing.T) {
 			want: Config{Runtime: "crun", CheckpointDir: DefaultCheckpointDir, WorkDir: DefaultWorkDir}},
 		{name: "file", exe: "/x/nodeshim-runc", file: `{"runtime":"/usr/bin/runc","checkpointDir":"/c","criu":"/usr/sbin/criu","maxBytes":10}`,
 			want: Config{Runtime: "/usr/bin/runc", CheckpointDir: "/c", WorkDir: DefaultWorkDir, Criu: "/usr/sbin/criu", MaxBytes: 10}},
+		{name: "seal", exe: "/x/nodeshim-runc", file: `{"trustPolicy":"/etc/nodeshim/trust.json","identities":["/etc/nodeshim/node.agekey"]}`,
+			want: Config{Runtime: "runc", CheckpointDir: DefaultCheckpointDir, WorkDir: DefaultWorkDir,
+				TrustPolicy: "/etc/nodeshim/trust.json", Identities: []string{"/etc/nodeshim/node.agekey"}}},
+		{name: "relative trust policy", exe: "/x/nodeshim-runc", file: `{"trustPolicy":"trust.json"}`, err: true},
+		{name: "relative identity", exe: "/x/nodeshim-runc", file: `{"identities":["/a","node.agekey"]}`, err: true},
 		{name: "unknown field", exe: "/x/nodeshim-runc", file: `{"runtim":"x"}`, err: true},
 		{name: "relative checkpoint dir", exe: "/x/nodeshim-runc", file: `{"checkpointDir":"c"}`, err: true},
 		{name: "not JSON", exe: "/x/nodeshim-runc", file: `runtime = "runc"`, err: true},
@@ -43,7 +49,7 @@ func TestLoadConfig(t *testing.T) {
 				}
 				return
 			}
-			if err != nil || got != tc.want {
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
 				t.Fatalf("LoadConfig = %+v, %v; want %+v", got, err, tc.want)
 			}
 		})

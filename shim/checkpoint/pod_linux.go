@@ -22,6 +22,7 @@ import (
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
+	"github.com/nodeshim/nodeshim/shim/config"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
 
@@ -85,6 +86,15 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 		if err := archive.CheckImageRef("request", "image", PodImageRef(opts.ImageRef, "c")); err != nil {
 			return pod.Result{}, fmt.Errorf("checkpoint of pod %s: %w: %w", p, err, errdefs.ErrInvalidArgument)
 		}
+	}
+	// Each container's archive is sealed as a container checkpoint's is;
+	// the keys are read at each checkpoint, as there.
+	sealing, _, err := set.Seal.Load(config.SealFieldNames)
+	if err != nil {
+		return pod.Result{}, fmt.Errorf("checkpoint of pod %s: %w", p, err)
+	}
+	if opts.ImageRef != "" && len(sealing.Recipients) > 0 {
+		return pod.Result{}, fmt.Errorf("checkpoint of pod %s: a checkpoint image would hold the encrypted archives' plain text (layer encryption is not supported): %w", p, errdefs.ErrInvalidArgument)
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -181,7 +191,7 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 	last := -1
 	o := pod.Options{
 		Dir:  set.Dir,
-		Criu: criu.Options{Binary: bin, ProcRoot: s.opts.ProcRoot, Logger: s.opts.Logger},
+		Criu: criu.Options{Binary: bin, ProcRoot: s.opts.ProcRoot, Logger: s.opts.Logger, Seal: sealing},
 		Now:  s.opts.Now,
 		Room: func(est int64) error {
 			plan, err := PlanSpace(est, set.Dir, set.Dir)

@@ -21,6 +21,7 @@ import (
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
@@ -186,20 +187,37 @@ func (r *Restore) Run() (Timings, error) {
 	if r.Call.ConsoleSocket != "" {
 		return tm, fmt.Errorf("%w: the container asks for a terminal, which a restore cannot attach", ErrUnsupported)
 	}
+	opts, err := r.openOptions()
+	if err != nil {
+		return tm, err
+	}
 	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
 	if err != nil {
 		return tm, err
 	}
 	defer f.Close()
+	if err := r.verifyManifest(name, opts); err != nil {
+		return tm, err
+	}
+	// The signature and the decryption key are checked before a byte of
+	// the archive is read; plain reads the tar (decrypting as it goes).
+	sealed, err := seal.Open(f, name, opts)
+	if err != nil {
+		return tm, err
+	}
+	plain, err := sealed.Reader()
+	if err != nil {
+		return tm, err
+	}
 	l := archive.Limits{MaxBytes: r.Config.MaxBytes}
-	entries, err := archive.ValidateLimits(f, l)
+	entries, err := archive.ValidateLimits(plain, l)
 	if err != nil {
 		return tm, fmt.Errorf("%s: %w", name, err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	if _, err := plain.Seek(0, io.SeekStart); err != nil {
 		return tm, fmt.Errorf("seek %s: %w", name, err)
 	}
-	meta, err := archive.ReadMeta(f)
+	meta, err := archive.ReadMeta(plain)
 	if err != nil {
 		return tm, fmt.Errorf("%s: %w", name, err)
 	}
@@ -227,14 +245,28 @@ func (r *Restore) Run() (Timings, error) {
 		return tm, err
 	}
 	defer lock.Close()
+	if sealed.Encrypted {
+		// The plain images never reach a persistent disk.
+		release, err := seal.EnsureInMemory(work)
+		if err != nil {
+			return tm, fmt.Errorf("restore %s: %w", name, err)
+		}
+		defer release() //nolint:errcheck // the work directory goes with it
+	}
 	images := filepath.Join(work, "archive")
 	if err := os.Mkdir(images, 0o700); err != nil {
 		return tm, fmt.Errorf("create %s: %w", images, err)
 	}
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
-		return tm, fmt.Errorf("seek %s: %w", name, err)
+	stream, err := sealed.Stream()
+	if err != nil {
+		return tm, err
 	}
-	if err := archive.Unpack(f, images, l); err != nil {
+	if err := archive.Unpack(stream, images, l); err != nil {
+		return tm, fmt.Errorf("unpack %s: %w", name, err)
+	}
+	// The rest of the stream, so that a signed archive's bytes are
+	// checked again to their end before the runtime reads the images.
+	if _, err := io.Copy(io.Discard, stream); err != nil {
 		return tm, fmt.Errorf("unpack %s: %w", name, err)
 	}
 	if err := r.checkNode(images); err != nil {
@@ -630,4 +662,47 @@ func criuErrors(log string) string {
 		errs = errs[len(errs)-5:]
 	}
 	return strings.Join(errs, "; ")
+}
+
+// openOptions loads the trust policy and the identities the config
+// names; none: plain archives open as before, an encrypted one is
+// refused (seal.ErrNoIdentity).
+func (r *Restore) openOptions() (seal.OpenOptions, error) {
+	var o seal.OpenOptions
+	if r.Config.TrustPolicy != "" {
+		p, err := seal.LoadPolicy(r.Config.TrustPolicy)
+		if err != nil {
+			return o, fmt.Errorf("%w: trustPolicy: %w", restoring.ErrConfig, err)
+		}
+		o.Policy = p
+	}
+	if len(r.Config.Identities) > 0 {
+		ids, err := seal.LoadIdentities(r.Config.Identities)
+		if err != nil {
+			return o, fmt.Errorf("%w: identities: %w", restoring.ErrConfig, err)
+		}
+		o.Identities = ids
+	}
+	return o, nil
+}
+
+// verifyManifest checks, under a trust policy, the signature of the pod
+// checkpoint's manifest beside the archive at name, when the archive is
+// a pod checkpoint's: the manifest maps the pod's containers to their
+// archives.
+func (r *Restore) verifyManifest(name string, o seal.OpenOptions) error {
+	if o.Policy == nil {
+		return nil
+	}
+	mp := filepath.Join(filepath.Dir(name), pod.ManifestFile)
+	mf, err := os.OpenFile(mp, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("open %s: %w", mp, err)
+	}
+	defer mf.Close()
+	_, err = seal.Open(mf, mp, seal.OpenOptions{Policy: o.Policy})
+	return err
 }
