@@ -11,8 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
+
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
@@ -213,8 +216,23 @@ func TestCheckpointRefuses(t *testing.T) {
 			}
 		})
 	}
+	// A checkpoint image of an archive to be encrypted would hold its
+	// plain text.
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	_, err = Checkpoint(context.Background(), Pod{Namespace: "default", Name: "web-0", FreezeCgroup: "/cg/pod", Containers: []criu.Target{tg("a", "/cg/pod/a")}},
+		Options{Dir: dir, Criu: criu.Options{Seal: seal.WriteOptions{Recipients: []age.Recipient{id.Recipient()}}}, ImageRef: func(c string) string { return "registry.example/ckpt-" + c }})
+	if !errors.Is(err, errdefs.ErrInvalidArgument) {
+		t.Errorf("image of encrypted archives: %v, want class InvalidArgument", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("%s holds %d entries", dir, len(ents))
+	}
 	// A pod whose cgroup nodeshim cannot see is not supported here.
-	_, err := Checkpoint(context.Background(), Pod{Namespace: "default", Name: "web-0", Containers: []criu.Target{tg("a", "/cg/pod/a")}}, Options{Dir: t.TempDir()})
+	_, err = Checkpoint(context.Background(), Pod{Namespace: "default", Name: "web-0", Containers: []criu.Target{tg("a", "/cg/pod/a")}}, Options{Dir: t.TempDir()})
 	if !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("no pod cgroup: %v, want class NotSupported", err)
 	}

@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
@@ -333,5 +335,47 @@ func TestCheckpointPodFailure(t *testing.T) {
 	ctrs[1].Stop(t, 0)
 	if _, err := good.CheckpointPod(context.Background(), ref, PodOptions{}); !errors.Is(err, errdefs.ErrBusy) || !errors.Is(err, ErrPodNotRunning) {
 		t.Errorf("pod with an exited container: %v, want Busy", err)
+	}
+}
+
+// TestCheckpointPodSealRefusals: a pod checkpoint is refused before it
+// reaches the runtime when the sealing keys do not load, and when it
+// asks for checkpoint images of archives that are to be encrypted
+// (an image would hold their plain text).
+func TestCheckpointPodSealRefusals(t *testing.T) {
+	id, err := age.GenerateX25519Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		name  string
+		seal  seal.Config
+		image string
+		want  string
+	}{
+		{"missing signing key", seal.Config{SigningKey: filepath.Join(dir, "missing.pem")}, "", "missing.pem"},
+		{"image of an encrypted archive", seal.Config{Recipients: []string{id.Recipient().String()}}, "registry.example/ckpt:1", "layer encryption is not supported"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			svc := New(Options{
+				Settings: func() Settings {
+					// No runtime listens there: a refusal comes first.
+					return Settings{Enabled: true, Dir: filepath.Join(dir, "checkpoints"), DefaultTimeout: time.Minute,
+						RuntimeEndpoint: "unix://" + filepath.Join(dir, "none.sock"), Seal: tc.seal}
+				},
+				FindCriu: func() (criu.Binary, error) { return criu.Binary{}, errors.New("not needed") },
+				LockDir:  filepath.Join(dir, "locks"),
+				Model:    status.New(nil),
+			})
+			defer svc.Close()
+			_, err := svc.CheckpointPod(context.Background(), PodRef{Namespace: "default", Name: "web"}, PodOptions{ImageRef: tc.image})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CheckpointPod = %v; want a refusal naming %q", err, tc.want)
+			}
+			if _, err := os.Stat(filepath.Join(dir, "checkpoints")); err == nil {
+				t.Errorf("a refused pod checkpoint created its directory")
+			}
+		})
 	}
 }
