@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"strings"
@@ -138,6 +139,9 @@ func TestKubeFiles(t *testing.T) {
 				t.Errorf("%s lacks %q", path, w)
 			}
 		}
+	}
+	if !strings.Contains(NodeshimConfigYAML, fmt.Sprintf("readOnlyUIDs: [%d]", ReporterUID)) {
+		t.Errorf("nodeshim serve's configuration does not let the reporter's uid %d read its API", ReporterUID)
 	}
 	if strings.Contains(KubeletConfigYAML, "failCgroupV1") {
 		t.Errorf("kubelet's config sets failCgroupV1: the node keeps kubelet's default")

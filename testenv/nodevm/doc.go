@@ -35,9 +35,12 @@
 //     node: no logs or exec through it). kubelet's unit (cgroupDriver
 //     systemd, failCgroupV1 at its default) is installed with a
 //     kubeconfig as system:node:<name>, and an admin kubeconfig for the
-//     scenarios; the kubelet scenario starts kubelet and stops it, last,
+//     scenarios; the kubelet scenarios start kubelet and stop it, last,
 //     because a running kubelet kills the pods the API server does not
-//     list, which the CRI scenarios' are.
+//     list, which the CRI scenarios' are. `nodeshim reporter` runs there
+//     as nobody (ReporterUID, a read-only peer of serve's socket) with the
+//     node's credentials, its Lease allowed by a Role bound to the node's
+//     user.
 //
 // QEMU runs under TCG only (-machine accel=tcg -cpu max -smp 2 -m 3072M), once
 // per run: every scenario runs in the same boot. The scenarios are the

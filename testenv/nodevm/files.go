@@ -172,12 +172,18 @@ WantedBy=multi-user.target
 // fail with EPERM.
 const DenyMkdirProfile = "nodeshim/deny-mkdir.json"
 
+// ReporterUID is the unprivileged user (nobody) that runs `nodeshim
+// reporter` on the node: a read-only peer of serve's socket.
+const ReporterUID = 65534
+
 // NodeshimConfigYAML is nodeshim's configuration on the node: the CRI
-// runtime is containerd's socket, checkpoints are enabled, and
-// DenyMkdirProfile is a Localhost seccomp profile.
+// runtime is containerd's socket, ReporterUID reads the API, checkpoints
+// are enabled, and DenyMkdirProfile is a Localhost seccomp profile.
 const NodeshimConfigYAML = `apiVersion: nodeshim.io/v1alpha1
 kind: ShimConfiguration
 containerRuntimeEndpoint: unix://` + ContainerdSocket + `
+api:
+  readOnlyUIDs: [65534]
 checkpoint:
   enabled: true
   dir: ` + NodeshimRoot + `/checkpoints

@@ -8,15 +8,19 @@ package nodetest
 // CRI scenarios' pods are. It starts kubelet itself and stops it at its end.
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -255,4 +259,208 @@ func conditionSummary(n *corev1.Node) []string {
 		out = append(out, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
 	}
 	return out
+}
+
+const reporterUID = nodevm.ReporterUID
+
+// TestReporterOnKubeletNode: `nodeshim reporter`, unprivileged (uid
+// nobody, a read-only peer of serve's socket) and authenticated as the
+// node with kubelet's kubeconfig, publishes nodeshim's conditions on the
+// Node beside kubelet's, which stay as kubelet wrote them, and renews its
+// Lease (in its own namespace, through a Role bound to the node's user: the
+// Node authorizer grants a node only its kubelet's Lease); an OOM kill in a Pod created through the API becomes an
+// OOMKilling Event about that Pod on the API server.
+func TestReporterOnKubeletNode(t *testing.T) {
+	requireNode(t)
+	ctx := context.Background()
+	cs := startKubelet(t)
+	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !nodeReady(n) {
+			return fmt.Errorf("conditions %v", conditionSummary(n))
+		}
+		return nil
+	})
+	const leaseNS = "nodeshim"
+	for _, ns := range []string{leaseNS, "nodeshim-oom"} {
+		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatal(err)
+		}
+	}
+
+	leaseRole := &rbacv1.Role{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeshim-reporter-lease", Namespace: leaseNS},
+		Rules:      []rbacv1.PolicyRule{{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "create", "update"}}},
+	}
+	if _, err := cs.RbacV1().Roles(leaseNS).Create(ctx, leaseRole, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	binding := &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeshim-reporter-lease", Namespace: leaseNS},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: leaseRole.Name},
+		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "User", Name: nodevm.NodeUser}},
+	}
+	if _, err := cs.RbacV1().RoleBindings(leaseNS).Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+
+	// The node's kubeconfig, readable by the reporter's user alone.
+	dir, err := os.MkdirTemp("/run", "nodeshim-reporter-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	kc, err := os.ReadFile(nodevm.KubeletKubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(kubeconfig, kc, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{dir, kubeconfig} {
+		if err := os.Chown(p, reporterUID, reporterUID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(nodeshimBin, "reporter", "--node-name", nodevm.Hostname, "--namespace", leaseNS,
+		"--kubeconfig", kubeconfig, "--socket", nodeshimSock, "--metrics-addr", "127.0.0.1:0")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: reporterUID, Gid: reporterUID}}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		if err := <-exited; err != nil {
+			t.Errorf("reporter: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("reporter's output:\n%s", out.String())
+		}
+	})
+
+	var node *corev1.Node
+	testutil.Eventually(t, "NodeShimReady on the Node", func() error {
+		select {
+		case err := <-exited:
+			exited <- err
+			return fmt.Errorf("the reporter exited: %v: %s", err, out.String())
+		default:
+		}
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		node = n
+		for _, c := range n.Status.Conditions {
+			if c.Type == "NodeShimReady" {
+				return nil
+			}
+		}
+		return fmt.Errorf("conditions %v", conditionSummary(n))
+	})
+	tConditions := time.Since(start)
+	var shim []string
+	for _, c := range node.Status.Conditions {
+		if strings.HasPrefix(string(c.Type), "NodeShim") {
+			shim = append(shim, fmt.Sprintf("%s=%s(%s)", c.Type, c.Status, c.Reason))
+		}
+		if c.Type == corev1.NodeReady && (c.Status != corev1.ConditionTrue || c.Reason != "KubeletReady") {
+			t.Errorf("kubelet's Ready is %s (%s) beside the reporter's conditions", c.Status, c.Reason)
+		}
+	}
+	if !nodeReady(node) {
+		t.Errorf("the Node lost kubelet's Ready: %v", conditionSummary(node))
+	}
+	testutil.Eventually(t, "the reporter's Lease "+leaseNS+"/"+nodevm.Hostname, func() error {
+		l, err := cs.CoordinationV1().Leases(leaseNS).Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if l.Spec.RenewTime == nil || l.Spec.HolderIdentity == nil {
+			return fmt.Errorf("lease %+v not held", l.Spec)
+		}
+		return nil
+	})
+	t.Logf("the reporter (uid %d, as %s) put %d NodeShim conditions on the Node %s after its start: %s",
+		reporterUID, nodevm.NodeUser, len(shim), tConditions.Round(100*time.Millisecond), strings.Join(shim, " "))
+
+	// An OOM kill in a Pod created through the API.
+	noToken, grace, never := false, int64(1), corev1.RestartPolicyNever
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog", Namespace: "nodeshim-oom"},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodevm.Hostname,
+			AutomountServiceAccountToken:  &noToken,
+			TerminationGracePeriodSeconds: &grace,
+			RestartPolicy:                 never,
+			Containers: []corev1.Container{{
+				Name:            "hog",
+				Image:           runtimetest.BusyboxImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"},
+				Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+				},
+			}},
+		},
+	}
+	testutil.Eventually(t, "ServiceAccount nodeshim-oom/default", func() error {
+		_, err := cs.CoreV1().ServiceAccounts(pod.Namespace).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	oomStart := time.Now()
+	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cs.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("delete pod %s/%s: %v", pod.Namespace, pod.Name, err)
+			return
+		}
+		testutil.Eventually(t, "pod "+pod.Namespace+"/"+pod.Name+" gone", func() error {
+			if _, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("still there: %v", err)
+			}
+			return nil
+		})
+	})
+	var ev corev1.Event
+	testutil.Eventually(t, "an OOMKilling Event about pod "+pod.Namespace+"/"+pod.Name, func() error {
+		list, err := cs.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var reasons []string
+		for _, e := range list.Items {
+			reasons = append(reasons, e.Reason)
+			if e.Reason == "OOMKilling" && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod.Name {
+				ev = e
+				return nil
+			}
+		}
+		return fmt.Errorf("events in %s: %v", pod.Namespace, reasons)
+	})
+	if ev.InvolvedObject.FieldPath != "spec.containers{hog}" || !strings.Contains(ev.Message, "in container hog of pod nodeshim-oom/hog") {
+		t.Errorf("OOM Event about %s, %q: want the container hog of pod nodeshim-oom/hog", ev.InvolvedObject.FieldPath, ev.Message)
+	}
+	t.Logf("OOMKilling Event %s after the Pod's creation: %s", time.Since(oomStart).Round(100*time.Millisecond), ev.Message)
+}
+
+// nodeReady says whether kubelet reports n Ready.
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return true
+		}
+	}
+	return false
 }
