@@ -687,18 +687,21 @@ func (r *Restore) openOptions() (seal.OpenOptions, error) {
 }
 
 // verifyManifest checks, under a trust policy, the signature of the pod
-// checkpoint's manifest beside the archive at name, when the archive is
-// a pod checkpoint's: the manifest maps the pod's containers to their
-// archives.
+// checkpoint's manifest beside the archive at name, when the checkpoint
+// named is a pod checkpoint: the manifest maps the pod's containers to
+// their archives. A manifest that is gone by now is refused.
 func (r *Restore) verifyManifest(name string, o seal.OpenOptions) error {
-	if o.Policy == nil {
+	v := r.Checkpoint
+	if !filepath.IsAbs(v) {
+		v = filepath.Join(r.Config.CheckpointDir, v)
+	}
+	// OpenCheckpoint names the archive itself unless the value named a
+	// pod checkpoint's directory.
+	if o.Policy == nil || filepath.Clean(v) == name {
 		return nil
 	}
 	mp := filepath.Join(filepath.Dir(name), pod.ManifestFile)
 	mf, err := os.OpenFile(mp, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil
-	}
 	if err != nil {
 		return fmt.Errorf("open %s: %w", mp, err)
 	}

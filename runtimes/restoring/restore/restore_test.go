@@ -15,11 +15,13 @@ import (
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 	"google.golang.org/protobuf/encoding/protowire"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/archive/archivetest"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
 
@@ -373,6 +375,82 @@ func TestRunRefuses(t *testing.T) {
 				if len(ents) > 0 {
 					t.Errorf("%s keeps %s after the refusal", d, ents[0].Name())
 				}
+			}
+		})
+	}
+}
+
+// TestRunRefusesSealed: under the config's trust policy and identities,
+// an encrypted archive without a matching identity, an unsigned archive
+// and a trust policy that does not load are refused, naming why, before
+// anything is validated or unpacked.
+func TestRunRefusesSealed(t *testing.T) {
+	const img = "localhost/nodeshim/busybox:test"
+	here := ArchOfGOARCH(runtime.GOARCH)
+	plain := Archive(t, "counter", img, here, "")
+	keys := t.TempDir()
+	ids := make([]*age.X25519Identity, 2)
+	for i := range ids {
+		id, err := age.GenerateX25519Identity()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[i] = id
+	}
+	other := filepath.Join(keys, "other.agekey")
+	policy := filepath.Join(keys, "trust.json")
+	for p, b := range map[string]string{other: ids[1].String() + "\n", policy: `{"keys":[{"keyID":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}]}`} {
+		if err := os.WriteFile(p, []byte(b), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var enc bytes.Buffer
+	w, err := seal.NewWriter(&enc, seal.WriteOptions{Recipients: []age.Recipient{ids[0].Recipient()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Write(plain); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		archive []byte
+		config  restoring.Config
+		want    string
+		is      error
+	}{
+		{"encrypted, no identity", enc.Bytes(), restoring.Config{}, "x.tar is encrypted and no age identity is configured", seal.ErrNoIdentity},
+		{"encrypted to another node", enc.Bytes(), restoring.Config{Identities: []string{other}}, "none of the 1 configured age identities is a recipient", seal.ErrNoIdentity},
+		{"unsigned under a trust policy", plain, restoring.Config{TrustPolicy: policy}, "x.tar: unsigned", seal.ErrUntrusted},
+		{"a trust policy that does not load", plain, restoring.Config{TrustPolicy: filepath.Join(keys, "missing.json")}, "missing.json", restoring.ErrConfig},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			base := t.TempDir()
+			ckpt, work, bundle := filepath.Join(base, "ckpt"), filepath.Join(base, "work"), filepath.Join(base, "bundle")
+			for _, d := range []string{ckpt, filepath.Join(bundle, "rootfs")} {
+				if err := os.MkdirAll(d, 0o700); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if err := os.WriteFile(filepath.Join(ckpt, "x.tar"), tc.archive, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			cfg := tc.config
+			cfg.CheckpointDir, cfg.WorkDir = ckpt, work
+			r := &Restore{
+				Config: cfg, Runtime: "/nonexistent/runc", Call: restoring.Call{Command: "create", Bundle: bundle, ID: "abc"},
+				Spec: specFor("counter", img), Checkpoint: "x.tar", Arch: here, CriuVersion: func() string { return "4.1.1" },
+			}
+			_, err := r.Run()
+			if !errors.Is(err, tc.is) || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Run = %v; want %v naming %q", err, tc.is, tc.want)
+			}
+			t.Log(err)
+			if _, err := os.Stat(work); err == nil {
+				t.Errorf("the work directory %s was created before the refusal", work)
 			}
 		})
 	}
