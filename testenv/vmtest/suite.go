@@ -66,6 +66,8 @@ func HostSuite() []Decision {
 		{"kernel", true, "every kernel probe against the guest, expectations derived from the guest itself"},
 		{"kernel/capability", true, "portable: the verdict vocabulary and report"},
 		{"kernel/seccomp/runtimeneeds", false, "it measures the host's runc and crun starting a container, and the guest carries no runtime"},
+		{"kernel/seccomp/auditlog", false, "it reads the host's audit netlink group while a child of the test runs under a complain-mode filter; the guest kernel's audit records are left to its console"},
+		{"shim/complaints", false, "its test runs CRI containers under a complain-mode profile through containerd, which the guest does not carry"},
 		{"kernel/seccomp", true, "seccomp filters loaded into the guest's kernel, run against busybox's programs"},
 		{"report", true, "the whole catalogue collected twice against the guest's kernel, the second from the per-boot caches"},
 		{"shim/api", true, "the API over a unix socket with peer credentials"},
