@@ -42,8 +42,11 @@ func TestCheckpointUsage(t *testing.T) {
 		wantMsg  string
 	}{
 		{"no target", []string{"checkpoint"}, exitUsage, "give --pid"},
-		{"both targets", []string{"checkpoint", "--pid", "1", "--pod", "p"}, exitUsage, "exclude each other"},
-		{"container needs all three names", []string{"checkpoint", "--namespace", "ns", "--pod", "p"}, exitUsage, "all of --namespace, --pod and --container"},
+		{"both targets", []string{"checkpoint", "--pid", "1", "--container-id", "c"}, exitUsage, "exclude each other"},
+		{"a pid and a pod", []string{"checkpoint", "--pid", "1", "--pod", "p"}, exitUsage, "--pid does not apply to a pod checkpoint"},
+		{"a pod needs its namespace", []string{"checkpoint", "--pod", "p"}, exitUsage, "a pod needs --namespace and --pod"},
+		{"a container needs its pod", []string{"checkpoint", "--namespace", "ns", "--container", "c"}, exitUsage, "all of --namespace, --pod and --container"},
+		{"a pod without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
 		{"container flags exclude pid-only flags", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--root-dir", "/srv"}, exitUsage, "--root-dir applies to --pid only"},
 		{"container without a daemon names the socket", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--socket", "/nonexistent/nodeshim.sock"}, exitFailure, "/nonexistent/nodeshim.sock"},
 		{"image needs its file", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1"}, exitUsage, "--image REF and --image-file FILE go together"},

@@ -32,13 +32,15 @@ type podCheckpointOutput struct {
 // checkpoint every container of the pod f names, and prints the pod
 // checkpoint it wrote.
 func checkpointPodThroughDaemon(cmd *cobra.Command, f *checkpointFlags) error {
-	if f.ref.Namespace == "" {
-		return withExitCode(exitUsage, errors.New("a pod needs --namespace and --pod"))
-	}
+	// A flag of another kind of target is named first: "--pid 1 --pod p"
+	// is two targets, not a pod without its namespace.
 	for _, name := range []string{"pid", "container-id", "image-file", "lazy", "root-dir", "criu-path", "tcp-established", "ext-unix-sk", "file-locks", "shell-job", "hardware-breakpoints"} {
 		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
 			return withExitCode(exitUsage, fmt.Errorf("--%s does not apply to a pod checkpoint: the nodeshim serve checkpoints pods with its own configuration", name))
 		}
+	}
+	if f.ref.Namespace == "" {
+		return withExitCode(exitUsage, errors.New("a pod needs --namespace and --pod"))
 	}
 	wait := f.timeout
 	if wait <= 0 {
