@@ -69,7 +69,7 @@ func TestCheckpointHandler(t *testing.T) {
 		{"unknown container", sock, "POST", "/checkpoint/default/web-0/missing", 404, "container not found", 0},
 		{"disabled in config", sock, "POST", "/checkpoint/default/web-0/disabled", 404, "disabled", 0},
 		{"CRIU's error", sock, "POST", "/checkpoint/default/web-0/broken", 500, "checkpointing of default/web-0/broken failed (criu failed: Dumping FAILED)", 0},
-		{"missing part", sock, "POST", "/checkpoint/default/web-0", 404, "", -1},
+		{"missing part", sock, "POST", "/checkpoint/default", 404, "", -1},
 		{"no checkpointer", none, "POST", "/checkpoint/default/web-0/app", 404, "not available", -1},
 	}
 	for _, tt := range tests {
