@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -37,6 +38,8 @@ type Victim struct {
 	// Cgroups are the paths of the victim's /proc/<pid>/cgroup lines, read
 	// as soon as the event arrived; nil when the task was already gone.
 	Cgroups []string
+	// Time is when the kernel killed it; zero when unknown.
+	Time time.Time
 }
 
 // How a victim's container was found.
@@ -44,6 +47,25 @@ const (
 	ByCgroupID   = "cgroupID"
 	ByProcCgroup = "procCgroup"
 	ByOOMControl = "memory.oom_control"
+	// ByExitReason: the one container that the runtime reports exited
+	// for an OOM kill (CRI reason OOMKilled) since the kill, found when
+	// the kill took the whole container and its cgroup away before the
+	// victim could be looked up (memory.oom.group, kubelet's default on
+	// cgroup v2 since 1.32).
+	ByExitReason = "exitReason"
+)
+
+// ReasonOOMKilled is the CRI reason of a container that exited for an OOM
+// kill.
+const ReasonOOMKilled = "OOMKilled"
+
+// exitWindow is how long before the kill event a container's OOM exit
+// may be reported as finished (the clocks of the BPF event and the
+// runtime differ), and exitPoll how often the runtime is asked while its
+// exit is on its way.
+const (
+	exitWindow = 2 * time.Second
+	exitPoll   = 100 * time.Millisecond
 )
 
 // ErrAmbiguous says that more than one container could be the victim's.
@@ -81,6 +103,9 @@ type CgroupIndex struct {
 	byID   map[uint64]*indexed
 	rootID uint64
 	primed bool
+	// exits are the containers already named by their OOM exit, so that
+	// one exit names one kill.
+	exits map[string]bool
 }
 
 type indexed struct {
@@ -93,7 +118,7 @@ type indexed struct {
 // NewCgroupIndex returns an empty index over the runtime's containers.
 func NewCgroupIndex(client runtimeapi.RuntimeServiceClient, opts CgroupIndexOptions) *CgroupIndex {
 	x := &CgroupIndex{client: client, opts: opts, reader: cgroup.NewReader(),
-		byCtr: map[string]*indexed{}, byID: map[uint64]*indexed{}}
+		byCtr: map[string]*indexed{}, byID: map[uint64]*indexed{}, exits: map[string]bool{}}
 	if opts.CgroupV2 != "" {
 		x.rootID, _ = inode(opts.CgroupV2)
 	}
@@ -185,11 +210,14 @@ func (x *CgroupIndex) oomKills(e *indexed) uint64 {
 }
 
 // Lookup finds the container of an OOM victim and says how (ByCgroupID,
-// ByProcCgroup, ByOOMControl): by its cgroup id or /proc paths, refreshing
-// the index once when the cache knows neither, then by the v1 OOM kill
-// counters. It returns an error wrapping ErrNotFound when no
-// container matches (a process outside any CRI container), ErrAmbiguous
-// when only the OOM counters could tell and several grew.
+// ByProcCgroup, ByOOMControl, ByExitReason): by its cgroup id or /proc
+// paths, refreshing the index once when the cache knows neither, then by
+// the v1 OOM kill counters, then, for a victim whose task was gone by the
+// event (a kill that took its whole container), by the one container the
+// runtime reports exited OOMKilled since the kill, asked until ctx ends.
+// It returns an error wrapping ErrNotFound when no container matches (a
+// process outside any CRI container), ErrAmbiguous when several could be
+// the victim's.
 func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, error) {
 	if w, how, ok := x.direct(v); ok {
 		return w, how, nil
@@ -200,7 +228,66 @@ func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, e
 	if w, how, ok := x.direct(v); ok {
 		return w, how, nil
 	}
-	return x.byOOMCounter(v)
+	w, how, err := x.byOOMCounter(v)
+	if !errors.Is(err, ErrNotFound) || len(v.Cgroups) > 0 || v.Time.IsZero() {
+		return w, how, err
+	}
+	return x.byExitReason(ctx, v, err)
+}
+
+// byExitReason waits, until ctx ends, for the runtime to report a
+// container exited with reason OOMKilled no earlier than exitWindow
+// before the kill, one not named before; notFound is the error when none
+// comes.
+func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error) (Workload, string, error) {
+	exited := &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}}
+	since := v.Time.Add(-exitWindow).UnixNano()
+	for {
+		resp, err := x.client.ListContainers(ctx, exited)
+		if err != nil && ctx.Err() == nil {
+			return Workload{}, "", fmt.Errorf("list exited containers: %w", err)
+		}
+		var found []Workload
+		for _, c := range resp.GetContainers() {
+			x.mu.Lock()
+			seen := x.exits[c.Id]
+			x.mu.Unlock()
+			if seen {
+				continue
+			}
+			st, err := x.client.ContainerStatus(ctx, &runtimeapi.ContainerStatusRequest{ContainerId: c.Id})
+			if err != nil || st.GetStatus().GetReason() != ReasonOOMKilled || st.GetStatus().GetFinishedAt() < since {
+				continue
+			}
+			l := c.Labels
+			found = append(found, Workload{Namespace: l[LabelPodNamespace], Pod: l[LabelPodName], PodUID: l[LabelPodUID],
+				Container: l[LabelContainerName], ContainerID: c.Id, PodSandboxID: c.PodSandboxId})
+		}
+		switch len(found) {
+		case 1:
+			x.mu.Lock()
+			x.exits[found[0].ContainerID] = true
+			x.mu.Unlock()
+			return found[0], ByExitReason, nil
+		case 0:
+		default:
+			names := make([]string, 0, len(found))
+			x.mu.Lock()
+			for _, w := range found {
+				x.exits[w.ContainerID] = true
+				names = append(names, w.String())
+			}
+			x.mu.Unlock()
+			sort.Strings(names)
+			return Workload{}, "", fmt.Errorf("%w: %s", ErrAmbiguous, strings.Join(names, ", "))
+		}
+		select {
+		case <-ctx.Done():
+			return Workload{}, "", notFound
+		case <-time.After(exitPoll):
+		}
+	}
 }
 
 // direct finds the victim's container by its cgroup id or /proc paths.

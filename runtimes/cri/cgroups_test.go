@@ -9,6 +9,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
@@ -180,4 +181,54 @@ func FuzzCgroupRelPath(f *testing.F) {
 			t.Fatalf("CgroupRelPath(%q) = %q, not absolute", s, p)
 		}
 	})
+}
+
+// TestCgroupIndexLookupByExitReason: a kill that took its whole container
+// (the task gone by the event, the cgroup gone by the lookup) is named by
+// the one container the runtime then reports exited OOMKilled since the
+// kill; one exit names one kill; an exit older than the kill, or a victim
+// whose task was still there, is not taken.
+func TestCgroupIndexLookupByExitReason(t *testing.T) {
+	srv := &runtimeServer{info: map[string]map[string]string{}}
+	sock := fakecri.Serve(t, srv)
+	r, err := Dial(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	x := NewCgroupIndex(r.Client(), CgroupIndexOptions{CgroupV2: t.TempDir()})
+	kill := time.Now()
+	exited := func(id, pod, reason string, finished time.Time) {
+		c := ctr(id, "s-"+pod, "ns", pod, "app", runtimeapi.ContainerState_CONTAINER_EXITED, 1)
+		c.Labels[LabelPodUID] = "uid-" + pod
+		srv.exit(c, &runtimeapi.ContainerStatus{Id: id, State: runtimeapi.ContainerState_CONTAINER_EXITED,
+			Reason: reason, FinishedAt: finished.UnixNano(), ExitCode: 137})
+	}
+	exited("old", "before", ReasonOOMKilled, kill.Add(-time.Minute))
+	exited("done", "done", "Completed", kill.Add(time.Second))
+	lookup := func(v Victim, wait time.Duration) (Workload, string, error) {
+		ctx, cancel := context.WithTimeout(context.Background(), wait)
+		defer cancel()
+		return x.Lookup(ctx, v)
+	}
+	// The runtime reports the exit a moment after the kill event.
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		exited("hog", "hog", ReasonOOMKilled, kill.Add(200*time.Millisecond))
+	}()
+	w, how, err := lookup(Victim{CgroupID: 12345, Time: kill}, time.Minute)
+	if err != nil || w.ContainerID != "hog" || how != ByExitReason || w.Pod != "hog" || w.PodUID != "uid-hog" {
+		t.Fatalf("Lookup = %+v by %q, %v; want hog by %s", w, how, err, ByExitReason)
+	}
+	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a second kill named by the same exit: %v", err)
+	}
+	exited("alive", "alive", ReasonOOMKilled, kill.Add(time.Second))
+	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill, Cgroups: []string{"/system.slice/sshd.service"}}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a victim whose task was there, outside any container: %v", err)
+	}
+	exited("twin", "twin", ReasonOOMKilled, kill.Add(time.Second))
+	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill}, time.Minute); !errors.Is(err, ErrAmbiguous) {
+		t.Errorf("two OOM exits since the kill: %v, want ambiguous", err)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -24,12 +25,27 @@ func TestMain(m *testing.M) {
 // resolver makes, with containerd's filter semantics unless ignoreFilter.
 type runtimeServer struct {
 	runtimeapi.UnimplementedRuntimeServiceServer
+	mu           sync.Mutex // for tests that change the containers while they are read
 	containers   []*runtimeapi.Container
 	info         map[string]map[string]string // container id -> verbose info
+	exits        map[string]*runtimeapi.ContainerStatus
 	ignoreFilter bool
 }
 
+// exit adds c as exited with status st.
+func (s *runtimeServer) exit(c *runtimeapi.Container, st *runtimeapi.ContainerStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.exits == nil {
+		s.exits = map[string]*runtimeapi.ContainerStatus{}
+	}
+	s.containers = append(s.containers, c)
+	s.exits[c.Id] = st
+}
+
 func (s *runtimeServer) ListContainers(_ context.Context, req *runtimeapi.ListContainersRequest) (*runtimeapi.ListContainersResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	var out []*runtimeapi.Container
 	f := req.GetFilter()
 	for _, c := range s.containers {
@@ -53,6 +69,11 @@ func (s *runtimeServer) ListContainers(_ context.Context, req *runtimeapi.ListCo
 }
 
 func (s *runtimeServer) ContainerStatus(_ context.Context, req *runtimeapi.ContainerStatusRequest) (*runtimeapi.ContainerStatusResponse, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st, ok := s.exits[req.ContainerId]; ok {
+		return &runtimeapi.ContainerStatusResponse{Status: st}, nil
+	}
 	info, ok := s.info[req.ContainerId]
 	if !ok {
 		return nil, status.Errorf(codes.NotFound, "container %q not found", req.ContainerId)

@@ -186,7 +186,7 @@ func (s *Source) resolve(ctx context.Context, containers Containers, ev bpf.OOME
 	if containers == nil {
 		return
 	}
-	v := cri.Victim{CgroupID: ev.CgroupID}
+	v := cri.Victim{CgroupID: ev.CgroupID, Time: ev.Time}
 	procRoot := s.procRoot()
 	pid := ev.TGID
 	if pid == 0 {
