@@ -16,7 +16,7 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The heartbeat of kubelet 1.33 with its defaults: the node Lease in
+// The heartbeat of kubelet (1.33 to 1.37) with its defaults: the node Lease in
 // kube-node-lease renewed every nodeLeaseDurationSeconds/4 (10 s) with
 // jitter (pkg/kubelet/nodelease, 0.04), and the Node's status patched when
 // it changes or every nodeStatusReportFrequency (5 min). kubelet reads its
