@@ -22,6 +22,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
 
 // DefaultTimeout bounds a checkpoint when the caller gives no timeout
@@ -91,6 +92,16 @@ type Options struct {
 	// server is ready, and Checkpoint returns when the memory is fetched.
 	// Needs what CheckLazyPages checks.
 	Lazy *PageServer
+	// PreDump, if positive, is the number of rounds of `criu pre-dump`
+	// (iterative pre-copy) run before the dump, while the tree runs on:
+	// the first round writes all its memory, each later one and then the
+	// dump only the pages dirtied since the round before, so that the
+	// tree is frozen only while those are written. The rounds' images
+	// go into the archive as checkpoint/parent, checkpoint/parent/parent
+	// and so on, which the restore reads through. Needs a kernel that
+	// tracks dirty memory (CheckPreDump; else ErrPreDumpUnsupported
+	// before anything runs); at most MaxPreDump; not with Lazy.
+	PreDump int
 	// Published, if set, is called with the archive's path once it is
 	// published, before Checkpoint returns: for a Lazy checkpoint, while
 	// the page server waits for the restore.
@@ -226,6 +237,20 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if o.Lazy != nil && len(o.Seal.Recipients) > 0 {
 		return res, fmt.Errorf("checkpoint pid %d --lazy: encryption is configured and the page server sends memory in the clear", t.Pid)
 	}
+	if o.PreDump < 0 || o.PreDump > MaxPreDump {
+		return res, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("checkpoint pid %d: %d pre-dump rounds, want 0 to %d", t.Pid, o.PreDump, MaxPreDump))
+	}
+	if o.PreDump > 0 && o.Lazy != nil {
+		return res, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("checkpoint pid %d: pre-dump rounds and --lazy exclude each other", t.Pid))
+	}
+	if o.PreDump > 0 {
+		if err := CheckPreDump(ctx, o.Binary); err != nil {
+			return res, fmt.Errorf("checkpoint pid %d --pre-dump %d: %w", t.Pid, o.PreDump, err)
+		}
+		// The final pages images hold only what the last round left
+		// dirty; the bulk is in the rounds' directories.
+		o.CopyArchive = true
+	}
 	if o.Lazy != nil {
 		// The archive is small (no memory) and is written while CRIU
 		// still runs: copy the images rather than rework one in place.
@@ -324,7 +349,16 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 				}
 			}
 		}
-		derr = dump(ctx, t, o, work, images, -1, preDump)
+		var round dumpRound
+		if o.PreDump > 0 {
+			round.parent, derr = preDumpRounds(ctx, t, o, work)
+		}
+		if derr == nil {
+			derr = dump(ctx, t, o, work, images, -1, preDump, round)
+		}
+		if derr == nil && o.PreDump > 0 {
+			derr = nestPreDumps(work, images, o.PreDump)
+		}
 		if !frozenAt.IsZero() {
 			if err := thawCgroup(t.Container.FreezeCgroup); err != nil {
 				derr = errors.Join(derr, fmt.Errorf("thaw %s: %w", t.Container.FreezeCgroup, err))
@@ -394,7 +428,7 @@ func networkLock(lookPath func(string) (string, error)) *rpc.CriuNetworkLockMeth
 // statusFd is the pipe CRIU signals its page server's start on. preDump,
 // if set, runs at CRIU's pre-dump notification, before CRIU freezes the
 // tree.
-func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int, preDump func()) error {
+func dump(ctx context.Context, t Target, o Options, work, images string, statusFd int, preDump func(), round dumpRound) error {
 	imgDir, err := os.Open(images)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", images, err)
@@ -454,6 +488,8 @@ func dump(ctx context.Context, t Target, o Options, work, images string, statusF
 		opts.StatusFd = proto.Int32(int32(statusFd))
 	}
 
+	reqType := round.apply(opts)
+
 	s, err := startSwrk(o.Binary, o.HardwareBreakpoints)
 	if err != nil {
 		return err
@@ -463,7 +499,7 @@ func dump(ctx context.Context, t Target, o Options, work, images string, statusF
 	if o.EarlyWriteback > 0 {
 		stopWriteback = startWriteback(images, o.EarlyWriteback)
 	}
-	_, callErr := s.call(ctx, &rpc.CriuReq{Type: rpc.CriuReqType_DUMP.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
+	_, callErr := s.call(ctx, &rpc.CriuReq{Type: reqType.Enum(), Opts: opts}, func(n *rpc.CriuNotify) error {
 		o.Logger.Debug("criu notification", "script", n.GetScript())
 		if n.GetScript() == "pre-dump" && preDump != nil {
 			preDump()
@@ -479,11 +515,11 @@ func dump(ctx context.Context, t Target, o Options, work, images string, statusF
 		o.Logger.Warn("criu did not abort within the grace period and was killed", "pid", t.Pid, "grace", o.KillGrace)
 	}
 	if callErr != nil {
-		msg := logErrors(filepath.Join(work, DumpLog))
+		msg := logErrors(filepath.Join(work, opts.GetLogFile()))
 		if ctx.Err() != nil {
 			return fmt.Errorf("checkpoint pid %d: %w (criu killed: %v)", t.Pid, ctx.Err(), killed)
 		}
-		return fmt.Errorf("checkpoint pid %d: %w; dump.log: %s", t.Pid, callErr, msg)
+		return fmt.Errorf("checkpoint pid %d: %w; %s: %s", t.Pid, callErr, opts.GetLogFile(), msg)
 	}
 	return nil
 }

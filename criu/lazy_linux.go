@@ -255,7 +255,7 @@ func dumpLazy(ctx context.Context, t Target, o Options, work, images string, arc
 	go func() {
 		defer close(done)
 		// CRIU opens the write end as /proc/<our pid>/fd/<fd>.
-		derr = dump(dctx, t, o, work, images, int(st.w.Fd()), nil)
+		derr = dump(dctx, t, o, work, images, int(st.w.Fd()), nil, dumpRound{})
 	}()
 	if err := st.wait(ctx, done); err != nil {
 		cancel()

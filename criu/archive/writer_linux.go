@@ -65,29 +65,53 @@ func AppendMember(buf *bytes.Buffer, h *tar.Header, data []byte) error {
 
 // WriteTree writes the archive's members: checkpoint/ and the CRIU images
 // under it, then config.dump, spec.dump, status.dump, dump.log and stats-dump at the
-// root, then the end-of-archive blocks.
+// root, then the end-of-archive blocks. The images of earlier pre-dump
+// rounds, when images has them, go in as checkpoint/parent/,
+// checkpoint/parent/parent/ and so on (see ParentDir).
 func WriteTree(aw *Writer, work, images string, meta []MetaFile) error {
-	now := time.Now()
-	if err := aw.Header(&tar.Header{Typeflag: tar.TypeDir, Name: ImagesDir + "/", Mode: 0o700, ModTime: now}); err != nil {
+	if err := writeImages(aw, images, ImagesDir, time.Now()); err != nil {
 		return err
 	}
-	ents, err := os.ReadDir(images)
+	return aw.Rest(work, meta)
+}
+
+// ParentDir is the directory of an images directory that holds the images
+// of the pre-dump round before it: CRIU's parent link
+// (criu/image.c's CR_PARENT_LINK), which CRIU's restore opens whether it
+// is a symlink or, as nodeshim archives it, a directory.
+const ParentDir = "parent"
+
+// writeImages writes the directory entry name/ and the regular files of
+// dir under it, then, when dir has a ParentDir directory, that one the
+// same way.
+func writeImages(aw *Writer, dir, name string, now time.Time) error {
+	if err := aw.Header(&tar.Header{Typeflag: tar.TypeDir, Name: name + "/", Mode: 0o700, ModTime: now}); err != nil {
+		return err
+	}
+	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return err
 	}
 	names := make([]string, 0, len(ents))
+	parent := false
 	for _, e := range ents {
-		if e.Type().IsRegular() {
+		switch {
+		case e.Type().IsRegular():
 			names = append(names, e.Name())
+		case e.IsDir() && e.Name() == ParentDir:
+			parent = true
 		}
 	}
 	sort.Strings(names)
 	for _, n := range names {
-		if err := aw.File(filepath.Join(images, n), ImagesDir+"/"+n); err != nil {
+		if err := aw.File(filepath.Join(dir, n), name+"/"+n); err != nil {
 			return err
 		}
 	}
-	return aw.Rest(work, meta)
+	if parent {
+		return writeImages(aw, filepath.Join(dir, ParentDir), name+"/"+ParentDir, now)
+	}
+	return nil
 }
 
 // Rest writes the members at the archive's root, the metadata files
