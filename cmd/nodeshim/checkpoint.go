@@ -80,6 +80,7 @@ type checkpointFlags struct {
 	imageRef  string
 	imageFile string
 	lazyAt    string
+	preDump   int
 	seal      sealFlags
 }
 
@@ -96,6 +97,7 @@ func (f *checkpointFlags) bind(cmd *cobra.Command) {
 	fl.DurationVar(&f.timeout, "timeout", criu.DefaultTimeout, "give up (and leave the target running) after this long; 0 means the default")
 	fl.StringVar(&f.imageRef, "image", "", "also write the checkpoint image of the archive under this name (with --image-file), as \"checkpoint image --tag\"")
 	fl.StringVar(&f.lazyAt, "lazy", "", "HOST:PORT: lazy migration: serve the memory from a page server here until \"restore --lazy-from\" fetches it, then kill the tree (--pid)")
+	fl.IntVar(&f.preDump, "pre-dump", 0, "N: run N rounds of criu pre-dump (iterative pre-copy) while the tree runs, so that the dump freezes it only to write what changed since; needs a kernel that tracks dirty memory (CONFIG_MEM_SOFT_DIRTY)")
 	fl.StringVar(&f.imageFile, "image-file", "", "the OCI image archive --image writes (must not exist)")
 	// The spelling before -o/--output was the output format everywhere.
 	addDeprecatedAlias(fl, "image-output", "", "image-file")
@@ -127,6 +129,14 @@ func (f *checkpointFlags) lazyServer() (*criu.PageServer, error) {
 		if _, err := os.Lstat(f.imageFile); err == nil {
 			return nil, withExitCode(exitUsage, fmt.Errorf("--image-file %s exists: %w", f.imageFile, os.ErrExist))
 		}
+	}
+	switch {
+	case f.preDump < 0 || f.preDump > criu.MaxPreDump:
+		return nil, withExitCode(exitUsage, fmt.Errorf("--pre-dump %d: want 0 to %d rounds", f.preDump, criu.MaxPreDump))
+	case f.preDump > 0 && f.lazyAt != "":
+		return nil, withExitCode(exitUsage, errors.New("--pre-dump and --lazy exclude each other: a lazy checkpoint copies the memory after the dump"))
+	case f.preDump > 0 && f.pid <= 0 && f.podmanID == "":
+		return nil, withExitCode(exitUsage, errors.New("--pre-dump applies to --pid and --container-id"))
 	}
 	var lazy *criu.PageServer
 	if f.lazyAt != "" {
@@ -202,7 +212,16 @@ the rest is restored; when all of the memory is fetched the tree here is
 killed and the command returns (--timeout bounds that wait too). Needs userfaultfd (CONFIG_USERFAULTFD) on
 both nodes, and fs.pipe-max-size >= 4 MiB or CAP_SYS_RESOURCE for CRIU's
 page pipes (nodeshim raises fs.pipe-max-size when it is lower);
-"nodeshim report" shows criu.lazy_pages.`
+"nodeshim report" shows criu.lazy_pages.
+
+--pre-dump N (with --pid or --container-id) runs N rounds of "criu
+pre-dump" while the tree runs on: the first copies all of its memory, each
+later round and then the dump only what was written since the round
+before, so the tree is frozen only while the last of it is written. The
+archive holds every round (checkpoint/parent/...) and restores as any
+other. Needs a kernel that tracks dirty memory (CONFIG_MEM_SOFT_DIRTY;
+"nodeshim report" shows criu.feature.mem_dirty_track): elsewhere it is
+refused before anything is frozen. Not with --lazy.`
 
 const checkpointExample = `  # Checkpoint process 4242 and its children into /var/lib/kubelet/checkpoints
   nodeshim checkpoint --pid 4242
@@ -288,6 +307,7 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 		HardwareBreakpoints: f.criu.breakpoints,
 		Logger:              logger,
 		Lazy:                lazy,
+		PreDump:             f.preDump,
 	}
 	if lazy != nil {
 		opts.Published = func(path string) {

@@ -55,6 +55,11 @@ func TestCheckpointUsage(t *testing.T) {
 		{"image file must not exist, by its older flag", []string{"checkpoint", "--pid", "1", "--image", "localhost/x:1", "--image-output", "/"}, exitUsage, "--image-file / exists"},
 		{"lazy needs a pid", []string{"checkpoint", "--container-id", "x", "--lazy", "127.0.0.1:27000"}, exitUsage, "--lazy applies to --pid"},
 		{"lazy needs HOST:PORT", []string{"checkpoint", "--pid", "1", "--lazy", "27000"}, exitUsage, "page server"},
+		{"pre-dump rounds are not negative", []string{"checkpoint", "--pid", "1", "--pre-dump", "-1"}, exitUsage, "--pre-dump -1: want 0 to 8 rounds"},
+		{"pre-dump rounds are bounded", []string{"checkpoint", "--pid", "1", "--pre-dump", "9"}, exitUsage, "--pre-dump 9: want 0 to 8 rounds"},
+		{"pre-dump excludes lazy", []string{"checkpoint", "--pid", "1", "--pre-dump", "2", "--lazy", "127.0.0.1:27000"}, exitUsage, "--pre-dump and --lazy exclude each other"},
+		{"pre-dump needs a pid or podman container", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--pre-dump", "1"}, exitUsage, "--pre-dump applies to --pid and --container-id"},
+		{"pre-dump does not apply to a pod", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--pre-dump", "1"}, exitUsage, "--pre-dump does not apply to a pod checkpoint"},
 		{"restore needs an archive", []string{"restore"}, exitFailure, "accepts 1 arg"},
 	}
 	for _, tc := range cases {

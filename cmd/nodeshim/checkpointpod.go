@@ -34,7 +34,7 @@ type podCheckpointOutput struct {
 func checkpointPodThroughDaemon(cmd *cobra.Command, f *checkpointFlags) error {
 	// A flag of another kind of target is named first: "--pid 1 --pod p"
 	// is two targets, not a pod without its namespace.
-	for _, name := range []string{"pid", "container-id", "image-file", "lazy", "root-dir", "criu-path", "tcp-established", "ext-unix-sk", "file-locks", "shell-job", "hardware-breakpoints"} {
+	for _, name := range []string{"pid", "container-id", "image-file", "lazy", "pre-dump", "root-dir", "criu-path", "tcp-established", "ext-unix-sk", "file-locks", "shell-job", "hardware-breakpoints"} {
 		if fl := cmd.Flags().Lookup(name); fl != nil && fl.Changed {
 			return withExitCode(exitUsage, fmt.Errorf("--%s does not apply to a pod checkpoint: the nodeshim serve checkpoints pods with its own configuration", name))
 		}
