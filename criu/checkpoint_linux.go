@@ -197,6 +197,10 @@ type Result struct {
 	MemDump, MemWrite time.Duration
 	// PagesWritten counts the pages CRIU wrote.
 	PagesWritten uint64
+	// PreDumpFrozen is, with Options.PreDump, the sum of the pre-dump
+	// rounds' own frozen times (CRIU's, while it collects a round's
+	// pages); Frozen is the final dump's.
+	PreDumpFrozen time.Duration
 	// Serve is, for a Lazy checkpoint, the time from the page server's
 	// start to the restore having fetched all the memory (the tree is
 	// frozen here and running there meanwhile); Dump includes it.
@@ -351,7 +355,7 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		}
 		var round dumpRound
 		if o.PreDump > 0 {
-			round.parent, derr = preDumpRounds(ctx, t, o, work)
+			round.parent, derr = preDumpRounds(ctx, t, o, work, &res)
 		}
 		if derr == nil {
 			derr = dump(ctx, t, o, work, images, -1, preDump, round)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"time"
 
 	"github.com/checkpoint-restore/go-criu/v7/rpc"
 	"google.golang.org/protobuf/proto"
@@ -36,6 +37,10 @@ const MaxPreDump = 8
 // images of the previous round (criu/image.c's CR_PARENT_LINK). In an
 // archive it is a directory: CRIU opens it the same way.
 const parentLink = archive.ParentDir
+
+// statsPreDump is the statistics file CRIU writes in the work directory
+// after a pre-dump round (stats-dump is the dump's).
+const statsPreDump = "stats-predump"
 
 // preDumpLog is the CRIU log of pre-dump round n, in the work directory.
 func preDumpLog(n int) string { return "pre-dump-" + strconv.Itoa(n) + ".log" }
@@ -84,8 +89,10 @@ func (r dumpRound) apply(opts *rpc.CriuOpts) rpc.CriuReqType {
 // preDumpRounds runs o.PreDump rounds of `criu pre-dump` into their own
 // directories of work while t runs on, each round writing only what the
 // previous one left unchanged, and returns the last round's directory
-// relative to images, for the final dump's --prev-images-dir.
-func preDumpRounds(ctx context.Context, t Target, o Options, work string) (string, error) {
+// relative to images, for the final dump's --prev-images-dir. It adds the
+// rounds' own frozen times (CRIU freezes the tree while it collects the
+// dirty pages of a round) to res.PreDumpFrozen.
+func preDumpRounds(ctx context.Context, t Target, o Options, work string, res *Result) (string, error) {
 	// Progress is the final dump's: the rounds run with the target
 	// running, before the dump that freezes it.
 	ro := o
@@ -102,6 +109,9 @@ func preDumpRounds(ctx context.Context, t Target, o Options, work string) (strin
 		}
 		if err := dump(ctx, t, ro, work, dir, -1, nil, r); err != nil {
 			return "", fmt.Errorf("pre-dump round %d of %d: %w", n, o.PreDump, err)
+		}
+		if st, err := ReadDumpStats(filepath.Join(work, statsPreDump)); err == nil {
+			res.PreDumpFrozen += time.Duration(st.GetFrozenTime()) * time.Microsecond
 		}
 		o.Logger.Debug("pre-dump round written", "pid", t.Pid, "round", n, "bytes", dirSize(dir))
 	}

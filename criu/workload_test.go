@@ -39,6 +39,9 @@ func TestMain(m *testing.M) {
 	case "checkpoint":
 		runCheckpointer(os.Getenv(envWorkloadDir))
 		return
+	case "dirty":
+		runDirtier(os.Getenv(envWorkloadDir), os.Getenv(envWorkloadMiB))
+		return
 	default:
 		fmt.Fprintf(os.Stderr, "unknown workload %q\n", os.Getenv(envWorkload))
 		os.Exit(2)
