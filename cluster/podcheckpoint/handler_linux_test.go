@@ -407,12 +407,14 @@ var handlerGrants = []struct{ group, resource, verb string }{
 // rbac.yaml to these.
 func testEveryGrantNeeded(t *testing.T, e *env) {
 	ctx := context.Background()
-	e.pod(t, "team-g", "web", "node-g")
-	e.create(t, "team-g", "web-ckpt", "web")
 	for i, without := range handlerGrants {
 		key := without.resource + "/" + without.verb
 		t.Run(key, func(t *testing.T) {
 			name := fmt.Sprintf("without-%d", i)
+			// An object of its own, unclaimed: a handler of an earlier
+			// subtest may have stored the one before.
+			e.pod(t, "team-g", "web-"+name, "node-g")
+			e.create(t, "team-g", "web-"+name+"-ckpt", "web-"+name)
 			var rules []rbacv1.PolicyRule
 			for _, g := range handlerGrants {
 				if g != without {
