@@ -104,9 +104,16 @@ type CgroupIndex struct {
 	rootID uint64
 	primed bool
 	// exits are the containers already named by their OOM exit, so that
-	// one exit names one kill.
+	// an exit names the kills of one cgroup only; gone names, by the
+	// cgroup id of a kill so named, its container, for the other tasks
+	// of the same group kill.
 	exits map[string]bool
+	gone  map[uint64]Workload
 }
+
+// maxGone bounds gone: past it, the oldest group kills are forgotten
+// (all at once).
+const maxGone = 1024
 
 type indexed struct {
 	w        Workload
@@ -118,7 +125,7 @@ type indexed struct {
 // NewCgroupIndex returns an empty index over the runtime's containers.
 func NewCgroupIndex(client runtimeapi.RuntimeServiceClient, opts CgroupIndexOptions) *CgroupIndex {
 	x := &CgroupIndex{client: client, opts: opts, reader: cgroup.NewReader(),
-		byCtr: map[string]*indexed{}, byID: map[uint64]*indexed{}, exits: map[string]bool{}}
+		byCtr: map[string]*indexed{}, byID: map[uint64]*indexed{}, exits: map[string]bool{}, gone: map[uint64]Workload{}}
 	if opts.CgroupV2 != "" {
 		x.rootID, _ = inode(opts.CgroupV2)
 	}
@@ -238,7 +245,8 @@ func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, e
 // byExitReason waits, until ctx ends, for the runtime to report a
 // container exited with reason OOMKilled no earlier than exitWindow
 // before the kill, one not named before; notFound is the error when none
-// comes.
+// comes. The container found also names the later events of the same
+// cgroup id (the other tasks of a group kill) in direct.
 func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error) (Workload, string, error) {
 	exited := &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}}
@@ -268,6 +276,14 @@ func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error
 		case 1:
 			x.mu.Lock()
 			x.exits[found[0].ContainerID] = true
+			if v.CgroupID != 0 {
+				if len(x.gone) >= maxGone {
+					clear(x.gone)
+				}
+				// A group kill marks every task of the cgroup: the
+				// others' events name the same container.
+				x.gone[v.CgroupID] = found[0]
+			}
 			x.mu.Unlock()
 			return found[0], ByExitReason, nil
 		case 0:
@@ -298,6 +314,9 @@ func (x *CgroupIndex) direct(v Victim) (Workload, string, bool) {
 		if e, ok := x.byID[v.CgroupID]; ok {
 			x.consumeOOMKill(e)
 			return e.w, ByCgroupID, true
+		}
+		if w, ok := x.gone[v.CgroupID]; ok {
+			return w, ByExitReason, true
 		}
 	}
 	for _, p := range v.Cgroups {

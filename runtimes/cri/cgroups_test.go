@@ -186,8 +186,9 @@ func FuzzCgroupRelPath(f *testing.F) {
 // TestCgroupIndexLookupByExitReason: a kill that took its whole container
 // (the task gone by the event, the cgroup gone by the lookup) is named by
 // the one container the runtime then reports exited OOMKilled since the
-// kill; one exit names one kill; an exit older than the kill, or a victim
-// whose task was still there, is not taken.
+// kill, and so are the other tasks of the same group kill (the same
+// cgroup id); an exit names no kill of another cgroup; an exit older than
+// the kill, or a victim whose task was still there, is not taken.
 func TestCgroupIndexLookupByExitReason(t *testing.T) {
 	srv := &runtimeServer{info: map[string]map[string]string{}}
 	sock := fakecri.Serve(t, srv)
@@ -220,15 +221,19 @@ func TestCgroupIndexLookupByExitReason(t *testing.T) {
 	if err != nil || w.ContainerID != "hog" || how != ByExitReason || w.Pod != "hog" || w.PodUID != "uid-hog" {
 		t.Fatalf("Lookup = %+v by %q, %v; want hog by %s", w, how, err, ByExitReason)
 	}
-	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a second kill named by the same exit: %v", err)
+	// The other tasks of the same group kill: the same cgroup id.
+	if w, how, err := lookup(Victim{CgroupID: 12345, Time: kill}, time.Minute); err != nil || w.ContainerID != "hog" || how != ByExitReason {
+		t.Errorf("another task of the group kill: %+v by %q, %v; want hog", w, how, err)
+	}
+	if _, _, err := lookup(Victim{CgroupID: 777, Time: kill}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a kill in another cgroup named by the same exit: %v", err)
 	}
 	exited("alive", "alive", ReasonOOMKilled, kill.Add(time.Second))
-	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill, Cgroups: []string{"/system.slice/sshd.service"}}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
+	if _, _, err := lookup(Victim{CgroupID: 888, Time: kill, Cgroups: []string{"/system.slice/sshd.service"}}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
 		t.Errorf("a victim whose task was there, outside any container: %v", err)
 	}
 	exited("twin", "twin", ReasonOOMKilled, kill.Add(time.Second))
-	if _, _, err := lookup(Victim{CgroupID: 12345, Time: kill}, time.Minute); !errors.Is(err, ErrAmbiguous) {
+	if _, _, err := lookup(Victim{CgroupID: 999, Time: kill}, time.Minute); !errors.Is(err, ErrAmbiguous) {
 		t.Errorf("two OOM exits since the kill: %v, want ambiguous", err)
 	}
 }
