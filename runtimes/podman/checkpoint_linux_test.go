@@ -117,7 +117,7 @@ func TestCheckpointRestoredByPodman(t *testing.T) {
 	start := time.Now()
 	out, err = p.Command("container", "restore", "--import", res.Path).CombinedOutput()
 	if err != nil {
-		t.Fatalf("podman container restore --import %s: %v: %s", res.Path, err, out)
+		t.Fatalf("podman container restore --import %s: %v: %s\n%s", res.Path, err, out, runtimetest.RuntimeLog(string(out)))
 	}
 	t.Logf("podman restored %s in %s", strings.TrimSpace(string(out)), time.Since(start))
 	t.Cleanup(func() { _ = p.Command("rm", "--force", "--time", "0", name).Run() })

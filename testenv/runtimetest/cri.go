@@ -262,7 +262,7 @@ func (ctr *Container) Start(t testing.TB) {
 	ctx, cancel := callCtx()
 	defer cancel()
 	if _, err := ctr.Pod.c.Runtime.StartContainer(ctx, &runtimeapi.StartContainerRequest{ContainerId: ctr.ID}); err != nil {
-		t.Fatalf("start container %s: %v\n%s%s", ctr.Name, err, runtimeLog(err), ctr.Pod.c.Log())
+		t.Fatalf("start container %s: %v\n%s%s", ctr.Name, err, RuntimeLog(err.Error()), ctr.Pod.c.Log())
 	}
 }
 
@@ -270,9 +270,11 @@ func (ctr *Container) Start(t testing.TB) {
 // "log file: PATH", e.g. CRIU's restore.log).
 var runtimeLogRE = regexp.MustCompile(`log file: (/\S+)`)
 
-// runtimeLog returns the tail of the log file err names, if any.
-func runtimeLog(err error) string {
-	m := runtimeLogRE.FindStringSubmatch(err.Error())
+// RuntimeLog returns the tail of the log file that an OCI runtime's error
+// message msg names (runc's "log file: PATH", e.g. CRIU's restore.log),
+// if any, for a test's failure message.
+func RuntimeLog(msg string) string {
+	m := runtimeLogRE.FindStringSubmatch(msg)
 	if m == nil {
 		return ""
 	}
