@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -242,6 +243,39 @@ func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, e
 	return x.byExitReason(ctx, v, err)
 }
 
+// claimExit takes, as one step under the index's lock, the OOM exits
+// found that no other lookup claimed meanwhile: one names the victim
+// (and its cgroup id, for the other tasks of a group kill), several are
+// ambiguous (names lists them, each claimed), none leaves the lookup
+// waiting (done false).
+func (x *CgroupIndex) claimExit(v Victim, found []Workload) (w Workload, names string, done bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	found = slices.DeleteFunc(found, func(w Workload) bool { return x.exits[w.ContainerID] })
+	switch len(found) {
+	case 0:
+		return Workload{}, "", false
+	case 1:
+		x.exits[found[0].ContainerID] = true
+		if v.CgroupID != 0 {
+			if len(x.gone) >= maxGone {
+				clear(x.gone)
+			}
+			// A group kill marks every task of the cgroup: the others'
+			// events name the same container.
+			x.gone[v.CgroupID] = found[0]
+		}
+		return found[0], "", true
+	}
+	list := make([]string, 0, len(found))
+	for _, w := range found {
+		x.exits[w.ContainerID] = true
+		list = append(list, w.String())
+	}
+	sort.Strings(list)
+	return Workload{}, strings.Join(list, ", "), true
+}
+
 // byExitReason waits, until ctx ends, for the runtime to report a
 // container exited with reason OOMKilled no earlier than exitWindow
 // before the kill, one not named before; notFound is the error when none
@@ -252,6 +286,13 @@ func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error
 		State: &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_EXITED}}}
 	since := v.Time.Add(-exitWindow).UnixNano()
 	for {
+		// Another task of the same group kill, named meanwhile.
+		x.mu.Lock()
+		w, ok := x.gone[v.CgroupID]
+		x.mu.Unlock()
+		if ok && v.CgroupID != 0 {
+			return w, ByExitReason, nil
+		}
 		resp, err := x.client.ListContainers(ctx, exited)
 		if err != nil && ctx.Err() == nil {
 			return Workload{}, "", fmt.Errorf("list exited containers: %w", err)
@@ -272,31 +313,11 @@ func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error
 			found = append(found, Workload{Namespace: l[LabelPodNamespace], Pod: l[LabelPodName], PodUID: l[LabelPodUID],
 				Container: l[LabelContainerName], ContainerID: c.Id, PodSandboxID: c.PodSandboxId})
 		}
-		switch len(found) {
-		case 1:
-			x.mu.Lock()
-			x.exits[found[0].ContainerID] = true
-			if v.CgroupID != 0 {
-				if len(x.gone) >= maxGone {
-					clear(x.gone)
-				}
-				// A group kill marks every task of the cgroup: the
-				// others' events name the same container.
-				x.gone[v.CgroupID] = found[0]
+		if w, names, done := x.claimExit(v, found); done {
+			if names != "" {
+				return Workload{}, "", fmt.Errorf("%w: %s", ErrAmbiguous, names)
 			}
-			x.mu.Unlock()
-			return found[0], ByExitReason, nil
-		case 0:
-		default:
-			names := make([]string, 0, len(found))
-			x.mu.Lock()
-			for _, w := range found {
-				x.exits[w.ContainerID] = true
-				names = append(names, w.String())
-			}
-			x.mu.Unlock()
-			sort.Strings(names)
-			return Workload{}, "", fmt.Errorf("%w: %s", ErrAmbiguous, strings.Join(names, ", "))
+			return w, ByExitReason, nil
 		}
 		select {
 		case <-ctx.Done():

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nodeshim/nodeshim/bpf"
@@ -55,6 +56,11 @@ type Source struct {
 	RuntimeEndpoint string
 	// ResolveTimeout bounds the CRI calls of one lookup; 5 s when zero.
 	ResolveTimeout time.Duration
+	// ExitTimeout bounds the wait for the runtime to report a container
+	// exited OOMKilled, for a victim whose task was gone by the event (a
+	// kill that took its whole container); 30 s when zero. Victims are
+	// named beside each other, so the wait holds no other kill back.
+	ExitTimeout time.Duration
 	// Logger receives one line per kill; slog.Default() when nil.
 	Logger *slog.Logger
 	// Verdict is the capability report's verdict on Requirement, when the
@@ -111,6 +117,9 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 		}
 		cancel()
 	}
+	inflight := make(chan struct{}, maxLookups)
+	var lookups sync.WaitGroup
+	defer lookups.Wait()
 	model.SetOOMWatch(true, string(w.Hook()), "")
 	model.Set(condition.Condition{Type: status.TypeOOMWatcher, Status: condition.True, Reason: ReasonAttached,
 		Message: fmt.Sprintf("attached to %s, events over %s", w.Hook(), w.Transport())})
@@ -131,18 +140,36 @@ func (s *Source) Run(ctx context.Context, model *status.Model) error {
 			}
 			k := status.OOMKill{Time: ev.Time, PID: ev.PID, TGID: ev.TGID, Comm: ev.Comm, CgroupID: ev.CgroupID,
 				RSSBytes: ev.RSSBytes, TotalVMBytes: ev.TotalVMBytes, OOMScoreAdj: ev.OOMScoreAdj}
-			s.resolve(ctx, containers, ev, &k)
-			attrs := []any{"pid", ev.PID, "tgid", ev.TGID, "comm", ev.Comm, "cgroupID", ev.CgroupID, "rssBytes", ev.RSSBytes}
-			if c := k.Container; c != nil {
-				attrs = append(attrs, "namespace", c.Namespace, "pod", c.Pod, "container", c.Container, "containerID", c.ContainerID)
-			} else if k.Unresolved != "" {
-				attrs = append(attrs, "unresolved", k.Unresolved)
+			// The victim's cgroups are read now, before the task is
+			// reaped; naming its container may wait for the runtime (a
+			// kill that took the whole container is named by its exit),
+			// so it goes on beside the next events.
+			v := s.victim(ev)
+			select {
+			case inflight <- struct{}{}:
+			case <-ctx.Done():
+				return nil
 			}
-			log.Warn("OOM kill", attrs...)
-			model.AddOOMKill(k)
+			lookups.Add(1)
+			go func() {
+				defer func() { <-inflight; lookups.Done() }()
+				s.resolve(ctx, containers, v, &k)
+				attrs := []any{"pid", ev.PID, "tgid", ev.TGID, "comm", ev.Comm, "cgroupID", ev.CgroupID, "rssBytes", ev.RSSBytes}
+				if c := k.Container; c != nil {
+					attrs = append(attrs, "namespace", c.Namespace, "pod", c.Pod, "container", c.Container, "containerID", c.ContainerID,
+						"resolvedBy", c.ResolvedBy)
+				} else if k.Unresolved != "" {
+					attrs = append(attrs, "unresolved", k.Unresolved)
+				}
+				log.Warn("OOM kill", attrs...)
+				model.AddOOMKill(k)
+			}()
 		}
 	}
 }
+
+// maxLookups bounds the victims being named at once.
+const maxLookups = 8
 
 // dialIndex connects to RuntimeEndpoint and returns the index over it.
 func (s *Source) dialIndex() (*cri.CgroupIndex, func(), error) {
@@ -179,23 +206,35 @@ func (s *Source) resolveTimeout() time.Duration {
 	return 5 * time.Second
 }
 
-// resolve names the victim's container in k. The victim's cgroups are
-// read from procfs first, while the task may still be exiting: the kernel
-// marks it before it dies, and its /proc entry lasts until it is reaped.
-func (s *Source) resolve(ctx context.Context, containers Containers, ev bpf.OOMEvent, k *status.OOMKill) {
-	if containers == nil {
-		return
-	}
+// victim is what the event and procfs tell of the task the kernel
+// killed. Its cgroups are read from procfs at once, while the task may
+// still be exiting: the kernel marks it before it dies, and its /proc
+// entry lasts until it is reaped.
+func (s *Source) victim(ev bpf.OOMEvent) cri.Victim {
 	v := cri.Victim{CgroupID: ev.CgroupID, Time: ev.Time}
-	procRoot := s.procRoot()
 	pid := ev.TGID
 	if pid == 0 {
 		pid = ev.PID
 	}
 	if pid != 0 {
-		v.Cgroups, _ = cri.ProcCgroups(procRoot, pid)
+		v.Cgroups, _ = cri.ProcCgroups(s.procRoot(), pid)
 	}
-	rctx, cancel := context.WithTimeout(ctx, s.resolveTimeout())
+	return v
+}
+
+// resolve names the victim's container in k, waiting for the runtime at
+// most the resolve time-out, or ExitTimeout for a kill that took the whole
+// container (its task gone by the event: named by the runtime's OOMKilled
+// exit, which a loaded node may report seconds later).
+func (s *Source) resolve(ctx context.Context, containers Containers, v cri.Victim, k *status.OOMKill) {
+	if containers == nil {
+		return
+	}
+	wait := s.resolveTimeout()
+	if len(v.Cgroups) == 0 {
+		wait = max(wait, s.exitTimeout())
+	}
+	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w, how, err := containers.Lookup(rctx, v)
 	if err != nil {
@@ -204,6 +243,13 @@ func (s *Source) resolve(ctx context.Context, containers Containers, ev bpf.OOME
 	}
 	k.Container = &status.OOMContainer{Namespace: w.Namespace, Pod: w.Pod, PodUID: w.PodUID, Container: w.Container,
 		ContainerID: w.ContainerID, ResolvedBy: how}
+}
+
+func (s *Source) exitTimeout() time.Duration {
+	if s.ExitTimeout > 0 {
+		return s.ExitTimeout
+	}
+	return 30 * time.Second
 }
 
 // failure is OOMWatcherReady when the watcher could not attach.
