@@ -1,6 +1,7 @@
 package pod
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -173,7 +174,7 @@ func TestCheckpointFreezesOnce(t *testing.T) {
 func assertThawed(t *testing.T, p Pod, dirs []string) {
 	t.Helper()
 	for _, cg := range []string{p.FreezeCgroup, p.Containers[0].Container.FreezeCgroup, p.Containers[1].Container.FreezeCgroup} {
-		if Frozen(cg) {
+		if frozen(cg) {
 			t.Errorf("%s left frozen", cg)
 		}
 	}
@@ -236,4 +237,15 @@ func TestCheckpointRefuses(t *testing.T) {
 	if !errors.Is(err, errdefs.ErrNotSupported) {
 		t.Errorf("no pod cgroup: %v, want class NotSupported", err)
 	}
+}
+
+// frozen reports whether the freezer cgroup dir is frozen or freezing.
+func frozen(dir string) bool {
+	ctl, on, _, _, _ := freezerFiles(dir)
+	b, err := os.ReadFile(ctl)
+	if err != nil {
+		return false
+	}
+	s := string(bytes.TrimSpace(b))
+	return s == on || s == "FREEZING"
 }

@@ -111,17 +111,6 @@ func thaw(dir string) error {
 	return writeCgroupFile(ctl, off)
 }
 
-// Frozen reports whether the freezer cgroup dir is frozen or freezing.
-func Frozen(dir string) bool {
-	ctl, on, _, _, _ := freezerFiles(dir)
-	b, err := os.ReadFile(ctl)
-	if err != nil {
-		return false
-	}
-	s := string(bytes.TrimSpace(b))
-	return s == on || s == "FREEZING"
-}
-
 // writeCgroupFile writes v to the cgroup control file p, which exists.
 func writeCgroupFile(p, v string) error {
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
