@@ -2,8 +2,6 @@ package main
 
 import (
 	"bytes"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"os"
@@ -12,42 +10,26 @@ import (
 	"strings"
 	"testing"
 
-	"filippo.io/age"
-
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
+	"github.com/nodeshim/nodeshim/criu/archive/seal/sealtest"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
-// cliKeys writes a node's age identity (into dir/ids), signing key and a
-// trust policy of that key into dir and returns the recipient and the
-// three paths.
+// cliKeys writes a node's age identity (into dir/ids, a directory of
+// identities as --identity takes), signing key and a trust policy of that
+// key into dir and returns the recipient and the three paths.
 func cliKeys(t *testing.T, dir, node string) (recipient, identity, signingKey, policy string) {
 	t.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
+	k := sealtest.NodeKeys(t, dir, node)
+	identity = filepath.Join(dir, "ids", node+".age")
+	if err := os.MkdirAll(filepath.Dir(identity), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
+	if err := os.Rename(k.IdentityFile, identity); err != nil {
 		t.Fatal(err)
 	}
-	pemKey, err := seal.MarshalSigningKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(filepath.Join(dir, "ids"), 0o700); err != nil {
-		t.Fatal(err)
-	}
-	write := func(name, body string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return id.Recipient().String(), write(filepath.Join("ids", node+".age"), id.String()+"\n"), write(node+".key", string(pemKey)),
-		write(node+"-policy.yaml", "keys:\n- keyID: "+seal.KeyID(pub)+"\n  node: "+node+"\n")
+	return k.Recipient, identity, k.SigningKeyFile, k.PolicyFile
 }
 
 // TestSealedCheckpointRestoreCLI: checkpoint --recipient --signing-key

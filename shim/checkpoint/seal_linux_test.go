@@ -3,8 +3,6 @@ package checkpoint
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"errors"
 	"os"
 	"path/filepath"
@@ -13,10 +11,9 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
-
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
+	"github.com/nodeshim/nodeshim/criu/archive/seal/sealtest"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/shim/checkpoint/retention"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -35,24 +32,9 @@ func TestServiceSealsArchives(t *testing.T) {
 	bin := criutest.RequireChecked(t)
 	pid, wdir := testworkload.Start(t, "count", 4)
 	keys := t.TempDir()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pemKey, err := seal.MarshalSigningKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyFile := filepath.Join(keys, "node.key")
-	if err := os.WriteFile(keyFile, pemKey, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	k := sealtest.NodeKeys(t, keys, "node-a")
 	var cfg atomic.Pointer[seal.Config]
-	cfg.Store(&seal.Config{Recipients: []string{id.Recipient().String()}, SigningKey: keyFile, Node: "node-a"})
+	cfg.Store(&seal.Config{Recipients: []string{k.Recipient}, SigningKey: k.SigningKeyFile, Node: "node-a"})
 	dir := filepath.Join(t.TempDir(), "checkpoints")
 	s := New(Options{
 		Settings: func() Settings {
@@ -89,8 +71,12 @@ func TestServiceSealsArchives(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	policy := &seal.Policy{Keys: []seal.TrustedKey{{KeyID: seal.KeyID(pub), Node: "node-a"}}}
-	a, err := seal.Open(f, paths[1], seal.OpenOptions{Policy: policy, Identities: []age.Identity{id}})
+	policy := &seal.Policy{Keys: []seal.TrustedKey{{KeyID: seal.KeyID(k.Public), Node: "node-a"}}}
+	ids, err := seal.LoadIdentities([]string{k.IdentityFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := seal.Open(f, paths[1], seal.OpenOptions{Policy: policy, Identities: ids})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,7 +19,7 @@ func TestConfigLoad(t *testing.T) {
 		}
 		return p
 	}
-	keyPEM, err := MarshalSigningKey(k.signer.Key)
+	keyPEM, err := marshalSigningKey(k.signer.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -173,16 +173,6 @@ func ParseSigningKey(b []byte) (ed25519.PrivateKey, error) {
 	return ek, nil
 }
 
-// MarshalSigningKey encodes k as PEM PKCS #8, the form LoadSigningKey
-// reads.
-func MarshalSigningKey(k ed25519.PrivateKey) ([]byte, error) {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
-}
-
 // ParsePublicKey parses an ed25519 public key written as PEM "PUBLIC KEY"
 // (PKIX, `openssl pkey -pubout`) or as the standard base64 of its 32 bytes.
 func ParsePublicKey(s string) (ed25519.PublicKey, error) {
@@ -209,13 +199,4 @@ func ParsePublicKey(s string) (ed25519.PublicKey, error) {
 		return nil, fmt.Errorf("%d bytes, not the %d of an ed25519 key", len(b), ed25519.PublicKeySize)
 	}
 	return ed25519.PublicKey(b), nil
-}
-
-// MarshalPublicKey encodes pub as PEM "PUBLIC KEY", for a trust policy.
-func MarshalPublicKey(pub ed25519.PublicKey) ([]byte, error) {
-	der, err := x509.MarshalPKIXPublicKey(pub)
-	if err != nil {
-		return nil, err
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }

@@ -299,7 +299,7 @@ func sigDir(t *testing.T, path string) {
 }
 
 func pemPub(t testing.TB, pub ed25519.PublicKey) string {
-	b, err := MarshalPublicKey(pub)
+	b, err := marshalPublicKey(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -427,7 +427,7 @@ func writeTemp(t testing.TB, body string) string {
 
 func TestSigningKeyFile(t *testing.T) {
 	k := newKeys(t, "node-a")
-	b, err := MarshalSigningKey(k.signer.Key)
+	b, err := marshalSigningKey(k.signer.Key)
 	if err != nil {
 		t.Fatal(err)
 	}

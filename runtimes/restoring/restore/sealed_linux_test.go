@@ -3,9 +3,6 @@ package restore_test
 import (
 	"bytes"
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"io"
@@ -15,11 +12,11 @@ import (
 	"testing"
 	"time"
 
-	"filippo.io/age"
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
+	"github.com/nodeshim/nodeshim/criu/archive/seal/sealtest"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
@@ -36,26 +33,8 @@ const sealedMarker = "nodeshim-sealed-pod-marker-9f27c4"
 // policy that trusts that key into dir.
 func sealKeys(t *testing.T, dir string) (recipient, identity, signingKey, policy string) {
 	t.Helper()
-	id, err := age.GenerateX25519Identity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := seal.MarshalSigningKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pol, _ := json.Marshal(seal.Policy{Keys: []seal.TrustedKey{{Node: "node-a", PublicKey: base64.StdEncoding.EncodeToString(pub)}}})
-	identity, signingKey, policy = filepath.Join(dir, "node.agekey"), filepath.Join(dir, "signing.pem"), filepath.Join(dir, "trust.json")
-	for p, b := range map[string][]byte{identity: []byte(id.String() + "\n"), signingKey: pem, policy: pol} {
-		if err := os.WriteFile(p, b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return id.Recipient().String(), identity, signingKey, policy
+	k := sealtest.NodeKeys(t, dir, "node-a")
+	return k.Recipient, k.IdentityFile, k.SigningKeyFile, k.PolicyFile
 }
 
 // setRestoreConfig rewrites the handler's config with the trust policy
