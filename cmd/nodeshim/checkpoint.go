@@ -275,6 +275,12 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 	if timeout <= 0 {
 		timeout = criu.DefaultTimeout
 	}
+	// The flags first: a bad one is a usage error on any machine, with
+	// or without criu.
+	sealing, _, err := f.seal.load()
+	if err != nil {
+		return withExitCode(exitUsage, err)
+	}
 	bin, err := criu.Find(f.criu.path, nil)
 	if err != nil {
 		return err
@@ -289,10 +295,6 @@ func checkpointHere(cmd *cobra.Command, f *checkpointFlags, lazy *criu.PageServe
 	}
 	if err != nil {
 		return err
-	}
-	sealing, _, err := f.seal.load()
-	if err != nil {
-		return withExitCode(exitUsage, err)
 	}
 	prog := newProgress(cmd.ErrOrStderr(), f.progressAfter)
 	logger := slog.New(slog.NewTextHandler(prog.logOutput(cmd.ErrOrStderr()), nil))
