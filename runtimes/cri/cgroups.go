@@ -220,9 +220,10 @@ func (x *CgroupIndex) oomKills(e *indexed) uint64 {
 // Lookup finds the container of an OOM victim and says how (ByCgroupID,
 // ByProcCgroup, ByOOMControl, ByExitReason): by its cgroup id or /proc
 // paths, refreshing the index once when the cache knows neither, then by
-// the v1 OOM kill counters, then, for a victim whose task was gone by the
-// event (a kill that took its whole container), by the one container the
-// runtime reports exited OOMKilled since the kill, asked until ctx ends.
+// the v1 OOM kill counters, then, for a victim that may be a pod's (its
+// task gone by the event, or its cgroup below kubepods: a kill that took
+// its whole container), by the one container the runtime reports exited
+// OOMKilled since the kill, asked until ctx ends.
 // It returns an error wrapping ErrNotFound when no container matches (a
 // process outside any CRI container), ErrAmbiguous when several could be
 // the victim's.
@@ -237,10 +238,27 @@ func (x *CgroupIndex) Lookup(ctx context.Context, v Victim) (Workload, string, e
 		return w, how, nil
 	}
 	w, how, err := x.byOOMCounter(v)
-	if !errors.Is(err, ErrNotFound) || len(v.Cgroups) > 0 || v.Time.IsZero() {
+	if !errors.Is(err, ErrNotFound) || v.Time.IsZero() || !maybePod(v) {
 		return w, how, err
 	}
 	return x.byExitReason(ctx, v, err)
+}
+
+// maybePod says whether a victim no container was found for may still be
+// a pod's: its task was gone by the event, or its cgroup is below
+// kubelet's (kubepods, with the cgroupfs or the systemd driver), gone
+// from the runtime's list by the time it was asked (a kill that took the
+// whole container). A process of the host's own is not waited for.
+func maybePod(v Victim) bool {
+	if len(v.Cgroups) == 0 {
+		return true
+	}
+	for _, p := range v.Cgroups {
+		if strings.Contains(p, "kubepods") {
+			return true
+		}
+	}
+	return false
 }
 
 // claimExit takes, as one step under the index's lock, the OOM exits

@@ -229,10 +229,16 @@ func TestCgroupIndexLookupByExitReason(t *testing.T) {
 		t.Errorf("a kill in another cgroup named by the same exit: %v", err)
 	}
 	exited("alive", "alive", ReasonOOMKilled, kill.Add(time.Second))
-	if _, _, err := lookup(Victim{CgroupID: 888, Time: kill, Cgroups: []string{"/system.slice/sshd.service"}}, 500*time.Millisecond); !errors.Is(err, ErrNotFound) {
-		t.Errorf("a victim whose task was there, outside any container: %v", err)
+	if _, _, err := lookup(Victim{CgroupID: 888, Time: kill, Cgroups: []string{"/system.slice/sshd.service"}}, time.Minute); !errors.Is(err, ErrNotFound) {
+		t.Errorf("a victim of the host's own, outside kubepods: %v", err)
+	}
+	// A victim whose task was still there, in a pod's cgroup that the
+	// runtime no longer lists: named by the exit.
+	if w, how, err := lookup(Victim{CgroupID: 889, Time: kill, Cgroups: []string{"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-podx.slice/cri-containerd-alive.scope"}}, time.Minute); err != nil || w.ContainerID != "alive" || how != ByExitReason {
+		t.Errorf("a victim below kubepods: %+v by %q, %v; want alive", w, how, err)
 	}
 	exited("twin", "twin", ReasonOOMKilled, kill.Add(time.Second))
+	exited("triplet", "triplet", ReasonOOMKilled, kill.Add(time.Second))
 	if _, _, err := lookup(Victim{CgroupID: 999, Time: kill}, time.Minute); !errors.Is(err, ErrAmbiguous) {
 		t.Errorf("two OOM exits since the kill: %v, want ambiguous", err)
 	}

@@ -223,17 +223,16 @@ func (s *Source) victim(ev bpf.OOMEvent) cri.Victim {
 }
 
 // resolve names the victim's container in k, waiting for the runtime at
-// most the resolve time-out, or ExitTimeout for a kill that took the whole
-// container (its task gone by the event: named by the runtime's OOMKilled
-// exit, which a loaded node may report seconds later).
+// most ExitTimeout (or the resolve time-out, if longer): a kill that took
+// the whole container is named by the runtime's OOMKilled exit, which a
+// loaded node may report seconds after the kill.
 func (s *Source) resolve(ctx context.Context, containers Containers, v cri.Victim, k *status.OOMKill) {
 	if containers == nil {
 		return
 	}
-	wait := s.resolveTimeout()
-	if len(v.Cgroups) == 0 {
-		wait = max(wait, s.exitTimeout())
-	}
+	// The lookup waits for an exit only for a victim that may be a
+	// pod's (cri.CgroupIndex.Lookup); the others end sooner.
+	wait := max(s.resolveTimeout(), s.exitTimeout())
 	rctx, cancel := context.WithTimeout(ctx, wait)
 	defer cancel()
 	w, how, err := containers.Lookup(rctx, v)
