@@ -94,9 +94,11 @@ current-context: host
 // cgroup driver, containerd's socket, swap tolerated, no anonymous or
 // webhook authentication of its own API (the API server does not reach
 // it), no cluster DNS, and eviction thresholds for a 4 GiB disk.
-// Every other field is kubelet's default, failCgroupV1 included, and
-// singleProcessOOMKill: an OOM kill takes the whole container
-// (memory.oom.group), as on every cgroup v2 node since 1.32.
+// singleProcessOOMKill keeps the kernel's choice of one victim: with
+// kubelet's default on cgroup v2 (memory.oom.group, since 1.32) an OOM
+// kill takes the whole container, whose cgroup is gone before nodeshim
+// names the kill (its Event is then about the Node, "container not
+// found"). Every other field is kubelet's default, failCgroupV1 included.
 const KubeletConfigYAML = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
@@ -111,6 +113,7 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
+singleProcessOOMKill: true
 evictionHard:
   memory.available: 100Mi
   nodefs.available: 2%

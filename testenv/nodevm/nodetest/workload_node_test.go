@@ -406,11 +406,13 @@ func TestReporterOnKubeletNode(t *testing.T) {
 				Name:            "hog",
 				Image:           runtimetest.BusyboxImage,
 				ImagePullPolicy: corev1.PullNever,
-				// With kubelet's default on cgroup v2 the kill takes the
-				// whole container (memory.oom.group), and with it the
-				// victim's cgroup, before nodeshim looks the victim up:
-				// it is named by the runtime's OOMKilled exit.
-				Command: []string{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"},
+				// dd raises its own oom_score_adj (no privilege needed to
+				// raise it) so that the kernel picks it and not the
+				// container's init, whose death would take the container,
+				// and with it the kill's cgroup, away before it is named
+				// (kubelet's singleProcessOOMKill is set: see
+				// nodevm.KubeletConfigYAML).
+				Command: []string{"sh", "-c", "(echo 1000 > /proc/self/oom_score_adj; exec dd if=/dev/zero of=/dev/null bs=64M count=1); sleep 3600"},
 				Resources: corev1.ResourceRequirements{
 					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
 				},
