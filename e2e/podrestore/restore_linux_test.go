@@ -1,20 +1,16 @@
 package podrestore_test
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/image"
@@ -55,7 +51,7 @@ func TestPodFromCheckpointImage(t *testing.T) {
 	ctx := t.Context()
 	orig := counterPod("counter", runtimetest.BusyboxImage)
 	runPod(t, cs, orig)
-	before := podCount(t, c, orig.Name, 5)
+	before := c.Count(t, orig.Name, "counter", 5)
 
 	dir := t.TempDir()
 	svc := checkpoint.New(checkpoint.Options{
@@ -80,17 +76,17 @@ func TestPodFromCheckpointImage(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Containerd.Ctr("images", "rm", ref).Run() })
-	deletePod(t, cs, orig.Name)
+	clustertest.DeletePod(t, cs, orig.Name)
 
 	start := time.Now()
 	restored := counterPod("counter-restored", ref)
 	runPod(t, cs, restored)
 	running := time.Since(start)
-	n := podCount(t, c, restored.Name, 0)
+	n := c.Count(t, restored.Name, "counter", 0)
 	if n < before {
 		t.Fatalf("Pod %s counts %d, below the %d seen before the checkpoint: it was not restored", restored.Name, n, before)
 	}
-	next := podCount(t, c, restored.Name, n)
+	next := c.Count(t, restored.Name, "counter", n)
 	t.Logf("%s: checkpoint %s (frozen %s, %d bytes); Pod from the checkpoint image Running in %s; count %d before, %d then %d",
 		c.Containerd.Version, res.Total.Round(time.Millisecond), res.Frozen.Round(time.Millisecond), res.Size, running.Round(time.Millisecond), before, n, next)
 }
@@ -119,7 +115,7 @@ func runPod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deletePod(t, cs, pod.Name) })
+	t.Cleanup(func() { clustertest.DeletePod(t, cs, pod.Name) })
 	for {
 		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -137,53 +133,6 @@ func runPod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// deletePod deletes the Pod at once and waits until it is gone.
-func deletePod(t *testing.T, cs kubernetes.Interface, name string) {
-	t.Helper()
-	ctx := context.Background()
-	var grace int64
-	err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if apierrors.IsNotFound(err) {
-		return
-	}
-	if err != nil {
-		t.Errorf("delete Pod %s: %v", name, err)
-		return
-	}
-	for {
-		if _, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// podCount waits until the running container "counter" of Pod name (found
-// through CRI by kubelet's labels) has counted past n, and returns its count.
-func podCount(t *testing.T, c *clustertest.Cluster, name string, n int) int {
-	t.Helper()
-	ctx := t.Context()
-	for {
-		list, err := c.Containerd.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-			LabelSelector: map[string]string{runtimetest.LabelPodName: name, runtimetest.LabelContainerName: "counter"},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, ctr := range list.Containers {
-			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: ctr.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
-			if err != nil || resp.ExitCode != 0 {
-				continue
-			}
-			if v, err := strconv.Atoi(strings.TrimSpace(string(resp.Stdout))); err == nil && v > n {
-				return v
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 

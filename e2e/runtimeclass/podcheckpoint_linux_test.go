@@ -126,7 +126,7 @@ func TestPodCheckpointObjectRestored(t *testing.T) {
 	runPod(t, cs, orig)
 	var before []int
 	for _, ctr := range containers {
-		before = append(before, podCount(t, c, orig.Name, ctr, 5))
+		before = append(before, c.Count(t, orig.Name, ctr, 5))
 	}
 	plugin("checkpoint", orig.Name, "--name", "shop-1")
 	admin, err := kubeapi.ForConfig(c.API.AdminConfig())
@@ -143,16 +143,16 @@ func TestPodCheckpointObjectRestored(t *testing.T) {
 	if fi, err := os.Stat(pc.Status.Location); err != nil || !fi.IsDir() || filepath.Dir(pc.Status.Location) != ckptDir {
 		t.Fatalf("pod checkpoint %s on the node: %v", pc.Status.Location, err)
 	}
-	deletePod(t, cs, orig.Name)
+	clustertest.DeletePod(t, cs, orig.Name)
 
 	plugin("restore", "shop-1", "--pod", "shop-restored")
-	t.Cleanup(func() { deletePod(t, cs, "shop-restored") })
+	t.Cleanup(func() { clustertest.DeletePod(t, cs, "shop-restored") })
 	for i, ctr := range containers {
-		n := podCount(t, c, "shop-restored", ctr, 0)
+		n := c.Count(t, "shop-restored", ctr, 0)
 		if n < before[i] {
 			t.Fatalf("Pod shop-restored's %s counts %d, below the %d seen before the checkpoint: it was not restored", ctr, n, before[i])
 		}
-		t.Logf("%s: count %d before the checkpoint, %d restored, then %d", ctr, before[i], n, podCount(t, c, "shop-restored", ctr, n))
+		t.Logf("%s: count %d before the checkpoint, %d restored, then %d", ctr, before[i], n, c.Count(t, "shop-restored", ctr, n))
 	}
 
 	plugin("delete", "shop-1")

@@ -5,13 +5,11 @@
 package runtimeclass_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
@@ -140,7 +137,7 @@ func testPodRestored(t *testing.T, env *clustertest.Env, version string) {
 	runPod(t, cs, orig)
 	var before []int
 	for _, ctr := range containers {
-		before = append(before, podCount(t, c, orig.Name, ctr, 5))
+		before = append(before, c.Count(t, orig.Name, ctr, 5))
 	}
 	svc := checkpoint.New(checkpoint.Options{
 		Settings: func() checkpoint.Settings {
@@ -156,18 +153,18 @@ func testPodRestored(t *testing.T, env *clustertest.Env, version string) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(res.Path) })
-	deletePod(t, cs, orig.Name)
+	clustertest.DeletePod(t, cs, orig.Name)
 
 	start := time.Now()
 	restored := counterPod("counter-restored", map[string]string{restoring.AnnotationCheckpoint: filepath.Base(res.Path)})
 	runPod(t, cs, restored)
 	running := time.Since(start)
 	for i, ctr := range containers {
-		n := podCount(t, c, restored.Name, ctr, 0)
+		n := c.Count(t, restored.Name, ctr, 0)
 		if n < before[i] {
 			t.Fatalf("Pod %s's %s counts %d, below the %d seen before the checkpoint: it was not restored", restored.Name, ctr, n, before[i])
 		}
-		next := podCount(t, c, restored.Name, ctr, n)
+		next := c.Count(t, restored.Name, ctr, n)
 		t.Logf("%s: count %d before, %d then %d", ctr, before[i], n, next)
 	}
 	t.Logf("%s: pod checkpoint %s (frozen %s); Pod under RuntimeClass %s Running restored in %s",
@@ -177,7 +174,7 @@ func testPodRestored(t *testing.T, env *clustertest.Env, version string) {
 	if _, err := cs.CoreV1().Pods("default").Create(ctx, hostile, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deletePod(t, cs, hostile.Name) })
+	t.Cleanup(func() { clustertest.DeletePod(t, cs, hostile.Name) })
 	for {
 		p, err := cs.CoreV1().Pods("default").Get(ctx, hostile.Name, metav1.GetOptions{})
 		if err != nil {
@@ -231,7 +228,7 @@ func runPod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 	if _, err := cs.CoreV1().Pods(pod.Namespace).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { deletePod(t, cs, pod.Name) })
+	t.Cleanup(func() { clustertest.DeletePod(t, cs, pod.Name) })
 	for {
 		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 		if err != nil {
@@ -249,52 +246,5 @@ func runPod(t *testing.T, cs kubernetes.Interface, pod *corev1.Pod) {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// deletePod deletes the Pod at once and waits until it is gone.
-func deletePod(t *testing.T, cs kubernetes.Interface, name string) {
-	t.Helper()
-	ctx := context.Background()
-	var grace int64
-	err := cs.CoreV1().Pods("default").Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: &grace})
-	if apierrors.IsNotFound(err) {
-		return
-	}
-	if err != nil {
-		t.Errorf("delete Pod %s: %v", name, err)
-		return
-	}
-	for {
-		if _, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-			return
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// podCount waits until the running container ctr of Pod name (found
-// through CRI by kubelet's labels) has counted past n, and returns its count.
-func podCount(t *testing.T, c *clustertest.Cluster, name, ctr string, n int) int {
-	t.Helper()
-	ctx := t.Context()
-	for {
-		list, err := c.Containerd.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-			LabelSelector: map[string]string{runtimetest.LabelPodName: name, runtimetest.LabelContainerName: ctr},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, lc := range list.Containers {
-			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
-			if err != nil || resp.ExitCode != 0 {
-				continue
-			}
-			if v, err := strconv.Atoi(strings.TrimSpace(string(resp.Stdout))); err == nil && v > n {
-				return v
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
