@@ -128,10 +128,8 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 	}()
 
 	started := s.opts.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := s.bound(ctx, timeout)
 	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
 
 	resolver, err := s.resolver(set.RuntimeEndpoint)
 	if err != nil {

@@ -397,10 +397,8 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	}()
 
 	started := s.opts.Now()
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := s.bound(ctx, timeout)
 	defer cancel()
-	stop := context.AfterFunc(s.base, cancel)
-	defer stop()
 
 	resolver, err := s.resolver(set.RuntimeEndpoint)
 	if err != nil {
@@ -562,4 +560,12 @@ func (s *Service) resolver(endpoint string) (cri.Resolver, error) {
 	}
 	s.resolvers[endpoint] = resolverConn{r: r, close: closeFn}
 	return r, nil
+}
+
+// bound returns ctx with a request's timeout, ended too when the service
+// closes, and the function that releases both.
+func (s *Service) bound(ctx context.Context, timeout time.Duration) (context.Context, func()) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	stop := context.AfterFunc(s.base, cancel)
+	return ctx, func() { stop(); cancel() }
 }
