@@ -190,6 +190,8 @@ type containerOptions struct {
 	// SeccompLocalhost is the path of a Localhost seccomp profile, as
 	// kubelet passes it; "" for the runtime's default.
 	SeccompLocalhost string
+	// Mounts are bind mounts, container path to host path.
+	Mounts map[string]string
 }
 
 // create creates a container in p as kubelet does (its labels, a log
@@ -211,6 +213,13 @@ func (p *pod) create(t *testing.T, o containerOptions) *container {
 	}
 	if o.Command != nil {
 		cfg["command"] = o.Command
+	}
+	var mounts []map[string]any
+	for ctr, host := range o.Mounts {
+		mounts = append(mounts, map[string]any{"container_path": ctr, "host_path": host})
+	}
+	if mounts != nil {
+		cfg["mounts"] = mounts
 	}
 	linux := map[string]any{}
 	if o.MemoryLimit > 0 {
