@@ -11,6 +11,7 @@ package kubeapi
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"sync"
 	"time"
@@ -115,6 +116,19 @@ func (c *Client) GetNode(ctx context.Context, name string) (*corev1.Node, error)
 func (c *Client) PatchNodeStatus(ctx context.Context, name string, patch []byte, fieldManager string) error {
 	return c.core.Patch(types.StrategicMergePatchType).Resource("nodes").Name(name).SubResource("status").
 		Param("fieldManager", fieldManager).Body(patch).Do(ctx).Error()
+}
+
+// PatchNodeLabels sets (a value) and removes (nil) the labels of the Node
+// name as fieldManager, with a JSON merge patch of metadata.labels alone
+// through the status subresource (the Node status strategy resets spec,
+// not metadata): no other label and nothing else of the Node is named.
+func (c *Client) PatchNodeLabels(ctx context.Context, name string, labels map[string]*string, fieldManager string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"labels": labels}})
+	if err != nil {
+		return fmt.Errorf("labels patch of node %s: %w", name, err)
+	}
+	return c.core.Patch(types.MergePatchType).Resource("nodes").Name(name).SubResource("status").
+		Param("fieldManager", fieldManager).Body(body).Do(ctx).Error()
 }
 
 // CreateEvent creates e in its namespace.

@@ -24,6 +24,7 @@ const (
 	kindEvent  = "event"
 	kindNode   = "node" // reading the Node before the first patch
 	kindShim   = "shim"
+	kindLabels = "labels" // the Node's capability labels
 )
 
 // Read modes, the label of nodeshim_reporter_shim_reads_total.
@@ -42,11 +43,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		}),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeshim_reporter_failures_total",
-			Help: "Failed attempts, by kind: status (Node status patch), lease, event, node (reading the Node), shim (reading the shim).",
+			Help: "Failed attempts, by kind: status (Node status patch), lease, event, labels (capability labels patch), node (reading the Node), shim (reading the shim).",
 		}, []string{"kind"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "nodeshim_reporter_api_writes_total",
-			Help: "Successful writes to the API server, by kind: status, lease, event.",
+			Help: "Successful writes to the API server, by kind: status, lease, event, labels.",
 		}, []string{"kind"}),
 		leaseRenewals: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "nodeshim_reporter_lease_renewals_total",
@@ -72,10 +73,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	for _, k := range []string{readPoll, readLongPoll} {
 		m.shimReads.WithLabelValues(k)
 	}
-	for _, k := range []string{kindStatus, kindLease, kindEvent, kindNode, kindShim} {
+	for _, k := range []string{kindStatus, kindLease, kindEvent, kindNode, kindShim, kindLabels} {
 		m.failures.WithLabelValues(k)
 	}
-	for _, k := range []string{kindStatus, kindLease, kindEvent} {
+	for _, k := range []string{kindStatus, kindLease, kindEvent, kindLabels} {
 		m.writes.WithLabelValues(k)
 	}
 	if reg != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math/rand/v2"
 	"slices"
 	"strconv"
@@ -90,6 +91,13 @@ type Options struct {
 	EventBurst int
 	// RequestTimeout bounds each API request and each read of the shim.
 	RequestTimeout time.Duration
+
+	// Report, when set and Client is a NodeLabeler, is read for the
+	// Node's capability labels (v1alpha1.LabelPrefix; labels.go).
+	Report ReportReader
+	// RestoreHandler is the runtime handler of the restoring
+	// RuntimeClass; DefaultRestoreHandler when empty.
+	RestoreHandler string
 }
 
 // API is what the reporter asks of the Kubernetes API server;
@@ -131,6 +139,7 @@ type Reporter struct {
 	polledGen     int64 // the generation the last long poll waited after
 	publishFailed bool
 	lastChange    time.Time // when a long poll last returned a change
+	labels        labelState
 
 	// Owned by the lease loop.
 	lease       *coordinationv1.Lease
@@ -159,6 +168,8 @@ type State struct {
 	LastPublish time.Time
 	// LastRenew is when the Lease was last renewed.
 	LastRenew time.Time
+	// Labels are the capability labels last written to the Node.
+	Labels map[string]string
 }
 
 // State returns what the reporter has published so far.
@@ -167,6 +178,7 @@ func (r *Reporter) State() State {
 	defer r.mu.Unlock()
 	s := r.state
 	s.Conditions = append([]corev1.NodeCondition(nil), s.Conditions...)
+	s.Labels = maps.Clone(s.Labels)
 	return s
 }
 
@@ -199,6 +211,9 @@ func New(opts Options) (*Reporter, error) {
 	def(&opts.RequestTimeout, DefaultRequestTimeout)
 	if opts.EventNamespace == "" {
 		opts.EventNamespace = DefaultEventNamespace
+	}
+	if opts.RestoreHandler == "" {
+		opts.RestoreHandler = DefaultRestoreHandler
 	}
 	if opts.UnreachableAfter <= 0 {
 		opts.UnreachableAfter = DefaultUnreachableAfter
@@ -303,6 +318,7 @@ func (r *Reporter) syncStatus(ctx context.Context) time.Duration {
 	if shimErr == nil {
 		r.queueOOMEvents(doc.OOMKills)
 	}
+	r.syncLabels(ctx, doc, shimErr)
 	r.flushEvents(ctx)
 	if longPolled && err == nil && doc.Generation != r.polledGen {
 		// A change, or a shim restarted: wait for the next one at once,

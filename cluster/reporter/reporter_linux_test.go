@@ -353,6 +353,8 @@ func TestAgainstAPIServer(t *testing.T) {
 	t.Run("OOM kill events name the pod", func(t *testing.T) { testOOMEvents(t, c, sa) })
 	t.Run("recovers from the controller's ReporterStopped", func(t *testing.T) { testRecoverReporterStopped(t, c, sa) })
 	t.Run("long poll", func(t *testing.T) { testLongPoll(t, c, sa) })
+	t.Run("capability labels", func(t *testing.T) { testCapabilityLabels(t, c, sa) })
+	t.Run("capability labels of this node", func(t *testing.T) { testCapabilityLabelsOfThisNode(t, c, sa) })
 	t.Run("live shim daemon", func(t *testing.T) { testDaemon(t, c, sa) })
 	// Last: it stops and restarts the API server.
 	t.Run("API server outage", func(t *testing.T) { testOutage(t, c, sa) })

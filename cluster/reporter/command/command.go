@@ -91,7 +91,7 @@ func Run(ctx context.Context, c Config, version string, log *slog.Logger) error 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := c.Options
-	opts.Client, opts.Shim, opts.Version = kube, shim, version
+	opts.Client, opts.Shim, opts.Report, opts.Version = kube, shim, shim, version
 	opts.Metrics = reporter.NewMetrics(reg)
 	opts.Logger = log
 	r, err := reporter.New(opts)
