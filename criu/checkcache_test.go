@@ -3,12 +3,14 @@ package criu
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
@@ -341,5 +343,50 @@ func TestRequirementsCachedOnThisNode(t *testing.T) {
 	}
 	if !strings.Contains(warm["criu.check"].Evidence, "Looks good. (cached") {
 		t.Errorf("cached criu.check evidence %q", warm["criu.check"].Evidence)
+	}
+}
+
+// TestCheckCacheReadiness: a cache with no record, or a record of another
+// boot, is ErrNoCachedCheck; a record of this boot and binary is the
+// Readiness it holds, dated.
+func TestCheckCacheReadiness(t *testing.T) {
+	dir := t.TempDir()
+	boot := filepath.Join(dir, "boot_id")
+	if err := os.WriteFile(boot, []byte("boot-1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "criu")
+	if err := os.WriteFile(bin, []byte("#!/bin/sh\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	c := CheckCache{Dir: filepath.Join(dir, "cache"), BootIDPath: boot}
+	b := Binary{Path: bin, Source: "configured"}
+	if _, err := c.Readiness(b); !errors.Is(err, ErrNoCachedCheck) || !errors.Is(err, errdefs.ErrNotFound) {
+		t.Fatalf("Readiness of an empty cache = %v; want ErrNoCachedCheck", err)
+	}
+	features := map[string]error{}
+	for _, f := range ProbedFeatures {
+		features[f.Name] = nil
+	}
+	features["timens"] = fmt.Errorf("criu check --feature timens: %w: no timens", ErrCheckFailed)
+	at := time.Date(2026, 11, 28, 6, 0, 0, 0, time.UTC)
+	if ok, err := c.store(b, checkResults{version: Version{Major: 4, Minor: 1, Sublevel: 1}, checkMsg: "Looks good.", features: features}, at); !ok || err != nil {
+		t.Fatalf("store = %v, %v", ok, err)
+	}
+	rd, err := c.Readiness(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rd.CheckErr != nil || !rd.CachedAt.Equal(at) || rd.Version.Minor != 1 {
+		t.Fatalf("Readiness = %+v", rd)
+	}
+	if ferr, known := rd.Feature("timens"); !known || !errors.Is(ferr, ErrCheckFailed) || !strings.Contains(ferr.Error(), "no timens") {
+		t.Fatalf("timens = %v, %v; want CRIU's failure", ferr, known)
+	}
+	if err := os.WriteFile(boot, []byte("boot-2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Readiness(b); !errors.Is(err, ErrNoCachedCheck) || !strings.Contains(err.Error(), "boot-1") {
+		t.Fatalf("Readiness after a reboot = %v; want ErrNoCachedCheck naming the old boot", err)
 	}
 }

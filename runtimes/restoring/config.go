@@ -22,6 +22,9 @@ const (
 	// DefaultWorkDir receives an archive's CRIU images for the length of
 	// one restore.
 	DefaultWorkDir = "/var/lib/nodeshim/restore"
+	// DefaultReportCache is nodeshim serve's per-boot report cache under
+	// its default root directory (the DaemonSet's --root-dir).
+	DefaultReportCache = "/var/lib/nodeshim/report-cache"
 	// DefaultRuntime is the OCI runtime every call goes to.
 	DefaultRuntime = "runc"
 	// maxConfigSize bounds the config file.
@@ -59,6 +62,11 @@ type Config struct {
 	// Identities are this node's age identity files, which decrypt an
 	// encrypted archive. Without them an encrypted archive is refused.
 	Identities []string `json:"identities,omitempty"`
+	// ReportCache is the directory of nodeshim serve's per-boot report
+	// cache (<rootDir>/report-cache), whose CRIU checks a restore compares
+	// the checkpoint against without running CRIU; DefaultReportCache
+	// when empty.
+	ReportCache string `json:"reportCache,omitempty"`
 }
 
 // ConfigPath is the config file of the wrapper installed at exe: exe
@@ -102,7 +110,10 @@ func LoadConfig(path, exe string) (Config, error) {
 	if c.WorkDir == "" {
 		c.WorkDir = DefaultWorkDir
 	}
-	paths := []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}}
+	if c.ReportCache == "" {
+		c.ReportCache = DefaultReportCache
+	}
+	paths := []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}, {"reportCache", c.ReportCache}}
 	if c.TrustPolicy != "" {
 		paths = append(paths, struct{ what, v string }{"trustPolicy", c.TrustPolicy})
 	}

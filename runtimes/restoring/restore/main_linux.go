@@ -13,6 +13,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
 
@@ -77,7 +78,8 @@ func Main(exe string, args []string) int {
 	r := &Restore{
 		Config: cfg, Runtime: rt, Call: call, Spec: &spec, Checkpoint: ckpt,
 		Arch: ArchOfGOARCH(runtime.GOARCH), CriuVersion: sync.OnceValue(func() string { return <-version }),
-		Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
+		Readiness: func(run bool) (criu.Readiness, error) { return NodeReadiness(cfg, run) },
+		Stdin:     os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	tm, err := r.Run()
 	if err != nil {

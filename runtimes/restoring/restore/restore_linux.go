@@ -20,6 +20,7 @@ import (
 
 	specs "github.com/opencontainers/runtime-spec/specs-go"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/pod"
@@ -161,6 +162,12 @@ type Restore struct {
 	// when unknown: not compared); nil is unknown. It is asked after the
 	// archive is unpacked, so that a probe started before runs alongside.
 	CriuVersion func() string
+	// Readiness returns CRIU's checks of this node (the capability
+	// report's criu.check and feature entries), compared with what the
+	// checkpoint needs before it is unpacked; with run false only an
+	// answer that costs no CRIU process (a cache) is wanted. nil, or an
+	// error: not compared.
+	Readiness func(run bool) (criu.Readiness, error)
 	// Stdin, Stdout and Stderr are the shim's pipes, which the restored
 	// process gets in place of the ones it was dumped with.
 	Stdin, Stdout, Stderr *os.File
@@ -226,6 +233,9 @@ func (r *Restore) Run() (Timings, error) {
 	}
 	if !hasCore(entries) {
 		return tm, fmt.Errorf("%s: %w: no %s/core-*.img", name, ErrRefused, archive.ImagesDir)
+	}
+	if err := r.checkReadiness(entries); err != nil {
+		return tm, fmt.Errorf("%s: %w", name, err)
 	}
 	tm.Validate = time.Since(start)
 
