@@ -54,6 +54,7 @@ func HostSuite() []Decision {
 		{"testenv/nodevm", false, "its ordinary tests are the node harness's own, on the host; its scenarios " +
 			"run in the node it boots (make vmtest-node)"},
 		{"internal/procfs", true, "the guest's /proc"},
+		{"testenv/registrytest", false, "its tests run Debian's docker-registry, which the guest does not carry"},
 		{"testenv/runtimetest", false, "its tests are the container runtimes themselves (containerd, podman, runc, crun), which the guest does not carry"},
 		{"internal/ref", true, "portable: the container reference"},
 		{"internal/syncbuf", true, "portable: a locked buffer"},
@@ -94,6 +95,7 @@ func HostSuite() []Decision {
 		{"runtimes/restoring/restore", false, "its tests restore containers through containerd 2.x's runc shim and CRI, which the guest does not carry"},
 		{"shim/pressure", true, "the pressure source with PSI triggers on a pure cgroup v2 machine"},
 		{"shim/profiles", true, "the seccomp profile installer: libseccomp compiles, files on the guest's tmpfs"},
+		{"shim/profiles/ociprofile", false, "profiles from an OCI registry: its tests talk to Debian's docker-registry and run containerd's containers, which the guest does not carry; nothing in it is about the kernel"},
 		{"cluster/reporter", true, "the condition planning; the publishing tests need a kube-apiserver and skip"},
 		{"cluster/reporter/command", true, "portable: the reporter process's flags and readiness"},
 		{"cluster/kubeapi", false, "its client is tested against a kube-apiserver with etcd"},
