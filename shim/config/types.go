@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/eviction"
+	"github.com/nodeshim/nodeshim/shim/profiles/ociprofile"
 )
 
 // APIVersion and Kind identify a ShimConfiguration document.
@@ -83,6 +85,23 @@ type ShimConfiguration struct {
 	// complain mode: what they would deny is allowed and logged, and
 	// nodeshim counts it per container (GET /status seccompComplaints).
 	SeccompComplain []string `json:"seccompComplain,omitempty"`
+	// SeccompRegistry configures profiles read from OCI registries: a
+	// value of SeccompProfiles that is an oci:// reference, or a
+	// baseProfileName that is one, is installed only when a cosign
+	// signature of its manifest verifies under one of its PublicKeys.
+	SeccompRegistry SeccompRegistry `json:"seccompRegistry,omitzero"`
+}
+
+// SeccompRegistry configures where oci:// seccomp profiles may come from
+// (shim/profiles/ociprofile).
+type SeccompRegistry struct {
+	// PublicKeys are the trusted keys, each a PEM public key (cosign's
+	// cosign.pub: ECDSA P-256). Without any, oci:// profiles are refused.
+	PublicKeys []string `json:"publicKeys,omitempty"`
+	// PlainHTTP lists registries (host:port, as in the references) on a
+	// loopback address that are reached over plain HTTP; every other
+	// registry is reached over HTTPS.
+	PlainHTTP []string `json:"plainHTTP,omitempty"`
 }
 
 // API configures the node API listeners.
@@ -381,6 +400,7 @@ func (c *ShimConfiguration) Validate() error {
 			p = append(p, fmt.Sprintf("api.limits.%s %d is negative", f.name, f.v))
 		}
 	}
+	p = append(p, c.checkSeccompRegistry()...)
 	for typ, vs := range c.Plugins.AcceptedVersions {
 		switch typ {
 		case "CSIPlugin", "DevicePlugin", "DRAPlugin":
@@ -395,6 +415,37 @@ func (c *ShimConfiguration) Validate() error {
 		return &ValidationError{Problems: p}
 	}
 	return nil
+}
+
+// checkSeccompRegistry checks the trusted keys and plain-HTTP registries,
+// and that an oci:// profile has a key to be verified with.
+func (c *ShimConfiguration) checkSeccompRegistry() []string {
+	var p []string
+	r := c.SeccompRegistry
+	for i, k := range r.PublicKeys {
+		if _, err := ociprofile.ParsePublicKey([]byte(k)); err != nil {
+			p = append(p, fmt.Sprintf("seccompRegistry.publicKeys[%d]: %v", i, err))
+		}
+	}
+	for _, h := range r.PlainHTTP {
+		host, _, err := net.SplitHostPort(h)
+		ip := net.ParseIP(host)
+		if err != nil || (host != "localhost" && (ip == nil || !ip.IsLoopback())) {
+			p = append(p, fmt.Sprintf("seccompRegistry.plainHTTP: %q is not host:port on a loopback address; other registries are reached over HTTPS", h))
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(c.SeccompProfiles)) {
+		v := c.SeccompProfiles[name]
+		if !ociprofile.IsReference(v) {
+			continue
+		}
+		if _, err := ociprofile.ParseReference(v); err != nil {
+			p = append(p, fmt.Sprintf("seccompProfiles[%s]: %v", name, err))
+		} else if len(r.PublicKeys) == 0 {
+			p = append(p, fmt.Sprintf("seccompProfiles[%s] is an oci:// reference, which needs seccompRegistry.publicKeys to verify it", name))
+		}
+	}
+	return p
 }
 
 // ErrNoBase is returned when a configuration payload has no base document.

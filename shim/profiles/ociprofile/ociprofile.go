@@ -17,7 +17,6 @@ import (
 	"fmt"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
-	"github.com/nodeshim/nodeshim/kernel/seccomp"
 )
 
 // Scheme starts a reference to a profile in a registry, as
@@ -63,8 +62,10 @@ const (
 	MaxSignatures = 32
 	// MaxLayers bounds the layers of a profile manifest.
 	MaxLayers = 64
-	// MaxProfileBytes bounds the profile layer: seccomp's own bound.
-	MaxProfileBytes = seccomp.MaxProfileBytes
+	// MaxProfileBytes bounds the profile layer: kernel/seccomp's own
+	// MaxProfileBytes (a test holds them equal; the package is not
+	// imported, so that shim/config can check keys without libseccomp).
+	MaxProfileBytes = 1 << 20
 )
 
 // Errors that callers and tests branch on; each carries an errdefs class.

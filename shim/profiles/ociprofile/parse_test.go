@@ -41,6 +41,12 @@ spec:
       op: SCMP_CMP_EQ
 `
 
+func TestMaxProfileBytesIsSeccomps(t *testing.T) {
+	if MaxProfileBytes != seccomp.MaxProfileBytes {
+		t.Fatalf("MaxProfileBytes %d, kernel/seccomp's %d", MaxProfileBytes, seccomp.MaxProfileBytes)
+	}
+}
+
 func TestParseReference(t *testing.T) {
 	d := digest.FromString("m")
 	tests := []struct {
