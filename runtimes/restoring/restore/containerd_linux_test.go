@@ -326,6 +326,61 @@ func TestRestoresPodCheckpoint(t *testing.T) {
 	checkNothingLeft(t)
 }
 
+// TestRestoresPodCheckpointInitContainerRunsAgain: a pod whose init
+// container had finished when it was checkpointed is restored as kubelet
+// creates it: the init container, under the annotation, runs again (its
+// new command's output in its log, exit code 0), then the counter is
+// restored and counts on.
+func TestRestoresPodCheckpointInitContainerRunsAgain(t *testing.T) {
+	c := rt.Containerd2(t)
+	bin := criutest.Require(t)
+	pod := c.RunPod(t, runtimetest.PodOptions{})
+	setup := pod.Run(t, runtimetest.ContainerOptions{Name: "setup", Command: []string{"sh", "-c", "echo setup-ran"}})
+	waitExited(t, setup)
+	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: counter})
+	before := waitCount(t, ctr, 10)
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: pod.Config.Metadata.Namespace, Name: pod.Config.Metadata.Name}, checkpoint.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	if err := pod.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	restored := restorePod(t, c, filepath.Base(res.Path))
+	again := restored.Run(t, runtimetest.ContainerOptions{Name: "setup", Command: []string{"sh", "-c", "echo setup-ran-again"}})
+	waitExited(t, again)
+	if logs := again.Logs(t); !strings.Contains(logs, "setup-ran-again") {
+		t.Fatalf("the init container did not run again: its log is %q", logs)
+	}
+	startRestored(t, restored, "counter", before)
+	if err := restored.Remove(); err != nil {
+		t.Fatal(err)
+	}
+	checkNothingLeft(t)
+}
+
+// waitExited waits until ctr has exited with code 0.
+func waitExited(t *testing.T, ctr *runtimetest.Container) {
+	t.Helper()
+	testutil.Eventually(t, ctr.Name+" exits 0", func() error {
+		st := ctr.Status(t)
+		if st.State != runtimeapi.ContainerState_CONTAINER_EXITED || st.ExitCode != 0 {
+			return fmt.Errorf("%v, exit code %d: %s", st.State, st.ExitCode, st.Message)
+		}
+		return nil
+	})
+}
+
 // TestRestoresNodeshimCheckpoint: the same from nodeshim's archive, named
 // by its absolute path under the checkpoint directory.
 func TestRestoresNodeshimCheckpoint(t *testing.T) {

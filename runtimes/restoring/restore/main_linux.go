@@ -2,6 +2,7 @@ package restore
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -82,6 +83,10 @@ func Main(exe string, args []string) int {
 		Stdin:     os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	tm, err := r.Run()
+	if errors.Is(err, ErrFinishedInit) {
+		restoring.Log(call, "info", fmt.Sprintf("nodeshim-runc: %s: %v", call.ID, err))
+		return execRuntime(rt, args)
+	}
 	if err != nil {
 		restoring.Fail(os.Stderr, call, fmt.Errorf("restore %s from %s: %w", call.ID, ckpt, err))
 		return 1

@@ -199,6 +199,13 @@ func (r *Restore) Run() (Timings, error) {
 		return tm, err
 	}
 	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
+	if errors.Is(err, ErrFinishedInit) {
+		// Runs again only if the manifest that says so is trusted.
+		if verr := verifyManifestFile(name, opts); verr != nil {
+			return tm, verr
+		}
+		return tm, err
+	}
 	if err != nil {
 		return tm, err
 	}
@@ -318,6 +325,13 @@ func (r *Restore) bundle() string {
 	return r.Call.Bundle
 }
 
+// ErrFinishedInit is returned by OpenCheckpoint and Run for an init
+// container that had finished in the pod checkpoint: it is not restored
+// but runs again, as kubelet runs a new pod's init containers, so that
+// what it prepares in the new pod's volumes is there before the
+// containers are restored.
+var ErrFinishedInit = errors.New("an init container that had finished runs again")
+
 // OpenCheckpoint opens the archive of container that value names beneath
 // dir: value is relative to dir, or an absolute path under it, and names
 // a container archive, or a pod checkpoint (criu/pod: a directory with a
@@ -325,7 +339,9 @@ func (r *Restore) bundle() string {
 // taken. Every component is resolved beneath dir (os.Root: no "..", no
 // symlink leads out), and only a regular file is opened; anything else is
 // refused with ErrRefused, so that a Pod's annotation never makes the node
-// read an arbitrary host path. It returns the file and its path.
+// read an arbitrary host path. It returns the file and its path. For an
+// init container that had finished in a pod checkpoint it returns no file,
+// the path of the manifest and an error wrapping ErrFinishedInit.
 func OpenCheckpoint(dir, value, container string) (*os.File, string, error) {
 	if value == "" {
 		return nil, "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
@@ -354,6 +370,9 @@ func OpenCheckpoint(dir, value, container string) (*os.File, string, error) {
 			return nil, "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
 		}
 		i := slices.IndexFunc(m.Containers, func(c pod.Container) bool { return c.Name == container })
+		if i < 0 && slices.ContainsFunc(m.InitContainers, func(c pod.InitContainer) bool { return c.Name == container && c.ExitCode == 0 }) {
+			return nil, filepath.Join(dir, rel, pod.ManifestFile), fmt.Errorf("%w: %q in pod checkpoint %q", ErrFinishedInit, container, value)
+		}
 		if i < 0 {
 			names := make([]string, len(m.Containers))
 			for j, c := range m.Containers {
@@ -710,7 +729,15 @@ func (r *Restore) verifyManifest(name string, o seal.OpenOptions) error {
 	if o.Policy == nil || filepath.Clean(v) == name {
 		return nil
 	}
-	mp := filepath.Join(filepath.Dir(name), pod.ManifestFile)
+	return verifyManifestFile(filepath.Join(filepath.Dir(name), pod.ManifestFile), o)
+}
+
+// verifyManifestFile verifies the pod checkpoint manifest at mp under
+// o's trust policy; without a policy there is nothing to verify.
+func verifyManifestFile(mp string, o seal.OpenOptions) error {
+	if o.Policy == nil {
+		return nil
+	}
 	mf, err := os.OpenFile(mp, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("open %s: %w", mp, err)

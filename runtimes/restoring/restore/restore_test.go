@@ -251,6 +251,7 @@ func TestOpenCheckpointRefusesOutside(t *testing.T) {
 		{filepath.Join(dir, "pod"), true, ""},
 		{"pod", false, "sidecar"}, // named in the manifest, its archive missing
 		{"pod", false, "other"},
+		{"pod-manifest-link", false, "setup"},
 		{"pod-links", false, ""},
 		{"pod-manifest-link", false, ""},
 		{"ok.tar", true, ""},
@@ -276,6 +277,9 @@ func TestOpenCheckpointRefusesOutside(t *testing.T) {
 		}
 		t.Run(tc.value+"/"+tc.ctr, func(t *testing.T) {
 			f, _, err := OpenCheckpoint(dir, tc.value, tc.ctr)
+			if errors.Is(err, ErrFinishedInit) {
+				t.Fatalf("OpenCheckpoint(%q, %q) = %v, for a container that is no finished init container", tc.value, tc.ctr, err)
+			}
 			if tc.ok {
 				if err != nil {
 					t.Fatal(err)
@@ -453,5 +457,36 @@ func TestRunRefusesSealed(t *testing.T) {
 				t.Errorf("the work directory %s was created before the refusal", work)
 			}
 		})
+	}
+}
+
+// TestOpenCheckpointFinishedInit: an init container that had finished in
+// the pod checkpoint (the manifest's "setup", exit code 0) is not
+// restored: OpenCheckpoint opens nothing and says it runs again, naming
+// the manifest; one that failed is refused as a container the checkpoint
+// does not have.
+func TestOpenCheckpointFinishedInit(t *testing.T) {
+	dir := t.TempDir()
+	manifest, err := os.ReadFile("../../../criu/pod/testdata/manifest.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for d, body := range map[string][]byte{"done": manifest, "failed": bytes.Replace(manifest, []byte(`"exitCode": 0`), []byte(`"exitCode": 1`), 1)} {
+		if !bytes.Contains(body, []byte(`"setup"`)) || (d == "failed" && bytes.Equal(body, manifest)) {
+			t.Fatalf("the test manifest has no init container setup to change")
+		}
+		if err := os.Mkdir(filepath.Join(dir, d), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, d, "manifest.json"), body, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f, name, err := OpenCheckpoint(dir, "done", "setup")
+	if f != nil || !errors.Is(err, ErrFinishedInit) || name != filepath.Join(dir, "done", "manifest.json") {
+		t.Fatalf("OpenCheckpoint(done, setup) = %v, %q, %v; want no file, the manifest, ErrFinishedInit", f, name, err)
+	}
+	if _, _, err := OpenCheckpoint(dir, "failed", "setup"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `has no container "setup"`) {
+		t.Fatalf("OpenCheckpoint(failed, setup) = %v; want ErrRefused", err)
 	}
 }

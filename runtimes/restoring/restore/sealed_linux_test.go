@@ -145,6 +145,34 @@ func TestRestoresSealedPodCheckpoint(t *testing.T) {
 		defer os.Truncate(mp, fi.Size()) //nolint:errcheck // checked by the next subtest
 		refusedStart(t, c, ckpt, "counter", pod.ManifestFile+": digest mismatch")
 	})
+	t.Run("manifest edited to make the container a finished init container", func(t *testing.T) {
+		setRestoreConfig(t, policy, identity)
+		// Were it trusted, the counter would start fresh, not restored.
+		mp := filepath.Join(res.Path, pod.ManifestFile)
+		orig, err := os.ReadFile(mp)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var m map[string]any
+		if err := json.Unmarshal(orig, &m); err != nil {
+			t.Fatal(err)
+		}
+		ctrs, _ := m["containers"].([]any)
+		if len(ctrs) != 1 {
+			t.Fatalf("manifest containers %v; want the counter alone", m["containers"])
+		}
+		ctrs[0].(map[string]any)["name"] = "renamed"
+		m["initContainers"] = []any{map[string]any{"name": "counter", "exitCode": 0}}
+		edited, err := json.Marshal(m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(mp, edited, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		defer os.WriteFile(mp, orig, 0o600) //nolint:errcheck // checked by the next subtest
+		refusedStart(t, c, ckpt, "counter", pod.ManifestFile+": digest mismatch")
+	})
 	t.Run("identity", func(t *testing.T) {
 		setRestoreConfig(t, policy, identity)
 		restored := restorePod(t, c, ckpt)
