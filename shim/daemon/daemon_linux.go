@@ -43,6 +43,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/plugin"
 	"github.com/nodeshim/nodeshim/shim/pressure"
 	"github.com/nodeshim/nodeshim/shim/profiles"
+	"github.com/nodeshim/nodeshim/shim/profiles/ociprofile"
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -351,11 +352,12 @@ func (d *daemon) check(c config.ShimConfiguration) error {
 	}
 	if len(c.SeccompProfiles) > 0 {
 		if err := d.profileInstaller(c).Check(c.SeccompProfiles); err != nil {
-			if errors.As(err, new(*profiles.ProfileError)) {
+			if errors.As(err, new(*profiles.ProfileError)) && !profiles.Retryable(err) {
 				p = append(p, strings.ReplaceAll(err.Error(), "\n", "; "))
 			} else {
-				// Not the configuration's fault (an unreadable manifest):
-				// the profiles source reports it.
+				// Not the configuration's fault (an unreadable manifest, a
+				// registry that could not be reached): the profiles source
+				// reports it and tries again.
 				d.log.Warn("seccomp profiles could not be checked", "err", err)
 			}
 		}
@@ -480,7 +482,7 @@ func (d *daemon) parts(c config.ShimConfiguration) []part {
 		{&oom.Source{Hooks: d.opts.OOMHooks, Logger: d.log, ProcRoot: d.opts.ProcRoot,
 			RuntimeEndpoint: ns.ContainerRuntimeEndpoint, Verdict: d.reportVerdict(oom.Requirement)}, ns.ContainerRuntimeEndpoint},
 		{&profiles.Source{Installer: d.profileInstaller(c), Profiles: c.SeccompProfiles, Logger: d.log},
-			[]any{seccompRoot, c.SeccompProfiles, c.SeccompComplain}},
+			[]any{seccompRoot, c.SeccompProfiles, c.SeccompComplain, c.SeccompRegistry}},
 		{&complaints.Source{Profiles: c.SeccompComplain, ProcRoot: d.opts.ProcRoot, RuntimeEndpoint: ns.ContainerRuntimeEndpoint, Logger: d.log},
 			[]any{c.SeccompComplain, ns.ContainerRuntimeEndpoint}},
 	}
@@ -501,14 +503,21 @@ func (d *daemon) reportVerdict(id string) *capability.Result {
 }
 
 // profileInstaller installs c's seccomp profiles under the kubelet's
-// seccomp root, with its manifest in the root dir.
+// seccomp root, with its manifest in the root dir, reading oci:// profiles
+// with c's trusted keys (checked by Validate: a key that does not parse
+// leaves oci:// profiles refused).
 func (d *daemon) profileInstaller(c config.ShimConfiguration) *profiles.Installer {
+	reg, err := ociprofile.New(c.SeccompRegistry.PublicKeys, c.SeccompRegistry.PlainHTTP)
+	if err != nil {
+		d.log.Error("seccompRegistry.publicKeys not usable; oci:// profiles are refused", "err", err)
+	}
 	return &profiles.Installer{
 		Root:     profiles.SeccompRoot(filepath.Join(d.opts.HostRoot, c.KubeletRootDir)),
 		StateDir: filepath.Join(d.opts.RootDir, "seccomp"),
 		Parse:    d.node,
 		Complain: c.SeccompComplain,
 		Logger:   d.log,
+		Registry: reg,
 	}
 }
 

@@ -1,25 +1,29 @@
 package profiles
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/shim/profiles/ociprofile"
 )
 
-// OCIScheme starts a baseProfileName that names a profile in an OCI
-// registry ("oci://registry/repo:tag").
-const OCIScheme = "oci://"
+// OCIScheme starts a baseProfileName, or a configured profile's whole
+// content, that names a profile in an OCI registry
+// ("oci://registry/repo:tag"), read through Installer.Registry.
+const OCIScheme = ociprofile.Scheme
 
-// ErrOCIBase is wrapped when a profile names an oci:// base and no
-// registry client is configured.
-var ErrOCIBase = errdefs.New(errdefs.ErrNotSupported, "oci:// base profiles are not supported by this installer")
+// ErrOCIBase is wrapped when a profile names an oci:// reference and the
+// installer has no registry client (no trusted key is configured).
+var ErrOCIBase = errdefs.New(errdefs.ErrNotSupported, "oci:// profiles need a trusted public key (seccompRegistry.publicKeys)")
 
 // resolved is a configured profile ready to install: content is what is
 // written, the profile itself when it names no base and the union with its
@@ -33,10 +37,17 @@ type resolved struct {
 // baseProfileName, stacks it on its base (seccomp.ResolveBase). A base is,
 // in this order: another profile of the set, by name; an absolute path of
 // a file on the node; a profile already under the seccomp root, by name
-// (read without following a symbolic link). oci:// references are refused
-// with ErrOCIBase.
+// (read without following a symbolic link); an oci:// reference, read from
+// its registry once its signature verifies (Installer.Registry). A
+// profile whose whole content is an oci:// reference is that profile.
 func (in *Installer) resolve(name string, set map[string]string) (resolved, error) {
 	data := []byte(set[name])
+	if ociprofile.IsReference(set[name]) {
+		var err error
+		if data, err = in.fetch(set[name]); err != nil {
+			return resolved{}, err
+		}
+	}
 	p, err := seccomp.ResolveBase(name, data, in.Parse, func(ref string) ([]byte, error) { return in.loadBase(ref, set) })
 	if err != nil {
 		return resolved{}, err
@@ -84,7 +95,7 @@ func (in *Installer) loadBase(ref string, set map[string]string) ([]byte, error)
 	}
 	switch {
 	case strings.HasPrefix(ref, OCIScheme):
-		return nil, fmt.Errorf("%s: %w", ref, ErrOCIBase)
+		return in.fetch(ref)
 	case filepath.IsAbs(ref):
 		return readLimited(ref)
 	}
@@ -100,6 +111,28 @@ func (in *Installer) loadBase(ref string, set map[string]string) ([]byte, error)
 	}
 	defer r.close()
 	return r.read(ref)
+}
+
+// fetch reads the profile ref names from its registry, verified, as
+// runtime-spec JSON.
+func (in *Installer) fetch(ref string) ([]byte, error) {
+	if in.Registry == nil {
+		return nil, fmt.Errorf("%s: %w", strings.TrimSpace(ref), ErrOCIBase)
+	}
+	p, err := in.Registry.Fetch(context.Background(), ref)
+	if err != nil {
+		return nil, err
+	}
+	in.logger().Info("seccomp profile read from its registry, signature verified", "ref", p.Ref.String(),
+		"manifest", p.Manifest.String(), "layer", p.Layer.Annotations[ociprofile.AnnotationTitle])
+	return p.JSON, nil
+}
+
+func (in *Installer) logger() *slog.Logger {
+	if in.Logger == nil {
+		return slog.Default()
+	}
+	return in.Logger
 }
 
 // readLimited reads a base profile file, refusing one larger than

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
+	"github.com/nodeshim/nodeshim/shim/profiles/ociprofile"
 )
 
 // Installer installs a set of Localhost seccomp profiles under the
@@ -38,6 +39,11 @@ type Installer struct {
 	Clock clock.PassiveClock
 	// Logger receives what was written and removed; slog.Default() when nil.
 	Logger *slog.Logger
+	// Registry reads the profiles named by an oci:// reference (a
+	// configured profile's content or a baseProfileName), each verified
+	// against its trusted keys; with none, such profiles are refused
+	// (ErrOCIBase).
+	Registry *ociprofile.Client
 
 	// crashPoint, when set, is called between the steps of Apply (tests).
 	crashPoint func(step string)

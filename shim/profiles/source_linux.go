@@ -26,6 +26,7 @@ import (
 	"k8s.io/utils/clock"
 
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
 	"github.com/nodeshim/nodeshim/shim/status"
 )
@@ -170,6 +171,11 @@ func Condition(root string, configured int, installed []Installed, err error) co
 	return c
 }
 
+// Retryable reports whether err, of Check or Apply, holds no problem of the
+// configuration itself: only failures that another attempt may not have
+// (I/O on the node, a registry that could not be reached).
+func Retryable(err error) bool { return err != nil && reason(err) == ReasonInstallFailed }
+
 // Node returns the parse options of the running node, with the container
 // capabilities of a pod that asks for none (seccomp.DefaultCaps): the
 // node a profile is checked and compiled for.
@@ -178,7 +184,8 @@ func Node() seccomp.ParseOptions { return seccomp.NodeParseOptions(nil) }
 // reason classifies an Apply error: any invalid profile makes it
 // InvalidProfile (another configuration is needed), else a file in the way
 // (one nodeshim did not install, a symbolic link, a file where a directory
-// should be) ProfileConflict, else InstallFailed.
+// should be) ProfileConflict, else InstallFailed (a registry that could
+// not be reached among them).
 func reason(err error) string {
 	errs := []error{err}
 	if j, ok := err.(interface{ Unwrap() []error }); ok {
@@ -188,6 +195,10 @@ func reason(err error) string {
 	for _, e := range errs {
 		var pe *ProfileError
 		if !errors.As(e, &pe) {
+			continue
+		}
+		if errors.Is(pe, errdefs.ErrUnavailable) {
+			// A registry that could not be reached: tried again.
 			continue
 		}
 		if !errors.Is(pe, ErrForeign) && !errors.Is(pe, ErrSymlink) && !errors.Is(pe, ErrNotDir) {

@@ -238,3 +238,23 @@ func classify(what string, err error) error {
 	}
 	return fmt.Errorf("%s: %w: %w", what, ErrUnavailable, err)
 }
+
+// New is a client that trusts the PEM public keys publicKeys (each
+// ParsePublicKey's form) and reaches the registries of plainHTTP over
+// plain HTTP, as nodeshim's configuration gives them
+// (seccompRegistry.publicKeys, .plainHTTP). With no key it returns nil:
+// nothing can be verified, so oci:// profiles are refused.
+func New(publicKeys, plainHTTP []string) (*Client, error) {
+	if len(publicKeys) == 0 {
+		return nil, nil
+	}
+	c := &Client{PlainHTTP: slices.Clone(plainHTTP)}
+	for i, k := range publicKeys {
+		pub, err := ParsePublicKey([]byte(k))
+		if err != nil {
+			return nil, fmt.Errorf("public key %d: %w", i, err)
+		}
+		c.Keys = append(c.Keys, pub)
+	}
+	return c, nil
+}
