@@ -7,7 +7,9 @@ require (
 	github.com/checkpoint-restore/go-criu/v7 v7.2.0
 	github.com/cilium/ebpf v0.22.0
 	github.com/containerd/cgroups/v3 v3.1.3
+	github.com/containers/ocicrypt v1.3.2
 	github.com/fsnotify/fsnotify v1.10.1
+	github.com/go-jose/go-jose/v4 v4.1.4
 	github.com/opencontainers/go-digest v1.0.0
 	github.com/opencontainers/image-spec v1.1.1
 	github.com/opencontainers/runtime-spec v1.3.0
@@ -38,6 +40,11 @@ require (
 
 require (
 	filippo.io/hpke v0.4.0 // indirect
+	github.com/ProtonMail/go-crypto v1.4.1 // indirect
+	github.com/cloudflare/circl v1.6.2 // indirect
+	github.com/miekg/pkcs11 v1.1.2 // indirect
+	github.com/smallstep/pkcs7 v0.2.1 // indirect
+	github.com/stefanberger/go-pkcs11uri v0.0.0-20230803200340-78284954bff6 // indirect
 	golang.org/x/crypto v0.57.0 // indirect
 )
 

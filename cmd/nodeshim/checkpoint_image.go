@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"os"
@@ -28,6 +29,7 @@ type checkpointImageOutput struct {
 func newCheckpointImageCommand() *cobra.Command {
 	var tag, outPath, output string
 	var sf sealFlags
+	var encryptionKeys []string
 	cmd := &cobra.Command{
 		Use:   "image ARCHIVE --tag REF --out-file FILE",
 		Short: "Turn a checkpoint archive into a checkpoint image (an OCI image archive)",
@@ -43,23 +45,45 @@ Load it with "podman load -i FILE" (then "podman container restore REF")
 or "ctr -n k8s.io images import FILE". The base image the container ran
 from must be present where it is restored. The archive is held while it is
 read, so retention does not remove it meanwhile. FILE must not exist.
--o/--output is the format of what is printed about the image.`,
+-o/--output is the format of what is printed about the image.
+
+--encryption-key jwe:PUBLIC.pem (repeatable; RSA or EC public keys, as
+podman and skopeo spell it) encrypts the layer with OCI image layer
+encryption: only the holders of the private keys can load it ("podman pull
+--decryption-key KEY.pem oci-archive:FILE", then "podman container restore
+REF"). An encrypted archive needs --identity to be read, and an image of it
+must be encrypted: its plain text is decrypted into memory only, never
+written out. --signing-key signs the image's manifest as this node
+(checked by "nodeshim checkpoint image verify").`,
 		Example: `  nodeshim checkpoint image /var/lib/kubelet/checkpoints/checkpoint-web_podman-web-2026-11-23T12:00:00Z.tar \
     --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar
 
   # The image's digests and annotations as JSON
-  nodeshim checkpoint image ARCHIVE --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar -o json`,
+  nodeshim checkpoint image ARCHIVE --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar -o json
+
+  # An encrypted archive into an image encrypted to node-b, signed by this node
+  nodeshim checkpoint image ARCHIVE --identity /etc/nodeshim/keys --trust-policy /etc/nodeshim/trust.yaml \
+    --encryption-key jwe:/etc/nodeshim/node-b.pub.pem --signing-key /etc/nodeshim/node.key \
+    --tag localhost/web-checkpoint:1 --out-file /tmp/web-checkpoint.tar`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if tag == "" || outPath == "" {
 				return withExitCode(exitUsage, errors.New("give --tag REF and --out-file FILE"))
 			}
 			start := time.Now()
-			_, opening, err := sf.load()
+			writing, opening, err := sf.load()
 			if err != nil {
 				return withExitCode(exitUsage, err)
 			}
-			img, err := writeCheckpointImage(args[0], tag, outPath, opening)
+			o := image.Options{Signer: writing.Signer}
+			for _, k := range encryptionKeys {
+				r, err := image.ParseRecipient(k)
+				if err != nil {
+					return withExitCode(exitUsage, fmt.Errorf("--encryption-key: %w", err))
+				}
+				o.Recipients = append(o.Recipients, r)
+			}
+			img, err := writeSealedCheckpointImage(args[0], tag, outPath, opening, o)
 			if err != nil {
 				return err
 			}
@@ -75,7 +99,11 @@ read, so retention does not remove it meanwhile. FILE must not exist.
 	}
 	cmd.Flags().StringVar(&tag, "tag", "", "name of the image, e.g. localhost/web-checkpoint:1")
 	cmd.Flags().StringVar(&outPath, "out-file", "", "the OCI image archive to write (must not exist)")
-	sf.addRead(cmd.Flags(), false)
+	sf.addRead(cmd.Flags(), true)
+	cmd.Flags().StringArrayVar(&encryptionKeys, "encryption-key", nil, "encrypt the image's layer to this public key, jwe:/path/to/public.pem (RSA or EC); repeatable")
+	cmd.Flags().StringVar(&sf.c.SigningKey, "signing-key", "", "sign the image's manifest with this ed25519 key (PEM PKCS #8 file)")
+	cmd.Flags().StringVar(&sf.c.Node, "node-name", "", "node name recorded in the image's signature (default: the host name)")
+	cmd.AddCommand(newCheckpointImageVerifyCommand())
 	// --output FILE and --format FORMAT are the spellings before -o was
 	// the format on every command (podman save's --output is the file).
 	addFormatOrFileFlag(cmd, &output, "out-file")
@@ -84,10 +112,18 @@ read, so retention does not remove it meanwhile. FILE must not exist.
 	return cmd
 }
 
-// writeCheckpointImage writes the image of archive to outPath: into a
-// new 0600 temp file beside it, synced, then linked to its name, which
-// fails rather than replace a file.
+// writeCheckpointImage writes the plain, unsigned image of archive to
+// outPath (writeSealedCheckpointImage).
 func writeCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions) (image.Image, error) {
+	return writeSealedCheckpointImage(archive, tag, outPath, opening, image.Options{})
+}
+
+// writeSealedCheckpointImage writes the image of archive, sealed as o
+// says, to outPath: into a new 0600 temp file beside it, synced, then
+// linked to its name, which fails rather than replace a file. An
+// encrypted archive is read through its decryption in memory, and only
+// into an encrypted image.
+func writeSealedCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions, o image.Options) (image.Image, error) {
 	release, err := retention.Hold(archive)
 	if err != nil {
 		return image.Image{}, err
@@ -98,14 +134,22 @@ func writeCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions
 		return image.Image{}, err
 	}
 	defer a.Close()
-	// The signature is verified before the archive is read; an encrypted
-	// archive is refused: its image would hold its plain text.
+	// The signature is verified and, for an encrypted archive, the file
+	// key unwrapped before the archive is read.
 	sealed, err := seal.Open(a, archive, opening)
 	if err != nil {
 		return image.Image{}, err
 	}
+	var src image.Archive = a
 	if sealed.Encrypted {
-		return image.Image{}, fmt.Errorf("%s is encrypted: a checkpoint image of it would hold its plain text, and image layer encryption is not supported: %w", archive, errdefs.ErrNotSupported)
+		if len(o.Recipients) == 0 {
+			return image.Image{}, fmt.Errorf("%s is encrypted: a plain checkpoint image of it would hold its plain text; give --encryption-key: %w", archive, errdefs.ErrNotSupported)
+		}
+		// Random access decrypts chunk by chunk into memory: the plain
+		// tar never reaches a file.
+		if src, err = sealed.Reader(); err != nil {
+			return image.Image{}, err
+		}
 	}
 	if _, err := os.Lstat(outPath); err == nil {
 		return image.Image{}, fmt.Errorf("%s exists: %w", outPath, os.ErrExist)
@@ -116,7 +160,7 @@ func writeCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions
 	}
 	defer os.Remove(tmp.Name())
 	defer tmp.Close()
-	img, err := image.Write(a, tag, tmp)
+	img, err := image.WriteWith(src, tag, tmp, o)
 	if err != nil {
 		return image.Image{}, fmt.Errorf("%s: %w", archive, err)
 	}
@@ -131,4 +175,62 @@ func writeCheckpointImage(archive, tag, outPath string, opening seal.OpenOptions
 		d.Close()
 	}
 	return img, nil
+}
+
+// checkpointImageVerifyOutput is the machine-readable form of `nodeshim
+// checkpoint image verify`.
+type checkpointImageVerifyOutput struct {
+	File   string `json:"file"`
+	Signed bool   `json:"signed"`
+	Node   string `json:"node,omitempty"`
+	KeyID  string `json:"keyID,omitempty"`
+}
+
+func newCheckpointImageVerifyCommand() *cobra.Command {
+	var policyPath, output string
+	cmd := &cobra.Command{
+		Use:   "verify FILE --trust-policy POLICY",
+		Short: "Verify a checkpoint image archive's signature against a trust policy",
+		Long: `Verify checks an OCI image archive that "nodeshim checkpoint image" wrote
+before it is loaded: the signature of its manifest by a key the trust
+policy trusts for the signing node, and the digest of every blob the
+manifest names (an encrypted layer is checked as it is, without a key).
+Exit code 0: verified; 1: refused, saying why.`,
+		Example: `  nodeshim checkpoint image verify /tmp/web-checkpoint.tar --trust-policy /etc/nodeshim/trust.yaml
+
+  # then, on the node that holds the private key:
+  #   podman pull --decryption-key /etc/nodeshim/node.pem oci-archive:/tmp/web-checkpoint.tar`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if policyPath == "" {
+				return withExitCode(exitUsage, errors.New("give --trust-policy POLICY"))
+			}
+			p, err := seal.LoadPolicy(policyPath)
+			if err != nil {
+				return withExitCode(exitUsage, fmt.Errorf("--trust-policy: %w", err))
+			}
+			f, err := os.Open(args[0])
+			if err != nil {
+				return err
+			}
+			defer f.Close()
+			sig, err := image.Verify(bufio.NewReaderSize(f, 1<<20), args[0], p)
+			if err != nil {
+				return err
+			}
+			out := checkpointImageVerifyOutput{File: args[0], Signed: sig != nil}
+			if sig != nil {
+				out.Node, out.KeyID = sig.Node, sig.KeyID
+			}
+			return writeOutput(cmd.OutOrStdout(), output, out, func() string {
+				if sig == nil {
+					return fmt.Sprintf("%s: unsigned, allowed by the trust policy\n", args[0])
+				}
+				return fmt.Sprintf("%s: signed by node %s (key %s)\n", args[0], sig.Node, sig.KeyID)
+			})
+		},
+	}
+	cmd.Flags().StringVar(&policyPath, "trust-policy", "", "the trust policy file the signature must satisfy")
+	cmd.Flags().StringVarP(&output, "output", "o", "table", outputUsage)
+	return cmd
 }

@@ -9,6 +9,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,11 +17,13 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/containers/ocicrypt/blockcipher"
 	digest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
 
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 )
 
 // The annotations of a checkpoint image, as each runtime reads them.
@@ -44,6 +47,12 @@ const (
 	CRIURootfsImageName = "org.criu.checkpoint.rootfsImageName"
 	// ContainerdImageName names the image for `ctr images import`.
 	ContainerdImageName = "io.containerd.image.name"
+	// SignatureAnnotation, on the index's descriptor of the manifest,
+	// holds the signing node's signature of the manifest: base64 of a
+	// seal signature file (criu/archive/seal) whose digest and size are
+	// the manifest blob's. The manifest names the config and the layer by
+	// digest, so the signature covers the whole image.
+	SignatureAnnotation = "io.nodeshim.checkpoint.signature"
 )
 
 // Image describes a written checkpoint image.
@@ -52,12 +61,19 @@ type Image struct {
 	Ref string `json:"ref"`
 	// Manifest is the manifest's digest, the image's identity.
 	Manifest digest.Digest `json:"manifest"`
-	// Layer is the layer's digest (the archive's sha256).
+	// Layer is the layer blob's digest.
 	Layer digest.Digest `json:"layer"`
+	// DiffID is the plain layer's digest (the config's diff_id): Layer
+	// too unless the layer is encrypted.
+	DiffID digest.Digest `json:"diffID"`
 	// Size is the layer's size in bytes.
 	Size int64 `json:"size"`
 	// Annotations are the manifest's annotations.
 	Annotations map[string]string `json:"annotations"`
+	// Encrypted says the layer is encrypted (OCI image layer encryption).
+	Encrypted bool `json:"encrypted,omitempty"`
+	// SignedBy is the key id of the manifest's signature, if signed.
+	SignedBy string `json:"signedBy,omitempty"`
 }
 
 // ErrNotCheckpoint is returned, wrapped, for an archive without the
@@ -70,6 +86,20 @@ type Archive interface {
 	io.ReaderAt
 	io.Reader
 	io.Seeker
+}
+
+// Options say how WriteWith seals a checkpoint image. The zero value
+// writes a plain, unsigned image (Write).
+type Options struct {
+	// Recipients, when any, encrypt the layer to them with OCI image
+	// layer encryption (ocicrypt's JWE scheme): the image is then
+	// usable only where one of their private keys is given.
+	Recipients []Recipient
+	// Signer, when set, signs the image's manifest as this node
+	// (SignatureAnnotation on the index's descriptor of it).
+	Signer *seal.Signer
+	// Now is the clock of the signature; nil means time.Now.
+	Now func() time.Time
 }
 
 // Write validates the checkpoint archive a (archive.Validate, and
@@ -86,11 +116,26 @@ type Archive interface {
 // checked against the free space of out's filesystem when out is a file:
 // a refusal wraps archive.ErrTooLarge and names the bound.
 func Write(a Archive, ref string, out io.Writer) (Image, error) {
+	return WriteWith(a, ref, out, Options{})
+}
+
+// WriteWith writes the checkpoint image of a as Write does, sealed as o
+// says. With recipients, the layer is encrypted (MediaTypeLayerEncrypted,
+// with the key options wrapped to each recipient in
+// AnnotationKeysJWE): its plain bytes exist only as they stream from a
+// to the cipher, never in out, and the config's diff_ids name the plain
+// layer, which the decrypting side checks. An encrypted image takes a
+// fresh key each time, so its bytes differ from one write to the next.
+// With a signer, the manifest is signed (Verify checks it).
+func WriteWith(a Archive, ref string, out io.Writer, o Options) (Image, error) {
 	if ref == "" {
 		return Image{}, errors.New("checkpoint image: empty image name")
 	}
 	if err := archive.CheckImageRef("checkpoint image", "name", ref); err != nil {
 		return Image{}, err
+	}
+	if o.Now == nil {
+		o.Now = time.Now
 	}
 	if _, err := a.Seek(0, io.SeekStart); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
@@ -121,21 +166,25 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	if err != nil {
 		return Image{}, err
 	}
+	write := func(w io.Writer) error { return writeLayer(a, w, meta.portableConfig, status) }
+	var cipher *layerCipher
+	if len(o.Recipients) > 0 {
+		if cipher, err = newLayerCipher(); err != nil {
+			return Image{}, fmt.Errorf("checkpoint image: layer key: %w", err)
+		}
+	}
 	// The layer is written twice, the same bytes each time: once to learn
 	// its digest, which names it in the image archive, then into it.
-	h := sha256.New()
-	counted := &countingWriter{w: h}
-	if err := writeLayer(a, counted, meta.portableConfig, status); err != nil {
+	layer, diffID, err := describeLayer(write, cipher, o.Recipients)
+	if err != nil {
 		return Image{}, err
 	}
-	layer := ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer,
-		Digest: digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)), Size: counted.n}
 
 	ann := meta.annotations(ref)
 	created := meta.CheckpointedAt
 	cfg := ocispec.Image{
 		Platform: ocispec.Platform{Architecture: runtime.GOARCH, OS: "linux"},
-		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{layer.Digest}},
+		RootFS:   ocispec.RootFS{Type: "layers", DiffIDs: []digest.Digest{diffID}},
 		History:  []ocispec.History{{CreatedBy: "nodeshim checkpoint image", Comment: "checkpoint of " + meta.Name}},
 	}
 	if !created.IsZero() {
@@ -156,6 +205,15 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 	// index's descriptor of it; the image names go on the descriptor.
 	manDesc.Annotations = map[string]string{ocispec.AnnotationRefName: ref, ContainerdImageName: ref, CRIUName: ann[CRIUName]}
 	manDesc.Platform = &cfg.Platform
+	img := Image{Ref: ref, Manifest: manDesc.Digest, Layer: layer.Digest, DiffID: diffID, Size: layer.Size, Annotations: ann, Encrypted: cipher != nil}
+	if o.Signer != nil {
+		sig, err := seal.NewSignature(*o.Signer, sha256.Sum256(manBlob), int64(len(manBlob)), cipher != nil, o.Now())
+		if err != nil {
+			return Image{}, fmt.Errorf("checkpoint image: sign: %w", err)
+		}
+		manDesc.Annotations[SignatureAnnotation] = base64.StdEncoding.EncodeToString(sig.Marshal())
+		img.SignedBy = sig.KeyID
+	}
 	idx := ocispec.Index{Versioned: specs.Versioned{SchemaVersion: 2}, MediaType: ocispec.MediaTypeImageIndex,
 		Manifests: []ocispec.Descriptor{manDesc}}
 	idxBlob, err := json.Marshal(idx)
@@ -187,17 +245,96 @@ func Write(a Archive, ref string, out io.Writer) (Image, error) {
 		Typeflag: tar.TypeReg, Format: tar.FormatPAX}); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: write layer: %w", err)
 	}
-	second := &countingWriter{w: tw}
-	if err := writeLayer(a, second, meta.portableConfig, status); err != nil {
+	h := sha256.New()
+	second := &countingWriter{w: io.MultiWriter(tw, h)}
+	if err := emitLayer(write, cipher, second); err != nil {
 		return Image{}, err
 	}
-	if second.n != layer.Size {
+	if second.n != layer.Size || digest.NewDigestFromBytes(digest.SHA256, h.Sum(nil)) != layer.Digest {
 		return Image{}, fmt.Errorf("checkpoint image: the archive changed while it was read (%d bytes, then %d)", layer.Size, second.n)
 	}
 	if err := tw.Close(); err != nil {
 		return Image{}, fmt.Errorf("checkpoint image: %w", err)
 	}
-	return Image{Ref: ref, Manifest: manDesc.Digest, Layer: layer.Digest, Size: layer.Size, Annotations: ann}, nil
+	return img, nil
+}
+
+// describeLayer writes the layer once, through cipher when set, and
+// returns its descriptor and its plain digest (the config's diff_id).
+func describeLayer(write func(io.Writer) error, cipher *layerCipher, recipients []Recipient) (ocispec.Descriptor, digest.Digest, error) {
+	plain := sha256.New()
+	plainN := &countingWriter{w: plain}
+	if cipher == nil {
+		if err := write(plainN); err != nil {
+			return ocispec.Descriptor{}, "", err
+		}
+		d := digest.NewDigestFromBytes(digest.SHA256, plain.Sum(nil))
+		return ocispec.Descriptor{MediaType: ocispec.MediaTypeImageLayer, Digest: d, Size: plainN.n}, d, nil
+	}
+	enc := sha256.New()
+	encN := &countingWriter{w: enc}
+	var fin blockcipher.Finalizer
+	err := pipe(func(w io.Writer) error { return write(io.MultiWriter(plainN, w)) }, func(r io.Reader) error {
+		er, f, err := cipher.encrypt(r)
+		if err != nil {
+			return fmt.Errorf("checkpoint image: encrypt layer: %w", err)
+		}
+		fin = f
+		if _, err := io.Copy(encN, er); err != nil {
+			return fmt.Errorf("checkpoint image: encrypt layer: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return ocispec.Descriptor{}, "", err
+	}
+	diffID := digest.NewDigestFromBytes(digest.SHA256, plain.Sum(nil))
+	ann, err := annotations(fin, diffID, recipients)
+	if err != nil {
+		return ocispec.Descriptor{}, "", fmt.Errorf("checkpoint image: encrypt layer: %w", err)
+	}
+	return ocispec.Descriptor{MediaType: MediaTypeLayerEncrypted, Digest: digest.NewDigestFromBytes(digest.SHA256, enc.Sum(nil)),
+		Size: encN.n, Annotations: ann}, diffID, nil
+}
+
+// emitLayer writes the layer to w, through cipher when set.
+func emitLayer(write func(io.Writer) error, cipher *layerCipher, w io.Writer) error {
+	if cipher == nil {
+		return write(w)
+	}
+	return pipe(write, func(r io.Reader) error {
+		er, _, err := cipher.encrypt(r)
+		if err != nil {
+			return fmt.Errorf("checkpoint image: encrypt layer: %w", err)
+		}
+		if _, err := io.Copy(w, er); err != nil {
+			return fmt.Errorf("checkpoint image: write layer: %w", err)
+		}
+		return nil
+	})
+}
+
+// errStopped ends a producer whose consumer returned early.
+var errStopped = errors.New("checkpoint image: the layer's reader stopped")
+
+// pipe runs produce, writing into a pipe, beside consume, reading from
+// it: the tar of the layer is made on one core while the other encrypts
+// and hashes it. The first error of either is returned.
+func pipe(produce func(io.Writer) error, consume func(io.Reader) error) error {
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := produce(pw)
+		pw.CloseWithError(err) // nil: the reader sees io.EOF
+		done <- err
+	}()
+	cerr := consume(pr)
+	pr.CloseWithError(errStopped)
+	perr := <-done
+	if perr != nil && !errors.Is(perr, errStopped) {
+		return perr
+	}
+	return cerr
 }
 
 // layerBound is the most the layer of entries can take: each entry's

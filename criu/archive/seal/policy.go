@@ -2,6 +2,7 @@ package seal
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 
 	"sigs.k8s.io/yaml"
@@ -113,4 +114,26 @@ func (p *Policy) trusts(s *Signature) (bool, string) {
 		return true, ""
 	}
 	return false, fmt.Sprintf("unknown key %s (node %q) is not in the trust policy", s.KeyID, s.Node)
+}
+
+// Verify checks the signature s of some bytes, whose SHA-256 is sum and
+// whose length is size, against p: made by a key p trusts for s's node,
+// valid, and of these bytes. name names the signed object in the
+// refusal, which wraps ErrUntrusted. Open does the same for an archive
+// file; Verify is for what carries its signature inside (a checkpoint
+// image's index).
+func (p *Policy) Verify(s *Signature, name string, sum [32]byte, size int64) error {
+	if ok, why := p.trusts(s); !ok {
+		return untrusted(name, "%s", why)
+	}
+	if !s.verify() {
+		return untrusted(name, "bad signature: it does not verify with key %s (node %q)", s.KeyID, s.Node)
+	}
+	if size != s.Size {
+		return untrusted(name, "digest mismatch: %s bytes, the signature says %s", sizeString(size), sizeString(s.Size))
+	}
+	if got := hex.EncodeToString(sum[:]); got != digestHex(s.Digest) {
+		return untrusted(name, "digest mismatch: the sha256 is %s, the signature says %s", got, digestHex(s.Digest))
+	}
+	return nil
 }

@@ -1,12 +1,17 @@
 // Package sealtest makes the keys of a node for the tests of what seals
 // checkpoints (criu/archive/seal) and what reads them: an age identity,
 // an ed25519 signing key and a trust policy of that key, written as an
-// operator writes them (age-keygen, openssl genpkey, YAML).
+// operator writes them (age-keygen, openssl genpkey, YAML), and the JWE
+// key pairs of checkpoint image encryption.
 package sealtest
 
 import (
+	"crypto"
+	"crypto/ecdsa"
 	"crypto/ed25519"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"os"
@@ -57,6 +62,51 @@ func NodeKeys(t testing.TB, dir, node string) Keys {
 		k.IdentityFile:   []byte(id.String() + "\n"),
 		k.SigningKeyFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
 		k.PolicyFile:     []byte("keys:\n- keyID: " + seal.KeyID(pub) + "\n  node: " + node + "\n"),
+	} {
+		if err := os.WriteFile(p, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return k
+}
+
+// JWEKey is a key pair for OCI image layer encryption (JWE): the public
+// key encrypts a checkpoint image to its holder (--encryption-key
+// jwe:PublicFile), the private key decrypts it (podman pull
+// --decryption-key PrivateFile).
+type JWEKey struct {
+	PublicFile, PrivateFile string
+}
+
+// NewJWEKey makes an RSA 2048 (ec false) or a P-256 key pair and writes
+// it into dir as <name>.pub.pem (PKIX) and <name>.pem (PKCS #8), 0600.
+func NewJWEKey(t testing.TB, dir, name string, ec bool) JWEKey {
+	t.Helper()
+	var priv crypto.Signer
+	var err error
+	if ec {
+		priv, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	} else {
+		priv, err = rsa.GenerateKey(rand.Reader, 2048)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	der, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := x509.MarshalPKIXPublicKey(priv.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	k := JWEKey{PublicFile: filepath.Join(dir, name+".pub.pem"), PrivateFile: filepath.Join(dir, name+".pem")}
+	for p, b := range map[string][]byte{
+		k.PublicFile:  pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}),
+		k.PrivateFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
 	} {
 		if err := os.WriteFile(p, b, 0o600); err != nil {
 			t.Fatal(err)
