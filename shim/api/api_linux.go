@@ -112,6 +112,10 @@ type Options struct {
 	// ReportRefreshInterval is the least time between two refreshes;
 	// DefaultReportRefreshInterval when zero.
 	ReportRefreshInterval time.Duration
+	// Transfer, when set, serves PUT /transfers/{name}: pod checkpoints
+	// sent by other nodes' shims (shim/transfer.Receiver, which accepts
+	// only a client certificate the TLS handshake verified).
+	Transfer http.Handler
 	// Stop, when closed, ends every long poll at once with the current
 	// document: close it when the server shuts down, so that
 	// http.Server.Shutdown does not wait for them.
@@ -361,6 +365,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 	full.HandleFunc(removeCheckpointPattern, func(w http.ResponseWriter, r *http.Request) {
 		serveRemoveCheckpoint(w, r, opts)
 	})
+	if opts.Transfer != nil {
+		full.Handle("PUT /transfers/{name}", opts.Transfer)
+	}
 	return authorize(read, full, opts)
 }
 
