@@ -77,6 +77,7 @@ func HostSuite() []Decision {
 		{"criu/workentry", true, "the work entries' names, their owners judged by pid and start time, and the OFD target locks on the guest's kernel"},
 		{"shim/checkpoint/retention", false, "its tests prune real CRIU archives, and CRIU is not in the guest"},
 		{"shim/client", true, "the client over a unix socket"},
+		{"shim/transfer", true, "two node APIs on the guest's loopback over mutual TLS: a pod checkpoint sealed, sent, verified and stored, and every refusal"},
 		{"cluster/apis/v1alpha1", true, "portable: the PodCheckpoint types against deploy/'s CustomResourceDefinition"},
 		{"cluster/podcheckpoint", false, "every test runs the handler against a kube-apiserver with etcd"},
 		{"cluster/kubectl", false, "the kubectl plugin against a kube-apiserver with etcd"},
