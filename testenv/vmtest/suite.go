@@ -132,6 +132,7 @@ func GuestLacks() []Peer {
 		{"containerd", "the container runtimes and their images are the host's (testenv/runtimetest)"},
 		{"podman", "the container runtimes and their images are the host's (testenv/runtimetest)"},
 		{"crictl", "it talks to containerd, which the guest does not have"},
+		{"docker-registry", "the OCI registry of the oci:// seccomp profile tests (testenv/registrytest); the kernel plays no part in them"},
 	}
 }
 
