@@ -68,6 +68,11 @@ type Settings struct {
 	// configuration's checkpoint.encryption and checkpoint.signing); they
 	// are read at each checkpoint, so that a rotated key applies at once.
 	Seal seal.Config
+	// PreDump is the number of pre-dump rounds run before each container
+	// checkpoint where the kernel tracks dirty memory (the
+	// configuration's checkpoint.preDumpRounds); elsewhere none run and
+	// the record says why.
+	PreDump int
 }
 
 // RetentionPolicy converts a ShimConfiguration's checkpoint.retention into
@@ -127,6 +132,8 @@ type Service struct {
 	inflight  sync.WaitGroup
 	busy      map[criu.ContainerRef]bool
 	resolvers map[string]resolverConn
+	// preDumpOK keeps criu.CheckPreDump's answer per criu binary path.
+	preDumpOK map[string]error
 
 	// pruneMu serializes retention; removed counts its removals.
 	pruneMu sync.Mutex
@@ -474,7 +481,12 @@ func (s *Service) Checkpoint(ctx context.Context, ref criu.ContainerRef, timeout
 	phase := criu.PhaseDumping
 	// Before anything is frozen, runLocked refuses a checkpoint whose
 	// images and archive cannot be written, even after pruning.
+	rec.PreDumpRounds, rec.PreDumpSkipped = s.preDumpRounds(ctx, bin, set.PreDump)
+	if rec.PreDumpSkipped != "" {
+		s.opts.Logger.Warn("checkpoint without pre-dump rounds", "container", ref, "rounds", set.PreDump, "reason", rec.PreDumpSkipped)
+	}
 	res, err := runLocked(ctx, target, criu.Options{
+		PreDump:    rec.PreDumpRounds,
 		Seal:       sealing,
 		Binary:     bin,
 		ArchiveDir: set.Dir,

@@ -9,7 +9,7 @@ import (
 
 // TestCheckpointSealingValidated: the encryption, signing and trust
 // policy fields are checked without reading a file, each problem naming
-// its field.
+// its field; so is the number of pre-dump rounds.
 func TestCheckpointSealingValidated(t *testing.T) {
 	id, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -31,6 +31,9 @@ func TestCheckpointSealingValidated(t *testing.T) {
 		{"relative key file", func(c *Checkpoints) { c.Signing.KeyFile = "node.key" }, "checkpoint.signing.keyFile"},
 		{"bad node name", func(c *Checkpoints) { c.Signing.NodeName = "Node_A" }, "checkpoint.signing.nodeName"},
 		{"relative policy", func(c *Checkpoints) { c.TrustPolicy = "trust.yaml" }, "checkpoint.trustPolicy"},
+		{"pre-dump rounds", func(c *Checkpoints) { c.PreDumpRounds = MaxPreDumpRounds }, ""},
+		{"negative pre-dump rounds", func(c *Checkpoints) { c.PreDumpRounds = -1 }, "checkpoint.preDumpRounds -1: want 0 to 8"},
+		{"too many pre-dump rounds", func(c *Checkpoints) { c.PreDumpRounds = MaxPreDumpRounds + 1 }, "checkpoint.preDumpRounds 9: want 0 to 8"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := Defaults()

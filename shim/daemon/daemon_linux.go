@@ -621,5 +621,6 @@ func (d *daemon) checkpointSettings() checkpoint.Settings {
 	d.mu.Unlock()
 	return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
 		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint,
-		Retention: checkpoint.RetentionPolicy(a.Checkpoint.Retention), Seal: a.Checkpoint.SealConfig()}
+		Retention: checkpoint.RetentionPolicy(a.Checkpoint.Retention), Seal: a.Checkpoint.SealConfig(),
+		PreDump: int(a.Checkpoint.PreDumpRounds)}
 }

@@ -116,6 +116,12 @@ type CheckpointRecord struct {
 	SizeBytes int64  `json:"sizeBytes,omitempty"`
 	// Error is CRIU's or nodeshim's message for a failure.
 	Error string `json:"error,omitempty"`
+	// PreDumpRounds is the number of pre-dump rounds (iterative
+	// pre-copy) that ran before the final dump; PreDumpSkipped says why
+	// the configured rounds did not run (a kernel without dirty-memory
+	// tracking).
+	PreDumpRounds  int    `json:"preDumpRounds,omitempty"`
+	PreDumpSkipped string `json:"preDumpSkipped,omitempty"`
 }
 
 // SetReport records a capability report and its KernelReportSucceeded
