@@ -61,7 +61,7 @@ type Profile struct {
 func (c *Client) Fetch(ctx context.Context, ref string) (Profile, error) {
 	p, err := c.fetch(ctx, ref)
 	if err != nil {
-		return Profile{}, &Error{Ref: ref, Err: err}
+		return Profile{}, &Error{Ref: strings.TrimSpace(ref), Err: err}
 	}
 	return p, nil
 }
