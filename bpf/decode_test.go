@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"os"
+	"strings"
 	"testing"
 )
 
@@ -23,15 +24,34 @@ func TestDecodeOOMEvent(t *testing.T) {
 	for i, c := range "stress-ng-vm" {
 		comm[i] = int8(c)
 	}
-	full := oomOomEvent{TimestampNs: 42, CgroupId: 7, TotalVm: 100, Rss: 10, Pid: 1234, Tgid: 1230, Hook: 1, OomScoreAdj: -998, Comm: comm}
+	var name, parent [96]int8
+	for i, c := range "cri-containerd-0123abcd.scope" {
+		name[i] = int8(c)
+	}
+	for i, c := range "kubepods-burstable-pod1234.slice" {
+		parent[i] = int8(c)
+	}
+	full := oomOomEvent{TimestampNs: 42, CgroupId: 7, TotalVm: 100, Rss: 10, Pid: 1234, Tgid: 1230, Hook: 1, OomScoreAdj: -998, Comm: comm,
+		CgroupName: name, CgroupParentName: parent}
+	unterminated := full
+	for i := range unterminated.CgroupName {
+		unterminated.CgroupName[i] = 'a'
+	}
 	cases := []struct {
 		name    string
 		raw     []byte
 		want    OOMEvent
 		wantErr error
 	}{
-		{"fentry event", rawOOMEvent(t, full), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
-		{"ring buffer padding after the record", append(rawOOMEvent(t, full), 0, 0, 0, 0), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"fentry event", rawOOMEvent(t, full), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7,
+			CgroupName: "cri-containerd-0123abcd.scope", CgroupParentName: "kubepods-burstable-pod1234.slice",
+			TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"ring buffer padding after the record", append(rawOOMEvent(t, full), 0, 0, 0, 0), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7,
+			CgroupName: "cri-containerd-0123abcd.scope", CgroupParentName: "kubepods-burstable-pod1234.slice",
+			TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
+		{"cgroup name without its NUL", rawOOMEvent(t, unterminated), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7,
+			CgroupName: strings.Repeat("a", 96), CgroupParentName: "kubepods-burstable-pod1234.slice",
+			TotalVMBytes: 100 * page, RSSBytes: 10 * page, OOMScoreAdj: -998, Hook: OOMHookFentry}, nil},
 		{"raw tracepoint event", rawOOMEvent(t, oomOomEvent{CgroupId: 7, TotalVm: 100, Rss: 10, Pid: 1234, Tgid: 1230, Hook: 4, Comm: comm}), OOMEvent{PID: 1234, TGID: 1230, Comm: "stress-ng-vm", CgroupID: 7, TotalVMBytes: 100 * page, RSSBytes: 10 * page, Hook: OOMHookRawTracepoint}, nil},
 		{"tracepoint event with pid only (before 6.8)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3}), OOMEvent{PID: 9, Hook: OOMHookTracepoint}, nil},
 		{"tracepoint event in KiB (6.8+)", rawOOMEvent(t, oomOomEvent{Pid: 9, Hook: 3, TotalVm: 4096, Rss: 2048, MemInKib: 1}), OOMEvent{PID: 9, Hook: OOMHookTracepoint, TotalVMBytes: 4 << 20, RSSBytes: 2 << 20}, nil},
@@ -61,6 +81,9 @@ func FuzzDecodeOOMEvent(f *testing.F) {
 				t.Fatalf("error does not wrap ErrShortOOMEvent: %v", err)
 			}
 			return
+		}
+		if len(ev.CgroupName) > 96 || len(ev.CgroupParentName) > 96 {
+			t.Fatalf("cgroup names longer than their fields: %q %q", ev.CgroupName, ev.CgroupParentName)
 		}
 		if len(ev.Comm) > 16 {
 			t.Fatalf("comm longer than TASK_COMM_LEN: %q", ev.Comm)

@@ -1,7 +1,6 @@
 package bpf
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -88,6 +87,13 @@ type OOMEvent struct {
 	// CgroupID is the victim's cgroup v2 id (the inode of its cgroup
 	// directory); 0 when the hook cannot see it (see OOMHookTracepoint).
 	CgroupID uint64
+	// CgroupName and CgroupParentName are the names of the victim's
+	// cgroup v2 directory and of its parent, read at the kill (a
+	// container's "cri-containerd-<id>.scope" and its pod's slice with
+	// the systemd driver); empty when the hook cannot see them. A kill
+	// that takes its whole container (memory.oom.group) removes the
+	// directory before user space could turn CgroupID into a path.
+	CgroupName, CgroupParentName string
 	// TotalVMBytes is the size of the victim's address space, RSSBytes its
 	// resident file, anonymous and shmem memory, at the time of the kill.
 	TotalVMBytes, RSSBytes uint64
@@ -457,6 +463,18 @@ func (w *OOMWatcher) Close() error {
 	return w.closeErr
 }
 
+// cString is the NUL-terminated string at the start of b.
+func cString(b []int8) string {
+	s := make([]byte, 0, len(b))
+	for _, c := range b {
+		if c == 0 {
+			break
+		}
+		s = append(s, byte(c))
+	}
+	return string(s)
+}
+
 // decodedOOMEvent is an OOMEvent before its monotonic timestamp is turned
 // into wall time.
 type decodedOOMEvent struct {
@@ -475,27 +493,22 @@ func decodeOOMEvent(raw []byte) (decodedOOMEvent, error) {
 	if _, err := binary.Decode(raw, binary.NativeEndian, &e); err != nil {
 		return decodedOOMEvent{}, fmt.Errorf("%w (%d bytes): %w", ErrShortOOMEvent, len(raw), err)
 	}
-	comm := make([]byte, 0, len(e.Comm))
-	for _, c := range e.Comm {
-		comm = append(comm, byte(c))
-	}
-	if i := bytes.IndexByte(comm, 0); i >= 0 {
-		comm = comm[:i]
-	}
 	unit := uint64(os.Getpagesize())
 	if e.MemInKib != 0 {
 		unit = 1024
 	}
 	return decodedOOMEvent{
 		OOMEvent: OOMEvent{
-			PID:          e.Pid,
-			TGID:         e.Tgid,
-			Comm:         string(comm),
-			CgroupID:     e.CgroupId,
-			TotalVMBytes: e.TotalVm * unit,
-			RSSBytes:     e.Rss * unit,
-			OOMScoreAdj:  e.OomScoreAdj,
-			Hook:         hookOf(e.Hook),
+			PID:              e.Pid,
+			TGID:             e.Tgid,
+			Comm:             cString(e.Comm[:]),
+			CgroupID:         e.CgroupId,
+			CgroupName:       cString(e.CgroupName[:]),
+			CgroupParentName: cString(e.CgroupParentName[:]),
+			TotalVMBytes:     e.TotalVm * unit,
+			RSSBytes:         e.Rss * unit,
+			OOMScoreAdj:      e.OomScoreAdj,
+			Hook:             hookOf(e.Hook),
 		},
 		rawTime: e.TimestampNs,
 	}, nil

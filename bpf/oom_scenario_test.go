@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/cgroup"
 )
 
 // oomScenario runs the memory hog in a fresh cgroup v2 directory under
@@ -90,6 +92,15 @@ func oomScenario(t *testing.T, w *OOMWatcher, cg2 string, wantMemory bool, confi
 	// so even the tracepoint knows its process and cgroup.
 	if v.TGID != uint32(pid) || v.CgroupID != target.Keys[0] {
 		t.Errorf("victim tgid %d cgroup id %d, want %d %d (%s)", v.TGID, v.CgroupID, pid, target.Keys[0], dir)
+	}
+	// The names of its cgroup and its parent, read at the kill (the
+	// root's kernfs node is named "").
+	wantParent := filepath.Base(cg2)
+	if root, err := cgroup.MountUnder("/sys"); err == nil && filepath.Clean(root) == filepath.Clean(cg2) {
+		wantParent = ""
+	}
+	if v.CgroupName != filepath.Base(dir) || v.CgroupParentName != wantParent {
+		t.Errorf("victim cgroup named %q in %q, want %q in %q", v.CgroupName, v.CgroupParentName, filepath.Base(dir), wantParent)
 	}
 	if !wantMemory {
 		if v.RSSBytes != 0 || v.TotalVMBytes != 0 {

@@ -14,18 +14,20 @@ import (
 )
 
 type oomOomEvent struct {
-	_           structs.HostLayout
-	TimestampNs uint64
-	CgroupId    uint64
-	TotalVm     uint64
-	Rss         uint64
-	Pid         uint32
-	Tgid        uint32
-	Hook        uint32
-	OomScoreAdj int32
-	MemInKib    uint32
-	Comm        [16]int8
-	_           [4]byte
+	_                structs.HostLayout
+	TimestampNs      uint64
+	CgroupId         uint64
+	TotalVm          uint64
+	Rss              uint64
+	Pid              uint32
+	Tgid             uint32
+	Hook             uint32
+	OomScoreAdj      int32
+	MemInKib         uint32
+	Comm             [16]int8
+	CgroupName       [96]int8
+	CgroupParentName [96]int8
+	_                [4]byte
 }
 
 // Names of all BPF objects in the ELF.

@@ -14,6 +14,10 @@
 #include <bpf/bpf_tracing.h>
 
 #define TASK_COMM_LEN 16
+// Room for a container's cgroup directory name: the systemd driver's
+// "cri-containerd-<64 hex>.scope" is 85 bytes, a pod's slice
+// "kubepods-burstable-pod<uid>.slice" 64.
+#define CGROUP_NAME_LEN 96
 
 // Field order and sizes are mirrored by OOMEvent's decoder in oom.go.
 struct oom_event {
@@ -27,6 +31,12 @@ struct oom_event {
 	__s32 oom_score_adj;
 	__u32 mem_in_kib;     // total_vm and rss are in KiB, not pages
 	char comm[TASK_COMM_LEN];
+	// The names of the victim's cgroup v2 directory and of its parent
+	// (kernfs_node.name), read at the kill: a kill that takes its whole
+	// container (memory.oom.group) removes the directory, and with it any
+	// way to turn cgroup_id into a path, before user space looks.
+	char cgroup_name[CGROUP_NAME_LEN];
+	char cgroup_parent_name[CGROUP_NAME_LEN];
 };
 
 // Keeps struct oom_event in the object's BTF so that bpf2go emits its Go
@@ -93,6 +103,32 @@ static __always_inline void submit(void *ctx, struct oom_event *e)
 		bpf_perf_event_output(ctx, &oom_events_pb, BPF_F_CURRENT_CPU, e, sizeof(*e));
 }
 
+// kernfs_node.parent became __parent in 6.15 (RCU-protected since).
+struct kernfs_node___old {
+	struct kernfs_node *parent;
+} __attribute__((preserve_access_index));
+
+static __always_inline void cgroup_names(struct oom_event *e, struct task_struct *tsk)
+{
+	struct kernfs_node *kn = BPF_CORE_READ(tsk, cgroups, dfl_cgrp, kn);
+	const char *name;
+
+	if (!kn)
+		return;
+	name = BPF_CORE_READ(kn, name);
+	if (name)
+		bpf_probe_read_kernel_str(&e->cgroup_name, sizeof(e->cgroup_name), name);
+	if (bpf_core_field_exists(kn->__parent))
+		kn = BPF_CORE_READ(kn, __parent);
+	else
+		kn = BPF_CORE_READ((struct kernfs_node___old *)kn, parent);
+	if (!kn)
+		return;
+	name = BPF_CORE_READ(kn, name);
+	if (name)
+		bpf_probe_read_kernel_str(&e->cgroup_parent_name, sizeof(e->cgroup_parent_name), name);
+}
+
 static __always_inline int report_task(void *ctx, struct task_struct *tsk, __u32 hook)
 {
 	struct oom_event e = {};
@@ -105,6 +141,7 @@ static __always_inline int report_task(void *ctx, struct task_struct *tsk, __u32
 	e.oom_score_adj = BPF_CORE_READ(tsk, signal, oom_score_adj);
 	BPF_CORE_READ_STR_INTO(&e.comm, tsk, comm);
 	e.cgroup_id = BPF_CORE_READ(tsk, cgroups, dfl_cgrp, kn, id);
+	cgroup_names(&e, tsk);
 	mm = BPF_CORE_READ(tsk, mm);
 	if (mm) {
 		e.total_vm = BPF_CORE_READ(mm, total_vm);
@@ -169,6 +206,7 @@ int oom_victim_tracepoint(struct trace_event_raw_mark_victim *tp)
 	if ((__u32)pid_tgid == e.pid || (__u32)(pid_tgid >> 32) == e.pid) {
 		e.tgid = pid_tgid >> 32;
 		e.cgroup_id = bpf_get_current_cgroup_id();
+		cgroup_names(&e, (struct task_struct *)bpf_get_current_task());
 		if (!e.comm[0])
 			bpf_get_current_comm(&e.comm, sizeof(e.comm));
 	}
