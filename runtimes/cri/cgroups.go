@@ -39,6 +39,11 @@ type Victim struct {
 	// Cgroups are the paths of the victim's /proc/<pid>/cgroup lines, read
 	// as soon as the event arrived; nil when the task was already gone.
 	Cgroups []string
+	// CgroupNames are the names of the victim's cgroup v2 directory and
+	// of its parent, as the kernel named them at the kill (the OOM
+	// event's); nil when the event has none. They outlive the
+	// directory, which a kill of the whole container removes.
+	CgroupNames []string
 	// Time is when the kernel killed it; zero when unknown.
 	Time time.Time
 }
@@ -48,6 +53,11 @@ const (
 	ByCgroupID   = "cgroupID"
 	ByProcCgroup = "procCgroup"
 	ByOOMControl = "memory.oom_control"
+	// ByCgroupName: the container whose id the victim's cgroup directory
+	// is named for ("cri-containerd-<id>.scope", "crio-<id>.scope" with
+	// the systemd driver, "<id>" with cgroupfs), as the kernel named it
+	// at the kill.
+	ByCgroupName = "cgroupName"
 	// ByExitReason: the one container that the runtime reports exited
 	// for an OOM kill (CRI reason OOMKilled) since the kill, found when
 	// the kill took the whole container and its cgroup away before the
@@ -87,10 +97,13 @@ type CgroupIndexOptions struct {
 // (the OCI spec's cgroupsPath) and refreshed when a lookup misses, so that
 // an OOM kill costs no CRI call for a container already seen.
 //
-// Three ways lead from a victim to its container, in order: its cgroup v2
+// Four ways lead from a victim to its container, in order: its cgroup v2
 // id (runc joins the unified hierarchy on a hybrid node, so the id is the
 // container's); its /proc/<pid>/cgroup paths, when they could be read
-// before it exited; and on a v1 memory hierarchy, the container whose
+// before it exited; the names the kernel gave its cgroup and the parent's
+// at the kill, which name the container's id and outlive a cgroup that a
+// kill of the whole container removed before it was indexed; and on a v1
+// memory hierarchy, the container whose
 // memory.oom_control oom_kill counter (Linux 4.13+) grew since the index
 // last looked, for runtimes that leave the unified hierarchy alone (crun
 // on a hybrid node keeps its containers in the unified root).
@@ -218,8 +231,9 @@ func (x *CgroupIndex) oomKills(e *indexed) uint64 {
 }
 
 // Lookup finds the container of an OOM victim and says how (ByCgroupID,
-// ByProcCgroup, ByOOMControl, ByExitReason): by its cgroup id or /proc
-// paths, refreshing the index once when the cache knows neither, then by
+// ByProcCgroup, ByCgroupName, ByOOMControl, ByExitReason): by its cgroup
+// id, /proc paths or cgroup names, refreshing the index once when the
+// cache knows none of them, then by
 // the v1 OOM kill counters, then, for a victim that may be a pod's (its
 // task gone by the event, or its cgroup below kubepods: a kill that took
 // its whole container), by the one container the runtime reports exited
@@ -345,7 +359,8 @@ func (x *CgroupIndex) byExitReason(ctx context.Context, v Victim, notFound error
 	}
 }
 
-// direct finds the victim's container by its cgroup id or /proc paths.
+// direct finds the victim's container by its cgroup id, its /proc paths
+// or the names of its cgroups.
 func (x *CgroupIndex) direct(v Victim) (Workload, string, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -366,7 +381,41 @@ func (x *CgroupIndex) direct(v Victim) (Workload, string, bool) {
 			}
 		}
 	}
+	for _, name := range v.CgroupNames {
+		if id, ok := ContainerIDFromCgroupName(name); ok {
+			if e, ok := x.byCtr[id]; ok {
+				x.consumeOOMKill(e)
+				return e.w, ByCgroupName, true
+			}
+		}
+	}
 	return Workload{}, "", false
+}
+
+// ContainerIDFromCgroupName returns the container id that a cgroup
+// directory is named for: "<prefix>-<id>.scope" (the systemd driver's
+// unit of containerd, CRI-O, docker and podman), or a bare id (cgroupfs).
+// The id is hex, 12 to 64 digits. A runtime's monitor that is named for
+// the container ("crio-conmon-<id>.scope") is not the container, and a
+// slice or any other name names none.
+func ContainerIDFromCgroupName(name string) (string, bool) {
+	id := name
+	if unit, ok := strings.CutSuffix(name, ".scope"); ok {
+		i := strings.LastIndexByte(unit, '-')
+		if i < 0 || strings.Contains(unit[:i], "conmon") {
+			return "", false
+		}
+		id = unit[i+1:]
+	}
+	if len(id) < 12 || len(id) > 64 {
+		return "", false
+	}
+	for _, c := range id {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return "", false
+		}
+	}
+	return id, true
 }
 
 // byOOMCounter finds the one container whose v1 OOM kill counter grew.

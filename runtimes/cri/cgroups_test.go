@@ -122,6 +122,7 @@ func TestCgroupIndexLookup(t *testing.T) {
 		return id
 	}
 	rootID := idOf("/")
+	goneID := strings.Repeat("0f", 32)
 	bRel := CgroupRelPath("kubepods-besteffort-poduid_db.slice:cri-containerd:b")
 
 	tests := []struct {
@@ -145,6 +146,24 @@ func TestCgroupIndexLookup(t *testing.T) {
 			h.setOOMKills(t, "/kubepods/podnew/c", 1)
 		}, func() Victim { return Victim{CgroupID: idOf("/kubepods/podnew/c")} }, "c", ByCgroupID, nil},
 		{"outside any container", nil, func() Victim { return Victim{CgroupID: rootID, Cgroups: []string{"/system.slice/sshd.service"}} }, "", "", ErrNotFound},
+		// A kill of the whole container (memory.oom.group): its task and
+		// cgroup were gone before the container was first indexed, so
+		// neither its id nor /proc leads to it; the names the kernel gave
+		// its cgroup at the kill do.
+		{"a whole container killed before it was indexed, by its cgroup's name", func() {
+			c := ctr(goneID, "s-gone", "ns", "gone", "hog", runtimeapi.ContainerState_CONTAINER_EXITED, 1)
+			c.Labels[LabelPodUID] = "uid-gone"
+			srv.containers = append(srv.containers, c)
+			srv.info[goneID] = cgroupInfo("kubepods-burstable-poduid_gone.slice:cri-containerd:" + goneID)
+		}, func() Victim {
+			return Victim{CgroupID: 987654, CgroupNames: []string{"cri-containerd-" + goneID + ".scope", "kubepods-burstable-poduid_gone.slice"}}
+		}, goneID, ByCgroupName, nil},
+		{"a process in a subgroup of the container's scope, by its parent's name", nil, func() Victim {
+			return Victim{CgroupID: 987655, CgroupNames: []string{"container", "cri-containerd-" + goneID + ".scope"}}
+		}, goneID, ByCgroupName, nil},
+		{"the runtime's monitor named for the container is not the container", nil, func() Victim {
+			return Victim{CgroupID: 987656, CgroupNames: []string{"crio-conmon-" + goneID + ".scope", "kubepods-burstable-poduid_gone.slice"}}
+		}, "", "", ErrNotFound},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -169,6 +188,55 @@ func TestCgroupIndexLookup(t *testing.T) {
 			}
 		})
 	}
+}
+
+func TestContainerIDFromCgroupName(t *testing.T) {
+	id := strings.Repeat("ab", 32)
+	for _, tc := range []struct {
+		name, in, want string
+	}{
+		{"containerd, systemd driver", "cri-containerd-" + id + ".scope", id},
+		{"CRI-O, systemd driver", "crio-" + id + ".scope", id},
+		{"docker", "docker-" + id + ".scope", id},
+		{"podman", "libpod-" + id + ".scope", id},
+		{"cgroupfs driver", id, id},
+		{"short id", "crio-0123456789ab.scope", "0123456789ab"},
+		{"CRI-O's conmon", "crio-conmon-" + id + ".scope", ""},
+		{"libpod's conmon", "libpod-conmon-" + id + ".scope", ""},
+		{"a pod's slice", "kubepods-burstable-pod" + id + ".slice", ""},
+		{"a pod's cgroupfs directory", "pod" + id, ""},
+		{"a subgroup", "container", ""},
+		{"a scope without a dash", id + ".scope", ""},
+		{"upper case", strings.ToUpper(id), ""},
+		{"too long", id + "00", ""},
+		{"too short", "crio-0123.scope", ""},
+		{"empty", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok := ContainerIDFromCgroupName(tc.in)
+			if got != tc.want || ok != (tc.want != "") {
+				t.Errorf("ContainerIDFromCgroupName(%q) = %q, %v; want %q", tc.in, got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func FuzzContainerIDFromCgroupName(f *testing.F) {
+	f.Add("cri-containerd-" + strings.Repeat("ab", 32) + ".scope")
+	f.Add("crio-conmon-0123456789ab.scope")
+	f.Add("kubepods.slice")
+	f.Fuzz(func(t *testing.T, name string) {
+		id, ok := ContainerIDFromCgroupName(name)
+		if !ok {
+			if id != "" {
+				t.Fatalf("%q: id %q without ok", name, id)
+			}
+			return
+		}
+		if len(id) < 12 || len(id) > 64 || strings.Trim(id, "0123456789abcdef") != "" || !strings.Contains(name, id) {
+			t.Fatalf("%q: id %q", name, id)
+		}
+	})
 }
 
 func FuzzCgroupRelPath(f *testing.F) {

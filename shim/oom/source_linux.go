@@ -212,6 +212,13 @@ func (s *Source) resolveTimeout() time.Duration {
 // entry lasts until it is reaped.
 func (s *Source) victim(ev bpf.OOMEvent) cri.Victim {
 	v := cri.Victim{CgroupID: ev.CgroupID, Time: ev.Time}
+	// The kernel's names for its cgroups, read at the kill: they name a
+	// container whose task and cgroup are gone by now (memory.oom.group).
+	for _, name := range []string{ev.CgroupName, ev.CgroupParentName} {
+		if name != "" {
+			v.CgroupNames = append(v.CgroupNames, name)
+		}
+	}
 	pid := ev.TGID
 	if pid == 0 {
 		pid = ev.PID
