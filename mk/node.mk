@@ -67,9 +67,11 @@ node-lint: deps $(STATICCHECK)
 	$(STATICCHECK) -tags nodevm ./testenv/nodevm/...
 
 ## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5, kubelet 1.37) under QEMU and run the node scenarios
-vmtest-node: node-apt-deps node-lint node-tools kube-guest $(NODEVM)
+vmtest-node: node-apt-deps node-lint node-tools kube-guest $(KUBECTL) $(CHECKPOINTCTL) $(CRIU_STAMP) $(NODEVM)
 	$(NODEVM) -root $(CURDIR) -cache $(CACHE)/vmtest/node -timeout $(NODE_TIMEOUT) \
 		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -crictl $(CRICTL) \
 		-kubelet $(TOOLS)/bin/kubelet-$(KUBE_GUEST_VERSION) -kube-apiserver $(TOOLS)/bin/kube-apiserver-$(KUBE_GUEST_VERSION) \
 		-kube-controller-manager $(TOOLS)/bin/kube-controller-manager-$(KUBE_GUEST_VERSION) -etcd $(ETCD) \
+		-kube-scheduler $(TOOLS)/bin/kube-scheduler-$(KUBE_GUEST_VERSION) \
+		-kubectl $(KUBECTL) -checkpointctl $(CHECKPOINTCTL) -criu-root $(CRIU_PREFIX) \
 		-ldflags '$(LDFLAGS)' -tags '$(GOTAGS)' $(if $(NODE_NODESHIM),-nodeshim $(NODE_NODESHIM)) $(NODE_FLAGS)

@@ -15,8 +15,10 @@ import (
 // ControlPlaneBinaries are the host's Kubernetes programs for the control
 // plane the node joins, at the node's kubelet's version (a kubelet newer
 // than its API server is outside Kubernetes' version skew policy).
+// Scheduler, when set, is kube-scheduler, which binds a DaemonSet's pods to
+// their node.
 type ControlPlaneBinaries struct {
-	APIServer, Etcd, ControllerManager string
+	APIServer, Etcd, ControllerManager, Scheduler string
 }
 
 // ControlPlane is etcd, kube-apiserver and kube-controller-manager on the
@@ -30,7 +32,7 @@ type ControlPlane struct {
 	// Kube is what the node needs of it (Kubelet left for the caller).
 	Kube Kube
 
-	cm *testproc.Proc
+	cm, sched *testproc.Proc
 }
 
 // StartControlPlane starts the node's control plane with its data under
@@ -80,34 +82,50 @@ func StartControlPlane(dir string, bins ControlPlaneBinaries) (*ControlPlane, er
 		cp.Stop()
 		return nil, fmt.Errorf("the node's control plane: %w", err)
 	}
+	if bins.Scheduler != "" {
+		cp.sched, err = testproc.Start(dir, "kube-scheduler", bins.Scheduler,
+			"--kubeconfig="+kubeconfig, "--leader-elect=false", "--secure-port=0", "--v=1")
+		if err != nil {
+			cp.Stop()
+			return nil, fmt.Errorf("the node's control plane: %w", err)
+		}
+	}
 	return cp, nil
 }
 
 // Logs returns the last lines of the control plane's logs.
 func (cp *ControlPlane) Logs() string {
 	return cp.API.Logs() + "last lines of kube-controller-manager.log:\n" +
-		testproc.Tail(filepath.Join(filepath.Dir(cp.API.Dir), "kube-controller-manager.log"), 40) + "\n"
+		testproc.Tail(filepath.Join(filepath.Dir(cp.API.Dir), "kube-controller-manager.log"), 40) + "\n" +
+		"last lines of kube-scheduler.log:\n" + testproc.Tail(filepath.Join(filepath.Dir(cp.API.Dir), "kube-scheduler.log"), 20) + "\n"
 }
 
-// Stop stops the controller manager, the API server and etcd.
+// Stop stops the scheduler, the controller manager, the API server and
+// etcd.
 func (cp *ControlPlane) Stop() {
+	if cp.sched != nil {
+		cp.sched.Stop()
+	}
 	if cp.cm != nil {
 		cp.cm.Stop()
 	}
 	cp.API.Stop()
 }
 
-// Err says whether the controller manager exited early.
+// Err says whether the controller manager or the scheduler exited early.
 func (cp *ControlPlane) Err() error {
-	if cp.cm == nil {
-		return nil
+	var errs []error
+	for name, p := range map[string]*testproc.Proc{"kube-controller-manager": cp.cm, "kube-scheduler": cp.sched} {
+		if p == nil {
+			continue
+		}
+		select {
+		case <-p.Exited():
+			errs = append(errs, errors.Join(errors.New(name+" exited"), p.Err()))
+		default:
+		}
 	}
-	select {
-	case <-cp.cm.Exited():
-		return errors.Join(errors.New("kube-controller-manager exited"), cp.cm.Err())
-	default:
-		return nil
-	}
+	return errors.Join(errs...)
 }
 
 func newToken() (string, error) {

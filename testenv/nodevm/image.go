@@ -30,6 +30,9 @@ type Binaries struct {
 	Test string
 	// Images are OCI image tars for the node's NodeLib/images.
 	Images []string
+	// Tools are more programs for NodeBin, by name (kubectl,
+	// checkpointctl).
+	Tools map[string]string
 }
 
 // programs maps each binary to its name under NodeBin.
@@ -44,6 +47,9 @@ func (b Binaries) programs() map[string]string {
 	}
 	if b.Kubelet != "" {
 		m["kubelet"] = b.Kubelet
+	}
+	for name, p := range b.Tools {
+		m[name] = p
 	}
 	return m
 }

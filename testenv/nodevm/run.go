@@ -50,6 +50,12 @@ type Config struct {
 	// it runs (KubeFiles, NetArgs); without it the node has no network
 	// and no kubelet.
 	Kube *Kube
+	// Tools are more host programs for the node's NodeBin, by name
+	// (kubectl, checkpointctl).
+	Tools map[string]string
+	// CriuRoot, when set, is trixie's CRIU packages unpacked, from which
+	// nodeshim's image (BuildNodeshimImage) takes CRIU for the node.
+	CriuRoot string
 	// Run, when set, is the scenarios' -test.run pattern.
 	Run string
 	// Console receives the guest's console; Log the progress.
@@ -108,7 +114,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 
 	start := time.Now()
 	bins := Binaries{Runc: cfg.Runc, ContainerdDir: cfg.ContainerdDir, Crictl: cfg.Crictl,
-		Nodeshim: filepath.Join(build, "nodeshim"), Test: filepath.Join(build, TestBinary)}
+		Nodeshim: filepath.Join(build, "nodeshim"), Test: filepath.Join(build, TestBinary), Tools: cfg.Tools}
 	var extra []File
 	if cfg.Kube != nil {
 		if _, err := os.Stat(cfg.Kube.Kubelet); err != nil {
@@ -136,6 +142,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 	bins.Images = []string{imgs.Busybox, imgs.Pause}
 	step("build nodeshim, the scenarios and the test images", start, "")
+	if cfg.CriuRoot != "" {
+		start = time.Now()
+		img, err := BuildNodeshimImage(ctx, vmtest.ExecRunner, cfg.Root, cfg.Go, cfg.CriuRoot, filepath.Join(build, "images"))
+		if err != nil {
+			return res, err
+		}
+		bins.Images = append(bins.Images, img)
+		step("nodeshim's image", start, "")
+	}
 
 	start = time.Now()
 	fetch := &vmtest.Fetcher{CacheDir: cfg.CacheDir, Mirror: cfg.Mirror, Keyring: cfg.Keyring, Run: vmtest.ExecRunner, Modules: Modules()}

@@ -56,9 +56,20 @@ func run() int {
 	flag.StringVar(&cpBins.APIServer, "kube-apiserver", "", "kube-apiserver of the node's control plane (kubelet's version)")
 	flag.StringVar(&cpBins.Etcd, "etcd", "", "etcd of the node's control plane")
 	flag.StringVar(&cpBins.ControllerManager, "kube-controller-manager", "", "kube-controller-manager of the node's control plane")
+	flag.StringVar(&cpBins.Scheduler, "kube-scheduler", "", "kube-scheduler of the node's control plane, which binds the DaemonSet's pod")
+	var kubectl, checkpointctl string
+	flag.StringVar(&kubectl, "kubectl", "", "kubectl for the node, with which the DaemonSet scenario applies deploy/")
+	flag.StringVar(&checkpointctl, "checkpointctl", "", "checkpointctl for the node, which reads the checkpoint scenarios' archives")
+	flag.StringVar(&cfg.CriuRoot, "criu-root", "", "trixie's CRIU packages unpacked, from which nodeshim's image for the node takes CRIU (without it no image is built)")
 	flag.StringVar(&cfg.Run, "run", "", "run only the scenarios matching this -test.run pattern")
 	flag.BoolVar(&quiet, "quiet", false, "do not copy the node's console to stdout (it is kept in the artifacts)")
 	flag.Parse()
+	cfg.Tools = map[string]string{}
+	for name, p := range map[string]string{"kubectl": kubectl, "checkpointctl": checkpointctl} {
+		if p != "" {
+			cfg.Tools[name] = p
+		}
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
 	cfg.Log = log
 	if !quiet {
