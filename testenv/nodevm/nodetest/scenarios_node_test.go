@@ -288,8 +288,12 @@ type checkpointResult struct {
 // into a checkpoint image (`nodeshim checkpoint image`), imported with
 // ctr, is restored by containerd 2.2 through CRI CreateContainer and
 // StartContainer in a new pod, and the counter goes on from where it was.
+// serve runs with checkpoint.preDumpRounds 2 here: the node's kernel
+// tracks dirty memory, so the checkpoint's record says two pre-dump
+// rounds ran, and the container restored from their images counts on.
 func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	requireNode(t)
+	configDropIn(t, "60-pre-dump.conf", map[string]any{"checkpoint": map[string]any{"preDumpRounds": 2}})
 	p := runPod(t, "ckpt")
 	c := p.runContainer(t, containerOptions{Name: "counter", Command: counterCommand, MemoryLimit: 64 << 20})
 	token, before := c.waitCount(t, 5)
@@ -308,6 +312,9 @@ func TestCheckpointThroughNodeAPIRestoreThroughCRI(t *testing.T) {
 	}
 	if ck.Path == "" || ck.FrozenSeconds <= 0 || ck.PagesWritten == 0 {
 		t.Errorf("checkpoint through the node API: %+v; want an archive with its frozen time and pages", ck)
+	}
+	if rec := lastCheckpointRecord(t); rec.Path != ck.Path || rec.PreDumpRounds != 2 || rec.PreDumpSkipped != "" {
+		t.Errorf("checkpoint record %+v; want %s after 2 pre-dump rounds", rec, ck.Path)
 	}
 	// The workload runs on after its checkpoint.
 	_, after := c.waitCount(t, before)
