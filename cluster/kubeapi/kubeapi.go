@@ -329,3 +329,61 @@ func (c *Client) putPodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoin
 	err := req.Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
 	return &out, err
 }
+
+// DeletePod deletes the Pod namespace/name, only if its uid is still uid
+// (a precondition: never a pod of the same name made since).
+func (c *Client) DeletePod(ctx context.Context, namespace, name string, uid types.UID) error {
+	opts := metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}
+	opts.TypeMeta = metav1.TypeMeta{APIVersion: "v1", Kind: "DeleteOptions"}
+	return c.core.Delete().Namespace(namespace).Resource("pods").Name(name).Body(&opts).Do(ctx).Error()
+}
+
+// PatchPodAnnotations sets (a value) and removes (nil) annotations of the
+// Pod namespace/name as fieldManager, with a JSON merge patch of
+// metadata.annotations alone.
+func (c *Client) PatchPodAnnotations(ctx context.Context, namespace, name string, annotations map[string]*string, fieldManager string) error {
+	body, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": annotations}})
+	if err != nil {
+		return fmt.Errorf("annotations patch of pod %s/%s: %w", namespace, name, err)
+	}
+	return c.core.Patch(types.MergePatchType).Namespace(namespace).Resource("pods").Name(name).
+		Param("fieldManager", fieldManager).Body(body).Do(ctx).Error()
+}
+
+// ListPodMigrations lists the PodMigrations of every namespace.
+func (c *Client) ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	var l v1alpha1.PodMigrationList
+	err := c.nodeshim.Get().Resource("podmigrations").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
+}
+
+// CreatePodMigration creates m in its namespace as fieldManager.
+func (c *Client) CreatePodMigration(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	in := m.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodMigration"}
+	var out v1alpha1.PodMigration
+	err := c.nodeshim.Post().Namespace(in.Namespace).Resource("podmigrations").
+		Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
+}
+
+// UpdatePodMigrationStatus writes m's status as fieldManager and returns
+// what the API server stored.
+func (c *Client) UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	in := m.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodMigration"}
+	var out v1alpha1.PodMigration
+	err := c.nodeshim.Put().Namespace(in.Namespace).Resource("podmigrations").Name(in.Name).SubResource("status").
+		Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
+}

@@ -79,3 +79,57 @@ func TestCRDMatchesTypes(t *testing.T) {
 		t.Errorf("phase enum %v, want the 4 phases", phases)
 	}
 }
+
+// TestPodMigrationCRDMatchesTypes: deploy/crd-podmigration.yaml declares
+// exactly the fields of the PodMigration types, with a status subresource.
+func TestPodMigrationCRDMatchesTypes(t *testing.T) {
+	b, err := deploy.Manifests.ReadFile("crd-podmigration.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs, err := deploy.Decode("crd-podmigration.yaml", b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) != 1 {
+		t.Fatalf("%d objects, want the CRD alone", len(objs))
+	}
+	crd, ok := objs[0].(*apiextensionsv1.CustomResourceDefinition)
+	if !ok || crd.Spec.Names.Kind != "PodMigration" || crd.Spec.Group != GroupName || crd.Name != "podmigrations."+GroupName ||
+		crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
+		t.Fatalf("not the namespaced CRD of PodMigration: %+v", objs[0])
+	}
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != Version || !crd.Spec.Versions[0].Storage ||
+		crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
+		t.Fatalf("CRD versions %+v: want %s alone, stored, with a status subresource", crd.Spec.Versions, Version)
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	for _, tt := range []struct {
+		what   string
+		schema map[string]apiextensionsv1.JSONSchemaProps
+		typ    reflect.Type
+	}{
+		{"spec", root["spec"].Properties, reflect.TypeFor[PodMigrationSpec]()},
+		{"status", root["status"].Properties, reflect.TypeFor[PodMigrationStatus]()},
+		{"status.conditions[]", root["status"].Properties["conditions"].Items.Schema.Properties, reflect.TypeFor[condition.Condition]()},
+	} {
+		if got, want := keys(tt.schema), jsonFields(tt.typ); !slices.Equal(got, want) {
+			t.Errorf("%s: the CRD declares %v, the type has %v", tt.what, got, want)
+		}
+	}
+	var phases, modes []string
+	for _, p := range root["status"].Properties["phase"].Enum {
+		phases = append(phases, strings.Trim(string(p.Raw), `"`))
+	}
+	for _, m := range root["spec"].Properties["mode"].Enum {
+		modes = append(modes, strings.Trim(string(m.Raw), `"`))
+	}
+	wantPhases := []string{string(MigrationPending), string(MigrationCheckpointing), string(MigrationTransferring),
+		string(MigrationRestoring), string(MigrationSucceeded), string(MigrationFailed)}
+	if !slices.Equal(phases, wantPhases) {
+		t.Errorf("phase enum %v, want %v", phases, wantPhases)
+	}
+	if want := []string{"", string(ModeStopAndCopy), string(ModePreCopy), string(ModeLazy)}; !slices.Equal(modes, want) {
+		t.Errorf("mode enum %v, want %v", modes, want)
+	}
+}

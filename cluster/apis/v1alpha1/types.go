@@ -22,7 +22,7 @@ func GroupVersion() schema.GroupVersion {
 
 // AddToScheme registers the types of this group version with s.
 func AddToScheme(s *runtime.Scheme) error {
-	s.AddKnownTypes(GroupVersion(), &PodCheckpoint{}, &PodCheckpointList{})
+	s.AddKnownTypes(GroupVersion(), &PodCheckpoint{}, &PodCheckpointList{}, &PodMigration{}, &PodMigrationList{})
 	metav1.AddToGroupVersion(s, GroupVersion())
 	return nil
 }

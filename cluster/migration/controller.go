@@ -1,0 +1,517 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/cluster/kubectl"
+	"github.com/nodeshim/nodeshim/condition"
+)
+
+// API is what the controller asks of the API server (kubeapi.Client).
+type API interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	ListNodes(ctx context.Context, opts metav1.ListOptions) (*corev1.NodeList, error)
+	GetPod(ctx context.Context, namespace, name string) (*corev1.Pod, error)
+	CreatePod(ctx context.Context, p *corev1.Pod, fieldManager string) (*corev1.Pod, error)
+	DeletePod(ctx context.Context, namespace, name string, uid types.UID) error
+	PatchPodAnnotations(ctx context.Context, namespace, name string, annotations map[string]*string, fieldManager string) error
+	GetPodCheckpoint(ctx context.Context, namespace, name string) (*v1alpha1.PodCheckpoint, error)
+	CreatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error)
+	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
+	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
+}
+
+// Transferer sends the pod checkpoint name from the shim of node source
+// to the shim of node target (shim/transfer); it returns once the target
+// stored it, or why not.
+type Transferer interface {
+	Transfer(ctx context.Context, source, target, name string) error
+}
+
+// FieldManager is the field manager of the controller's writes.
+const FieldManager = "nodeshim-controller"
+
+// RuntimeClass is the restoring RuntimeClass (deploy/runtimeclass).
+const RuntimeClass = "nodeshim"
+
+// AnnotationDeletionCost is Kubernetes' pod-deletion-cost (ReplicaSets
+// scale the pods of the lowest cost away first).
+const AnnotationDeletionCost = "controller.kubernetes.io/pod-deletion-cost"
+
+// Reasons of the conditions the controller sets.
+const (
+	ReasonPodNotFound      = "PodNotFound"
+	ReasonPodNotRunning    = "PodNotRunning"
+	ReasonOwnedBy          = "OwnedByController"
+	ReasonTargetNotCapable = "TargetNotCapable"
+	ReasonNoTarget         = "NoTarget"
+	ReasonModeNotBuilt     = "ModeNotBuilt"
+	ReasonCheckpointing    = "Checkpointing"
+	ReasonCheckpointed     = "Checkpointed"
+	ReasonCheckpointFailed = "CheckpointFailed"
+	ReasonTransferring     = "Transferring"
+	ReasonTransferred      = "Transferred"
+	ReasonTransferFailed   = "TransferFailed"
+	ReasonRestoring        = "Restoring"
+	ReasonRestored         = "Restored"
+	ReasonRestoreFailed    = "RestoreFailed"
+)
+
+// Options configure a Controller.
+type Options struct {
+	API      API
+	Transfer Transferer
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+	// Interval is how often the PodMigrations are listed and the
+	// unfinished ones taken a step further; a second when zero.
+	Interval time.Duration
+}
+
+// Controller takes PodMigrations step by step.
+type Controller struct {
+	o Options
+}
+
+// New returns a Controller for o.
+func New(o Options) (*Controller, error) {
+	if o.API == nil || o.Transfer == nil {
+		return nil, errors.New("migration: no API client or no transferer")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	return &Controller{o: o}, nil
+}
+
+// Run takes every unfinished PodMigration a step further each Interval
+// until ctx is done. It runs while the controller leads.
+func (c *Controller) Run(ctx context.Context) error {
+	t := time.NewTicker(c.o.Interval)
+	defer t.Stop()
+	for {
+		if err := c.SyncAll(ctx); err != nil && ctx.Err() == nil {
+			c.o.Logger.Warn("sync pod migrations", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// SyncAll takes each unfinished PodMigration one step further.
+func (c *Controller) SyncAll(ctx context.Context) error {
+	l, err := c.o.API.ListPodMigrations(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list pod migrations: %w", err)
+	}
+	var errs []error
+	for i := range l.Items {
+		if err := c.Sync(ctx, &l.Items[i]); err != nil {
+			errs = append(errs, fmt.Errorf("pod migration %s/%s: %w", l.Items[i].Namespace, l.Items[i].Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Sync takes m one step further and writes its status; a finished one is
+// left alone. An error is one to retry (the API server's); a failed
+// migration is recorded in the status, not returned.
+func (c *Controller) Sync(ctx context.Context, m *v1alpha1.PodMigration) error {
+	m = m.DeepCopy()
+	var err error
+	switch m.Status.Phase {
+	case v1alpha1.MigrationSucceeded, v1alpha1.MigrationFailed:
+		return nil
+	case v1alpha1.MigrationPending:
+		err = c.start(ctx, m)
+	case v1alpha1.MigrationCheckpointing:
+		err = c.checkpointed(ctx, m)
+	case v1alpha1.MigrationTransferring:
+		err = c.transfer(ctx, m)
+	case v1alpha1.MigrationRestoring:
+		err = c.restored(ctx, m)
+	default:
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	_, err = c.o.API.UpdatePodMigrationStatus(ctx, m, FieldManager)
+	return err
+}
+
+// set records conditions (and their Ready summary) in m's status.
+func (c *Controller) set(m *v1alpha1.PodMigration, conds ...condition.Condition) {
+	now := c.o.Now()
+	var s condition.Set
+	for _, x := range m.Status.Conditions {
+		s.Update(x, x.LastTransitionTime.Time)
+	}
+	for _, x := range conds {
+		x.ObservedGeneration = m.Generation
+		s.Update(x, now)
+	}
+	s.Update(condition.Summarize(condition.TypeReady, m.Generation, s.List()), now)
+	m.Status.Conditions = s.List()
+	m.Status.ObservedGeneration = m.Generation
+}
+
+// fail ends m at step typ for reason.
+func (c *Controller) fail(m *v1alpha1.PodMigration, typ, reason, format string, a ...any) {
+	msg := fmt.Sprintf(format, a...)
+	c.o.Logger.Info("pod migration failed", "namespace", m.Namespace, "name", m.Name, "step", typ, "reason", reason, "message", msg)
+	c.set(m, condition.Condition{Type: typ, Status: condition.False, Severity: condition.SeverityError, Reason: reason, Message: msg})
+	m.Status.Phase = v1alpha1.MigrationFailed
+	m.Status.CompletionTime = ptr.To(metav1.NewTime(c.o.Now()))
+}
+
+func progress(typ, reason, msg string) condition.Condition {
+	return condition.Condition{Type: typ, Status: condition.False, Severity: condition.SeverityInfo, Reason: reason, Message: msg}
+}
+
+func done(typ, reason, msg string) condition.Condition {
+	return condition.Condition{Type: typ, Status: condition.True, Reason: reason, Message: msg}
+}
+
+// start checks the pod and the target, then creates the PodCheckpoint.
+func (c *Controller) start(ctx context.Context, m *v1alpha1.PodMigration) error {
+	m.Status.StartTime = ptr.To(metav1.NewTime(c.o.Now()))
+	pod, err := c.o.API.GetPod(ctx, m.Namespace, m.Spec.PodName)
+	if apierrors.IsNotFound(err) {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonPodNotFound, "pod %s/%s does not exist", m.Namespace, m.Spec.PodName)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonPodNotRunning, "pod %s/%s is %s on node %q: only a running pod moves", m.Namespace, pod.Name, pod.Status.Phase, pod.Spec.NodeName)
+		return nil
+	}
+	if why := ownerRefusal(pod); why != "" {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonOwnedBy, "%s", why)
+		return nil
+	}
+	source, err := c.o.API.GetNode(ctx, pod.Spec.NodeName)
+	if err != nil {
+		return err
+	}
+	target, reason, why, err := c.chooseTarget(ctx, m, source)
+	if err != nil {
+		return err
+	}
+	if target == nil {
+		c.fail(m, v1alpha1.ConditionCheckpointed, reason, "%s", why)
+		return nil
+	}
+	if mode := m.Spec.Mode; mode != "" && mode != v1alpha1.ModeStopAndCopy {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonModeNotBuilt, "both nodes could run %s, but a pod's %s migration is not built yet: use StopAndCopy", mode, mode)
+		return nil
+	}
+	m.Status.SourceNode, m.Status.TargetNode, m.Status.PodUID = source.Name, target.Name, string(pod.UID)
+	pc := &v1alpha1.PodCheckpoint{
+		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name,
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodMigration",
+				Name: m.Name, UID: m.UID, Controller: ptr.To(true)}}},
+		Spec: v1alpha1.PodCheckpointSpec{PodName: pod.Name},
+	}
+	if _, err := c.o.API.CreatePodCheckpoint(ctx, pc, FieldManager); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("create pod checkpoint %s/%s: %w", pc.Namespace, pc.Name, err)
+	}
+	m.Status.PodCheckpoint = pc.Name
+	m.Status.Phase = v1alpha1.MigrationCheckpointing
+	c.set(m, progress(v1alpha1.ConditionCheckpointed, ReasonCheckpointing, fmt.Sprintf("pod checkpoint %s asked of node %s", pc.Name, source.Name)))
+	return nil
+}
+
+// ownerRefusal says why a pod's controller forbids moving it, "" when it
+// does not: a StatefulSet recreates a pod of the same name itself once
+// the original goes, so two controllers would own one name; a DaemonSet's
+// pod belongs to its node.
+func ownerRefusal(pod *corev1.Pod) string {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return ""
+	}
+	switch ref.Kind {
+	case "ReplicaSet":
+		return ""
+	case "StatefulSet":
+		return fmt.Sprintf("pod %s/%s is StatefulSet %s's: the StatefulSet owns the pod's name and recreates it itself; checkpoint and restore it by hand with the StatefulSet scaled down", pod.Namespace, pod.Name, ref.Name)
+	case "DaemonSet":
+		return fmt.Sprintf("pod %s/%s is DaemonSet %s's, which runs one on every node: it does not move", pod.Namespace, pod.Name, ref.Name)
+	}
+	return fmt.Sprintf("pod %s/%s is controlled by %s %s, which nodeshim cannot tell of a move", pod.Namespace, pod.Name, ref.Kind, ref.Name)
+}
+
+// Needs returns the labels, with their values, that a node must carry to
+// take a migration of mode from source; source's own labels must carry
+// the same for pre-copy and lazy pages (the source dumps, the target
+// restores).
+func Needs(mode v1alpha1.MigrationMode, source *corev1.Node) (target, both map[string]string) {
+	target = map[string]string{
+		v1alpha1.LabelCRIU:                v1alpha1.LabelTrue,
+		v1alpha1.LabelRestoreRuntimeClass: v1alpha1.LabelTrue,
+	}
+	arch := source.Labels[v1alpha1.LabelArch]
+	if arch == "" {
+		arch = source.Labels[corev1.LabelArchStable]
+	}
+	target[v1alpha1.LabelArch] = arch
+	both = map[string]string{v1alpha1.LabelCRIU: v1alpha1.LabelTrue}
+	switch mode {
+	case v1alpha1.ModePreCopy:
+		both[v1alpha1.LabelPreCopy] = v1alpha1.LabelTrue
+	case v1alpha1.ModeLazy:
+		both[v1alpha1.LabelLazyPages] = v1alpha1.LabelTrue
+	}
+	return target, both
+}
+
+// Missing returns what node lacks of want, one "label=value (has ...)"
+// each, sorted; empty when it has everything.
+func Missing(node *corev1.Node, want map[string]string) []string {
+	var out []string
+	for k, v := range want {
+		got, ok := node.Labels[k]
+		switch {
+		case v == "":
+			out = append(out, fmt.Sprintf("%s (the source node's architecture is not labelled)", k))
+		case !ok:
+			out = append(out, fmt.Sprintf("%s=%s (absent)", k, v))
+		case got != v:
+			out = append(out, fmt.Sprintf("%s=%s (is %s)", k, v, got))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// chooseTarget returns the target node, or nil with the reason and
+// message of the refusal.
+func (c *Controller) chooseTarget(ctx context.Context, m *v1alpha1.PodMigration, source *corev1.Node) (*corev1.Node, string, string, error) {
+	wantTarget, wantBoth := Needs(m.Spec.Mode, source)
+	if miss := Missing(source, wantBoth); len(miss) > 0 {
+		return nil, ReasonTargetNotCapable, fmt.Sprintf("source node %s lacks %s", source.Name, strings.Join(miss, ", ")), nil
+	}
+	for k, v := range wantBoth {
+		wantTarget[k] = v
+	}
+	var candidates []corev1.Node
+	if m.Spec.TargetNode != "" {
+		n, err := c.o.API.GetNode(ctx, m.Spec.TargetNode)
+		if apierrors.IsNotFound(err) {
+			return nil, ReasonNoTarget, fmt.Sprintf("target node %s does not exist", m.Spec.TargetNode), nil
+		}
+		if err != nil {
+			return nil, "", "", err
+		}
+		candidates = []corev1.Node{*n}
+	} else {
+		sel := labels.SelectorFromSet(m.Spec.NodeSelector).String()
+		l, err := c.o.API.ListNodes(ctx, metav1.ListOptions{LabelSelector: sel})
+		if err != nil {
+			return nil, "", "", err
+		}
+		candidates = l.Items
+		sort.Slice(candidates, func(i, j int) bool { return candidates[i].Name < candidates[j].Name })
+	}
+	var refusals []string
+	for i := range candidates {
+		n := &candidates[i]
+		if n.Name == source.Name {
+			refusals = append(refusals, fmt.Sprintf("%s is the pod's node", n.Name))
+			continue
+		}
+		if miss := Missing(n, wantTarget); len(miss) > 0 {
+			refusals = append(refusals, fmt.Sprintf("node %s lacks %s", n.Name, strings.Join(miss, ", ")))
+			continue
+		}
+		return n, "", "", nil
+	}
+	if len(refusals) == 0 {
+		return nil, ReasonNoTarget, fmt.Sprintf("no node matches %v", m.Spec.NodeSelector), nil
+	}
+	return nil, ReasonTargetNotCapable, strings.Join(refusals, "; "), nil
+}
+
+// checkpointed waits for the PodCheckpoint to be stored on the source.
+func (c *Controller) checkpointed(ctx context.Context, m *v1alpha1.PodMigration) error {
+	pc, err := c.o.API.GetPodCheckpoint(ctx, m.Namespace, m.Status.PodCheckpoint)
+	if apierrors.IsNotFound(err) {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonCheckpointFailed, "pod checkpoint %s is gone", m.Status.PodCheckpoint)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch pc.Status.Phase {
+	case v1alpha1.PhaseFailed:
+		st, _ := find(pc.Status.Conditions, v1alpha1.ConditionStored)
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonCheckpointFailed, "pod checkpoint %s failed on node %s: %s", pc.Name, pc.Status.NodeName, st.Message)
+	case v1alpha1.PhaseStored:
+		if pc.Status.NodeName != m.Status.SourceNode || string(pc.Status.PodUID) != m.Status.PodUID {
+			c.fail(m, v1alpha1.ConditionCheckpointed, ReasonCheckpointFailed, "pod checkpoint %s was taken on node %s of pod uid %s, not of the pod migrated", pc.Name, pc.Status.NodeName, pc.Status.PodUID)
+			return nil
+		}
+		m.Status.Checkpoint = filepath.Base(pc.Status.Location)
+		m.Status.Phase = v1alpha1.MigrationTransferring
+		c.set(m, done(v1alpha1.ConditionCheckpointed, ReasonCheckpointed, fmt.Sprintf("pod checkpoint %s stored on node %s", m.Status.Checkpoint, pc.Status.NodeName)),
+			progress(v1alpha1.ConditionTransferred, ReasonTransferring, fmt.Sprintf("sending %s from node %s to node %s", m.Status.Checkpoint, m.Status.SourceNode, m.Status.TargetNode)))
+	}
+	return nil
+}
+
+func find(conds []condition.Condition, typ string) (condition.Condition, bool) {
+	i := slices.IndexFunc(conds, func(c condition.Condition) bool { return c.Type == typ })
+	if i < 0 {
+		return condition.Condition{}, false
+	}
+	return conds[i], true
+}
+
+// transfer sends the pod checkpoint, then creates the restored Pod.
+func (c *Controller) transfer(ctx context.Context, m *v1alpha1.PodMigration) error {
+	if err := c.o.Transfer.Transfer(ctx, m.Status.SourceNode, m.Status.TargetNode, m.Status.Checkpoint); err != nil {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		c.fail(m, v1alpha1.ConditionTransferred, ReasonTransferFailed, "send %s from node %s to node %s: %v", m.Status.Checkpoint, m.Status.SourceNode, m.Status.TargetNode, err)
+		return nil
+	}
+	pc, err := c.o.API.GetPodCheckpoint(ctx, m.Namespace, m.Status.PodCheckpoint)
+	if err != nil {
+		return err
+	}
+	orig, err := c.o.API.GetPod(ctx, m.Namespace, m.Spec.PodName)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	if err == nil && string(orig.UID) != m.Status.PodUID {
+		orig = nil // another pod of the name: nothing of it is carried
+	} else if err != nil {
+		orig = nil
+	}
+	p := RestoredPod(m, pc, orig)
+	if orig != nil && metav1.GetControllerOf(orig) != nil {
+		// The ReplicaSet counts the restored pod as one of its own; the
+		// original's lowest deletion cost makes it the one scaled away.
+		low := "-2147483648"
+		if err := c.o.API.PatchPodAnnotations(ctx, orig.Namespace, orig.Name, map[string]*string{AnnotationDeletionCost: &low}, FieldManager); err != nil {
+			return fmt.Errorf("set the deletion cost of pod %s/%s: %w", orig.Namespace, orig.Name, err)
+		}
+	}
+	if _, err := c.o.API.CreatePod(ctx, p, FieldManager); err != nil && !apierrors.IsAlreadyExists(err) {
+		c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "create pod %s/%s on node %s: %v", p.Namespace, p.Name, m.Status.TargetNode, err)
+		return nil
+	}
+	m.Status.RestoredPod = p.Name
+	m.Status.Phase = v1alpha1.MigrationRestoring
+	c.set(m, done(v1alpha1.ConditionTransferred, ReasonTransferred, fmt.Sprintf("%s stored on node %s", m.Status.Checkpoint, m.Status.TargetNode)),
+		progress(v1alpha1.ConditionRestored, ReasonRestoring, fmt.Sprintf("pod %s created on node %s", p.Name, m.Status.TargetNode)))
+	return nil
+}
+
+// RestoredName is the restored Pod's name: the original's, a dash and
+// the first 5 characters of the PodMigration's uid (a name cannot be
+// held by two pods, and the original runs until the restored one does).
+func RestoredName(m *v1alpha1.PodMigration) string {
+	suffix := strings.ReplaceAll(string(m.UID), "-", "")
+	if len(suffix) > 5 {
+		suffix = suffix[:5]
+	}
+	name := m.Spec.PodName
+	if len(name) > 253-6 {
+		name = name[:253-6]
+	}
+	return name + "-" + suffix
+}
+
+// RestoredPod is the Pod that restores m's checkpoint on its target: the
+// pod as checkpointed (kubectl.NewPod), bound to the target, named by
+// RestoredName, with AnnotationMigration, and the original's owner
+// references when orig (nil when gone) is a ReplicaSet's.
+func RestoredPod(m *v1alpha1.PodMigration, pc *v1alpha1.PodCheckpoint, orig *corev1.Pod) *corev1.Pod {
+	pc = pc.DeepCopy()
+	pc.Status.Location = m.Status.Checkpoint
+	pc.Status.NodeName = m.Status.TargetNode
+	if pc.Status.Pod == nil {
+		pc.Status.Pod = &corev1.PodTemplateSpec{}
+	}
+	p := kubectl.NewPod(pc, RestoredName(m), RuntimeClass)
+	p.Annotations[v1alpha1.AnnotationMigration] = m.Name
+	delete(p.Annotations, AnnotationDeletionCost)
+	if orig != nil {
+		if ref := metav1.GetControllerOf(orig); ref != nil && ref.Kind == "ReplicaSet" {
+			p.OwnerReferences = slices.Clone(orig.OwnerReferences)
+		}
+	}
+	return p
+}
+
+// restored waits for the restored Pod to run, records the downtime and
+// deletes the original when asked.
+func (c *Controller) restored(ctx context.Context, m *v1alpha1.PodMigration) error {
+	p, err := c.o.API.GetPod(ctx, m.Namespace, m.Status.RestoredPod)
+	if apierrors.IsNotFound(err) {
+		c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "restored pod %s is gone", m.Status.RestoredPod)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	switch p.Status.Phase {
+	case corev1.PodFailed, corev1.PodSucceeded:
+		c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "restored pod %s ended %s on node %s: %s", p.Name, p.Status.Phase, p.Spec.NodeName, p.Status.Message)
+		return nil
+	case corev1.PodRunning:
+	default:
+		return nil
+	}
+	now := c.o.Now()
+	pc, err := c.o.API.GetPodCheckpoint(ctx, m.Namespace, m.Status.PodCheckpoint)
+	if err == nil && pc.Status.StartTime != nil {
+		m.Status.Downtime = &metav1.Duration{Duration: now.Sub(pc.Status.StartTime.Time).Round(time.Millisecond)}
+	}
+	if m.Spec.DeleteOriginal {
+		err := c.o.API.DeletePod(ctx, m.Namespace, m.Spec.PodName, types.UID(m.Status.PodUID))
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			return fmt.Errorf("delete the original pod %s/%s: %w", m.Namespace, m.Spec.PodName, err)
+		}
+	}
+	m.Status.Phase = v1alpha1.MigrationSucceeded
+	m.Status.CompletionTime = ptr.To(metav1.NewTime(now))
+	msg := fmt.Sprintf("pod %s runs on node %s", p.Name, p.Spec.NodeName)
+	if m.Spec.DeleteOriginal {
+		msg += fmt.Sprintf("; pod %s deleted from node %s", m.Spec.PodName, m.Status.SourceNode)
+	}
+	c.set(m, done(v1alpha1.ConditionRestored, ReasonRestored, msg))
+	return nil
+}

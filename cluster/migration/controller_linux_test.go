@@ -1,0 +1,435 @@
+package migration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/kubectl"
+	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
+	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/deploy"
+	"github.com/nodeshim/nodeshim/shim/transfer"
+	"github.com/nodeshim/nodeshim/shim/transfer/transfertest"
+	"github.com/nodeshim/nodeshim/testenv/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+)
+
+// nodeShim is a source node's shim as the reporter's PodCheckpoint
+// handler asks it: the pod checkpoint is written into the node's
+// checkpoint directory as the shim lays one out (CRIU's dumps are proven
+// in criu/pod and e2e/; the transfer, the API server, the reporter's
+// handler and the controller are real here).
+type nodeShim struct{ node *transfertest.Node }
+
+func (s nodeShim) CheckpointPod(_ context.Context, namespace, pod string, _ time.Duration, _ string) (string, error) {
+	name, _ := transfertest.PodCheckpoint(testingTB{}, s.node.Dir, namespace, pod, 256<<10)
+	return filepath.Join(s.node.Dir, name), nil
+}
+
+func (s nodeShim) RemoveCheckpoint(_ context.Context, name string) error {
+	return os.RemoveAll(filepath.Join(s.node.Dir, name))
+}
+
+// testingTB lets the fixture writer run outside a test's goroutine: it
+// panics on failure, which the test then sees as the handler's.
+type testingTB struct{ testing.TB }
+
+func (testingTB) Helper()                   {}
+func (testingTB) Fatal(a ...any)            { panic(fmt.Sprint(a...)) }
+func (testingTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
+
+// shims sends between the test's nodes as their shims do: the source's
+// certificate and signing key, the target's recipient, the target's real
+// receiver on its TLS listener.
+type shims struct {
+	t     *testing.T
+	nodes map[string]*transfertest.Node
+}
+
+func (s shims) Transfer(ctx context.Context, source, target, name string) error {
+	src, dst := s.nodes[source], s.nodes[target]
+	if src == nil || dst == nil {
+		return fmt.Errorf("no shim of node %s or %s", source, target)
+	}
+	_, err := transfer.Send(ctx, src.Dir, name, transfer.SendOptions{Client: src.Client(s.t), URL: dst.URL, Seal: src.SealTo(s.t, dst.Keys.Recipient)})
+	return err
+}
+
+type env struct {
+	*kubetest.Cluster
+	admin    kubernetes.Interface
+	adminAPI *kubeapi.Client
+	nodes    map[string]*transfertest.Node
+}
+
+func manifest(t *testing.T, path string) []byte {
+	t.Helper()
+	b, err := deploy.Manifests.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// TestPodMigrations runs the controller as its ServiceAccount (deploy/'s
+// RBAC with rbac-podmigration.yaml) and the source node's reporter
+// handler as the reporters' against a real API server, with nodes' shims
+// that receive over mutual TLS on loopback.
+func TestPodMigrations(t *testing.T) {
+	testutil.RequireRoot(t)
+	e := &env{Cluster: kubetest.Start(t), nodes: map[string]*transfertest.Node{}}
+	e.admin = e.AdminClient(t)
+	var err error
+	if e.adminAPI, err = kubeapi.ForConfig(e.AdminConfig()); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []func() ([]byte, error){deploy.PodCheckpointDefinition, deploy.ReporterAccess, deploy.ControllerAccess} {
+		b, err := m()
+		if err != nil {
+			t.Fatal(err)
+		}
+		e.MustApply(t, b)
+	}
+	e.MustApply(t, manifest(t, "crd-podmigration.yaml"))
+	e.MustApply(t, manifest(t, "rbac-podmigration.yaml"))
+	rc, err := os.ReadFile("../../deploy/runtimeclass/runtimeclass.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.MustApply(t, rc)
+	reporterAPI, err := kubeapi.ForConfig(e.ServiceAccountConfig(t, "nodeshim", "nodeshim-reporter"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	controllerAPI, err := kubeapi.ForConfig(e.ServiceAccountConfig(t, "nodeshim-controller", "nodeshim-controller"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "PodMigrations listed as the controller", func() error {
+		_, err := controllerAPI.ListPodMigrations(context.Background(), metav1.ListOptions{})
+		return err
+	})
+
+	// The nodes: a and b can do everything but b pre-copy; c lacks the
+	// restoring RuntimeClass; e does not trust a.
+	root := t.TempDir()
+	ca := transfertest.NewCA(t, root, "cluster-ca")
+	capable := map[string]string{v1alpha1.LabelCRIU: "true", v1alpha1.LabelRestoreRuntimeClass: "true", v1alpha1.LabelArch: "amd64",
+		v1alpha1.LabelCRIUVersion: "4.1.1", v1alpha1.LabelLazyPages: "true", v1alpha1.LabelPreCopy: "true"}
+	with := func(extra map[string]string, drop ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range capable {
+			out[k] = v
+		}
+		for k, v := range extra {
+			out[k] = v
+		}
+		for _, k := range drop {
+			delete(out, k)
+		}
+		return out
+	}
+	for name, labels := range map[string]map[string]string{
+		"node-a": capable,
+		"node-b": with(map[string]string{"pool": "spare", v1alpha1.LabelPreCopy: "false"}),
+		"node-c": with(map[string]string{"pool": "spare"}, v1alpha1.LabelRestoreRuntimeClass),
+		"node-e": capable,
+	} {
+		if _, err := e.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		e.nodes[name] = transfertest.NewNode(t, root, ca, name)
+	}
+	a := e.nodes["node-a"]
+	for _, name := range []string{"node-b", "node-c"} {
+		n := e.nodes[name]
+		recv, err := transfer.NewReceiver(transfer.ReceiverOptions{Dir: n.Dir, Open: n.Trusting(t, a)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		n.Serve(t, recv, nil)
+	}
+	untrusting, err := transfer.NewReceiver(transfer.ReceiverOptions{Dir: e.nodes["node-e"].Dir, Open: e.nodes["node-e"].Trusting(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.nodes["node-e"].Serve(t, untrusting, nil)
+
+	run := func(t *testing.T, f func(ctx context.Context) error) {
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- f(ctx) }()
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: "node-a", API: reporterAPI, Shim: nodeShim{a}, Retry: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, h.Run)
+	c, err := New(Options{API: controllerAPI, Transfer: shims{t: t, nodes: e.nodes}, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, c.Run)
+
+	t.Run("refused before anything is frozen", func(t *testing.T) { testRefused(t, e) })
+	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
+	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
+}
+
+// pod creates a running pod of ns on node, as kubelet would report it.
+func (e *env) pod(t *testing.T, ns, name, node string, owners ...metav1.OwnerReference) *corev1.Pod {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	p, err := e.admin.CoreV1().Pods(ns).Create(ctx, &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": name}, OwnerReferences: owners},
+		Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "app", Image: "busybox"}}},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.running(t, p)
+	return p
+}
+
+// running reports p Running, as its node's kubelet would.
+func (e *env) running(t *testing.T, p *corev1.Pod) {
+	t.Helper()
+	p, err := e.admin.CoreV1().Pods(p.Namespace).Get(context.Background(), p.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status.Phase = corev1.PodRunning
+	if _, err := e.admin.CoreV1().Pods(p.Namespace).UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (e *env) migrate(t *testing.T, ns, name string, spec v1alpha1.PodMigrationSpec) {
+	t.Helper()
+	if _, err := e.adminAPI.CreatePodMigration(context.Background(), &v1alpha1.PodMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: spec}, "test"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait returns the PodMigration once its phase is phase.
+func (e *env) wait(t *testing.T, ns, name string, phase v1alpha1.MigrationPhase) *v1alpha1.PodMigration {
+	t.Helper()
+	var m *v1alpha1.PodMigration
+	testutil.Eventually(t, fmt.Sprintf("PodMigration %s/%s %s", ns, name, phase), func() error {
+		l, err := e.adminAPI.ListPodMigrations(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range l.Items {
+			if l.Items[i].Namespace == ns && l.Items[i].Name == name {
+				m = &l.Items[i]
+			}
+		}
+		if m == nil || m.Status.Phase != phase {
+			if m != nil && m.Status.Phase == v1alpha1.MigrationFailed {
+				t.Fatalf("PodMigration %s failed: %+v", name, m.Status.Conditions)
+			}
+			return fmt.Errorf("not yet: %+v", m)
+		}
+		return nil
+	})
+	return m
+}
+
+func cond(t *testing.T, m *v1alpha1.PodMigration, typ string) condition.Condition {
+	t.Helper()
+	c, ok := find(m.Status.Conditions, typ)
+	if !ok {
+		t.Fatalf("no %s condition: %+v", typ, m.Status.Conditions)
+	}
+	return c
+}
+
+func testRefused(t *testing.T, e *env) {
+	e.pod(t, "shop", "cart", "node-a")
+	sts := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "u-db", Controller: ptr.To(true)}
+	e.pod(t, "shop", "db-0", "node-a", sts)
+	for _, tt := range []struct {
+		name         string
+		spec         v1alpha1.PodMigrationSpec
+		reason, says string
+	}{
+		{"no-runtimeclass", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-c"}, ReasonTargetNotCapable,
+			"node node-c lacks " + v1alpha1.LabelRestoreRuntimeClass + "=true (absent)"},
+		{"no-pre-copy", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-b", Mode: v1alpha1.ModePreCopy}, ReasonTargetNotCapable,
+			"node node-b lacks " + v1alpha1.LabelPreCopy + "=true (is false)"},
+		{"lazy-not-built", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-e", Mode: v1alpha1.ModeLazy}, ReasonModeNotBuilt,
+			"Lazy migration is not built yet"},
+		{"same-node", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-a"}, ReasonTargetNotCapable, "node-a is the pod's node"},
+		{"statefulset", v1alpha1.PodMigrationSpec{PodName: "db-0", TargetNode: "node-b"}, ReasonOwnedBy, "StatefulSet db's"},
+		{"no-pod", v1alpha1.PodMigrationSpec{PodName: "gone", TargetNode: "node-b"}, ReasonPodNotFound, "does not exist"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			e.migrate(t, "shop", tt.name, tt.spec)
+			m := e.wait(t, "shop", tt.name, v1alpha1.MigrationFailed)
+			ck := cond(t, m, v1alpha1.ConditionCheckpointed)
+			if ck.Status != condition.False || ck.Reason != tt.reason || !strings.Contains(ck.Message, tt.says) {
+				t.Fatalf("Checkpointed %s %s %q, want False %s saying %q", ck.Status, ck.Reason, ck.Message, tt.reason, tt.says)
+			}
+			if r := cond(t, m, v1alpha1.ConditionReady); r.Status != condition.False {
+				t.Errorf("Ready %+v", r)
+			}
+			// Nothing was frozen: no PodCheckpoint was made.
+			if _, err := e.adminAPI.GetPodCheckpoint(context.Background(), "shop", tt.name); !apierrors.IsNotFound(err) {
+				t.Errorf("a PodCheckpoint exists for a refused migration: %v", err)
+			}
+		})
+	}
+}
+
+func testMoved(t *testing.T, e *env) {
+	orig := e.pod(t, "store", "web", "node-a")
+	e.migrate(t, "store", "move-web", v1alpha1.PodMigrationSpec{PodName: "web", NodeSelector: map[string]string{"pool": "spare"}, DeleteOriginal: true})
+	m := e.wait(t, "store", "move-web", v1alpha1.MigrationRestoring)
+	if m.Status.SourceNode != "node-a" || m.Status.TargetNode != "node-b" || m.Status.PodUID != string(orig.UID) {
+		t.Fatalf("status %+v: want node-a to node-b (node-c lacks the RuntimeClass)", m.Status)
+	}
+	for _, typ := range []string{v1alpha1.ConditionCheckpointed, v1alpha1.ConditionTransferred} {
+		if c := cond(t, m, typ); c.Status != condition.True {
+			t.Errorf("%s %+v", typ, c)
+		}
+	}
+	// The checkpoint is on node-b, in its checkpoint directory, as sent.
+	b := e.nodes["node-b"]
+	for _, f := range []string{"manifest.json", "checkpoint-web_store-app-2026-11-28T04:00:00Z.tar"} {
+		want, err := os.ReadFile(filepath.Join(e.nodes["node-a"].Dir, m.Status.Checkpoint, f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(filepath.Join(b.Dir, m.Status.Checkpoint, f))
+		if err != nil || string(got) != string(want) {
+			t.Fatalf("%s on node-b: %d bytes (%v), want the %d of node-a", f, len(got), err, len(want))
+		}
+	}
+	p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), m.Status.RestoredPod, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != "node-b" || ptr.Deref(p.Spec.RuntimeClassName, "") != RuntimeClass || p.Spec.Hostname != "web" ||
+		p.Annotations[kubectl.AnnotationCheckpoint] != m.Status.Checkpoint || p.Annotations[v1alpha1.AnnotationMigration] != "move-web" ||
+		p.Labels["app"] != "web" || p.Name != RestoredName(m) {
+		t.Fatalf("restored pod %s: node %s, runtime class %v, hostname %s, annotations %v, labels %v", p.Name, p.Spec.NodeName,
+			p.Spec.RuntimeClassName, p.Spec.Hostname, p.Annotations, p.Labels)
+	}
+	// The original runs until the restored pod does.
+	if _, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "web", metav1.GetOptions{}); err != nil {
+		t.Fatalf("the original is gone before the restored pod runs: %v", err)
+	}
+	e.running(t, p)
+	m = e.wait(t, "store", "move-web", v1alpha1.MigrationSucceeded)
+	if c := cond(t, m, v1alpha1.ConditionRestored); c.Status != condition.True || c.Reason != ReasonRestored {
+		t.Errorf("Restored %+v", c)
+	}
+	if r := cond(t, m, v1alpha1.ConditionReady); r.Status != condition.True {
+		t.Errorf("Ready %+v", r)
+	}
+	if m.Status.Downtime == nil || m.Status.Downtime.Duration <= 0 || m.Status.CompletionTime == nil {
+		t.Errorf("downtime %v, completion %v", m.Status.Downtime, m.Status.CompletionTime)
+	}
+	t.Logf("downtime %v (the checkpoint's start to the restored pod seen running; no kubelet runs here)", m.Status.Downtime.Duration)
+	// A bound pod is deleted gracefully: the API server marks it, and its
+	// kubelet (none runs here) stops it and removes the object.
+	testutil.Eventually(t, "the original pod deleted", func() error {
+		p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "web", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || err == nil && p.DeletionTimestamp != nil {
+			return nil
+		}
+		return fmt.Errorf("not deleted: %v", err)
+	})
+}
+
+func testTransferRefused(t *testing.T, e *env) {
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "api-7d9", UID: "u-rs", Controller: ptr.To(true)}
+	e.pod(t, "store", "api", "node-a", rs)
+	e.migrate(t, "store", "move-api", v1alpha1.PodMigrationSpec{PodName: "api", TargetNode: "node-e", DeleteOriginal: true})
+	var m *v1alpha1.PodMigration
+	testutil.Eventually(t, "PodMigration move-api failed", func() error {
+		l, err := e.adminAPI.ListPodMigrations(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		for i := range l.Items {
+			if l.Items[i].Name == "move-api" && l.Items[i].Status.Phase == v1alpha1.MigrationFailed {
+				m = &l.Items[i]
+				return nil
+			}
+		}
+		return errors.New("not yet")
+	})
+	tr := cond(t, m, v1alpha1.ConditionTransferred)
+	if tr.Status != condition.False || tr.Reason != ReasonTransferFailed || !strings.Contains(tr.Message, "403") {
+		t.Fatalf("Transferred %+v, want False TransferFailed with the target's 403", tr)
+	}
+	if c := cond(t, m, v1alpha1.ConditionCheckpointed); c.Status != condition.True {
+		t.Errorf("Checkpointed %+v", c)
+	}
+	// The original runs on, untouched; nothing was restored, and node-e
+	// keeps nothing of the refused transfer.
+	p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "api", metav1.GetOptions{})
+	if err != nil || p.Status.Phase != corev1.PodRunning || p.Annotations[AnnotationDeletionCost] != "" {
+		t.Fatalf("original pod %v (%v)", p, err)
+	}
+	if _, err := e.admin.CoreV1().Pods("store").Get(context.Background(), RestoredName(m), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a restored pod exists: %v", err)
+	}
+	if ents, _ := os.ReadDir(e.nodes["node-e"].Dir); len(ents) > 0 {
+		t.Errorf("node-e kept %v", ents)
+	}
+}
+
+// TestRestoredPodOfAReplicaSet: the restored pod of a ReplicaSet's pod
+// carries its owner references, so that the ReplicaSet counts it.
+func TestRestoredPodOfAReplicaSet(t *testing.T) {
+	rs := metav1.OwnerReference{APIVersion: appsv1.SchemeGroupVersion.String(), Kind: "ReplicaSet", Name: "api-7d9", UID: "u-rs", Controller: ptr.To(true)}
+	orig := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "store", Name: "api-7d9-x2", UID: "u-pod", OwnerReferences: []metav1.OwnerReference{rs}}}
+	m := &v1alpha1.PodMigration{ObjectMeta: metav1.ObjectMeta{Namespace: "store", Name: "m", UID: "0a1b2c3d-0000"},
+		Spec: v1alpha1.PodMigrationSpec{PodName: orig.Name}, Status: v1alpha1.PodMigrationStatus{TargetNode: "node-b", Checkpoint: "checkpoint-api-7d9-x2_store-2026-11-28T04:00:00Z"}}
+	pc := &v1alpha1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "store"}, Spec: v1alpha1.PodCheckpointSpec{PodName: orig.Name},
+		Status: v1alpha1.PodCheckpointStatus{Pod: &corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "api"},
+			Annotations: map[string]string{AnnotationDeletionCost: "5"}}}}}
+	p := RestoredPod(m, pc, orig)
+	if p.Name != "api-7d9-x2-0a1b2" || len(p.OwnerReferences) != 1 || p.OwnerReferences[0].UID != "u-rs" || p.Spec.NodeName != "node-b" ||
+		p.Annotations[AnnotationDeletionCost] != "" || p.Labels["app"] != "api" {
+		t.Fatalf("restored pod %+v", p)
+	}
+	orig.OwnerReferences[0].Kind = "Job"
+	if why := ownerRefusal(orig); !strings.Contains(why, "Job api-7d9") {
+		t.Errorf("a Job's pod: %q", why)
+	}
+	if p := RestoredPod(m, pc, nil); len(p.OwnerReferences) != 0 {
+		t.Errorf("owners without an original: %v", p.OwnerReferences)
+	}
+}
