@@ -80,6 +80,7 @@ func HostSuite() []Decision {
 		{"shim/transfer", true, "two node APIs on the guest's loopback over mutual TLS: a pod checkpoint sealed, sent, verified and stored, and every refusal"},
 		{"cluster/apis/v1alpha1", true, "portable: the PodCheckpoint types against deploy/'s CustomResourceDefinition"},
 		{"cluster/podcheckpoint", false, "every test runs the handler against a kube-apiserver with etcd"},
+		{"cluster/migration", false, "its test runs the controller against a kube-apiserver with etcd, which the guest does not carry"},
 		{"cluster/kubectl", false, "the kubectl plugin against a kube-apiserver with etcd"},
 		{"cluster/controller", false, "every test runs the controller against a kube-apiserver with etcd"},
 		{"shim/config", true, "config loading, drop-ins and the crash-safe store on the guest's tmpfs"},
