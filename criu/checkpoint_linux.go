@@ -292,11 +292,31 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	}()
 	if len(o.Seal.Recipients) > 0 {
 		// The images and the plain tar never reach a persistent disk.
+		dirInMemory, merr := seal.InMemory(dir)
+		if merr != nil {
+			return res, merr
+		}
 		release, merr := seal.EnsureInMemory(work)
 		if merr != nil {
 			return res, fmt.Errorf("checkpoint pid %d: %w", t.Pid, merr)
 		}
 		defer func() { err = errors.Join(err, release()) }()
+		// They take memory, then: refuse before anything is frozen what
+		// the tmpfs, the node or nodeshim's memory cgroup cannot hold (a
+		// tmpfs write past them fails with ENOSPC, or the OOM killer
+		// takes CRIU, with the tree frozen). A checkpoint directory in
+		// memory holds the archive beside the images.
+		est, merr := EstimateSize(o.ProcRoot, t)
+		if merr != nil {
+			return res, fmt.Errorf("checkpoint pid %d: %w", t.Pid, merr)
+		}
+		need, what := est, "CRIU's images: the tree's resident memory and its writable layer"
+		if dirInMemory {
+			need, what = 2*est, "CRIU's images, the tree's resident memory and its writable layer, and the archive beside them"
+		}
+		if merr := checkMemoryRoom(o.ProcRoot, work, need, what); merr != nil {
+			return res, fmt.Errorf("checkpoint pid %d: %w", t.Pid, merr)
+		}
 	}
 	images := filepath.Join(work, ImagesDir)
 	if err := os.Mkdir(images, 0o700); err != nil {
@@ -375,7 +395,10 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	res.Dump = time.Since(dumpStart)
 	if derr != nil {
 		if res.Path != "" {
-			derr = errors.Join(derr, os.Remove(res.Path), seal.RemoveSignature(res.Path))
+			// The signature first: a kill in between leaves an unsigned
+			// archive, which a policy refuses and retention removes, not
+			// a signature beside nothing.
+			derr = errors.Join(derr, seal.RemoveSignature(res.Path), os.Remove(res.Path))
 			res.Path = ""
 		}
 		return res, errors.Join(derr, ensureRunning(o, t, before, frozenBefore))

@@ -6,11 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"go.uber.org/goleak"
 
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
@@ -80,9 +82,24 @@ func runCheckpointer(dir string) {
 	if err != nil {
 		os.Exit(6)
 	}
+	// dir/seal, when there, holds an age recipient and the path of a
+	// signing key (PEM), one a line: the checkpoint is sealed.
+	var so seal.WriteOptions
+	if b, err := os.ReadFile(filepath.Join(dir, "seal")); err == nil {
+		recipient, keyFile, _ := strings.Cut(strings.TrimSpace(string(b)), "\n")
+		rs, err := seal.ParseRecipients([]string{recipient})
+		if err != nil {
+			os.Exit(6)
+		}
+		key, err := seal.LoadSigningKey(keyFile)
+		if err != nil {
+			os.Exit(6)
+		}
+		so = seal.WriteOptions{Recipients: rs, Signer: &seal.Signer{Node: "node-a", Key: key}}
+	}
 	var once bool
 	_, err = Checkpoint(context.Background(), tg, Options{
-		Binary: bin, RootDir: filepath.Join(dir, "root"), ProgressInterval: 5 * time.Millisecond,
+		Binary: bin, RootDir: filepath.Join(dir, "root"), ProgressInterval: 5 * time.Millisecond, Seal: so,
 		Progress: func(p Progress) {
 			if !once && p.Phase == "dumping" && p.Bytes > 0 {
 				once = true

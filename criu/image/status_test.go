@@ -18,7 +18,7 @@ import (
 
 // archiveOf returns a minimal checkpoint archive: checkpoint/ with an
 // inventory, and the files given.
-func archiveOf(t *testing.T, files map[string]string, order ...string) []byte {
+func archiveOf(t testing.TB, files map[string]string, order ...string) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/internal/procfs"
 )
 
@@ -97,28 +99,55 @@ func Birth(path string) (time.Time, error) {
 	return m, nil
 }
 
+// SignatureSuffix names an archive's signature file (criu/archive/seal's
+// SignatureSuffix, which the tests check): the archive's name and ".sig".
+const SignatureSuffix = ".sig"
+
+// OrphanGrace is how long a signature file may stand beside no archive
+// before a sweep takes it for a leftover. nodeshim writes a signature
+// only once its archive is in place and removes it before its archive,
+// so a signature alone is the leftover of a removal killed half way (or
+// of an older nodeshim's, which removed the archive first), and no
+// signature's maker is at work on it after a moment; the grace spares
+// one being copied in ahead of its archive.
+const OrphanGrace = time.Minute
+
 // Sweep removes the work entries of dir that o judges left over, and
-// returns their names. Entries it cannot judge or remove stay, for the
-// next sweep or the retention policy to find.
+// returns their names: a work directory that is a tmpfs mount point (an
+// encrypted checkpoint's, left mounted by a killed maker) is unmounted
+// first, so that neither the mount nor the memory its files hold is
+// left. It removes too the signature files that stand beside no archive
+// for longer than OrphanGrace. Entries it cannot judge or remove stay,
+// for the next sweep or the retention policy to find.
 func Sweep(dir string, o Owners) []string {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
 		return nil
 	}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
 	var names []string
+	var removed []string
 	for _, e := range ents {
 		if _, ok := Parse(e.Name()); ok {
 			names = append(names, e.Name())
+			continue
+		}
+		if archive, ok := strings.CutSuffix(e.Name(), SignatureSuffix); ok && archive != "" && e.Type().IsRegular() {
+			if orphanSignature(dir, archive, now()) && os.Remove(filepath.Join(dir, e.Name())) == nil {
+				removed = append(removed, e.Name())
+			}
 		}
 	}
 	if len(names) == 0 {
-		return nil
+		return removed
 	}
 	held, err := HeldLocks(o.LockDir)
 	if err != nil {
-		return nil
+		return removed
 	}
-	var removed []string
 	for _, name := range names {
 		pid, _ := Parse(name)
 		p := filepath.Join(dir, name)
@@ -129,9 +158,104 @@ func Sweep(dir string, o Owners) []string {
 		if inUse, _ := o.Judge(pid, born, held); inUse {
 			continue
 		}
-		if err := os.RemoveAll(p); err == nil {
+		if Remove(dir, name) == nil {
 			removed = append(removed, name)
 		}
 	}
 	return removed
+}
+
+// Remove removes the work entry name of dir, judged left over: a tmpfs
+// mounted on it is unmounted first (see Sweep).
+func Remove(dir, name string) error {
+	if _, ok := Parse(name); !ok || filepath.Base(name) != name {
+		return fmt.Errorf("remove %q: not a work entry's name", name)
+	}
+	p := filepath.Join(dir, name)
+	if err := unmountTmpfs(dir, p); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(p); err != nil {
+		return fmt.Errorf("remove leftover %s: %w", p, err)
+	}
+	return nil
+}
+
+// orphanSignature reports whether the signature of archive in dir stands
+// beside no archive and was made more than OrphanGrace before now.
+func orphanSignature(dir, archive string, now time.Time) bool {
+	if _, err := os.Lstat(filepath.Join(dir, archive)); !errors.Is(err, os.ErrNotExist) {
+		return false
+	}
+	born, err := Birth(filepath.Join(dir, archive+SignatureSuffix))
+	return err == nil && now.Sub(born) > OrphanGrace
+}
+
+// unmountTmpfs unmounts the tmpfs mounted on the entry p of dir, if one
+// is (p the root of a mount: statx(2) STATX_ATTR_MOUNT_ROOT, Linux 5.8,
+// or another mount id than dir's; of type tmpfs: statfs(2)
+// TMPFS_MAGIC), lazily (MNT_DETACH) when it is busy. Any other mount,
+// a bind mount included, is left alone and fails the removal: nodeshim
+// mounts only tmpfs there, and a removal must not reach through a mount.
+func unmountTmpfs(dir, p string) error {
+	mounted, err := mountRoot(dir, p)
+	if err != nil || !mounted {
+		return err
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(p, &fs); err != nil {
+		return err
+	}
+	if fs.Type != unix.TMPFS_MAGIC {
+		return fmt.Errorf("%s is a mount point of filesystem type %#x, not a tmpfs", p, fs.Type)
+	}
+	err = unix.Unmount(p, unix.UMOUNT_NOFOLLOW)
+	if errors.Is(err, unix.EBUSY) {
+		err = unix.Unmount(p, unix.MNT_DETACH|unix.UMOUNT_NOFOLLOW)
+	}
+	if err != nil {
+		return fmt.Errorf("unmount the tmpfs on %s: %w", p, err)
+	}
+	return nil
+}
+
+// mountRoot reports whether p, an entry of dir, is the root of a mount.
+func mountRoot(dir, p string) (bool, error) {
+	var sd, sp unix.Statx_t
+	if err := unix.Statx(unix.AT_FDCWD, dir, 0, unix.STATX_MNT_ID, &sd); err != nil {
+		return false, fmt.Errorf("statx %s: %w", dir, err)
+	}
+	if err := unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &sp); err != nil {
+		return false, fmt.Errorf("statx %s: %w", p, err)
+	}
+	if sp.Attributes_mask&unix.STATX_ATTR_MOUNT_ROOT != 0 {
+		return sp.Attributes&unix.STATX_ATTR_MOUNT_ROOT != 0, nil
+	}
+	if sd.Mask&sp.Mask&unix.STATX_MNT_ID != 0 {
+		return sd.Mnt_id != sp.Mnt_id, nil
+	}
+	if sd.Dev_major != sp.Dev_major || sd.Dev_minor != sp.Dev_minor {
+		return true, nil
+	}
+	// Before Linux 5.8 a bind mount of the same filesystem shows only in
+	// the mount table: the calling thread's (/proc/self is the thread
+	// group leader's, whose namespace may differ, Linux 3.17).
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return false, err
+	}
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
+	if err != nil {
+		return false, err
+	}
+	mounts, err := mountinfo.Parse(b)
+	if err != nil {
+		return false, err
+	}
+	for _, m := range mounts {
+		if m.Point == abs {
+			return true, nil
+		}
+	}
+	return false, nil
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -11,7 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
 func TestParse(t *testing.T) {
@@ -285,5 +290,118 @@ func TestSweep(t *testing.T) {
 	}
 	if len(removed) != 2 {
 		t.Errorf("removed %v, want 2 entries", removed)
+	}
+}
+
+// TestSweepOrphanSignatures: a signature file beside no archive is
+// removed once it is older than OrphanGrace; one beside its archive, a
+// fresh one (an archive may be copied in after it), and a directory
+// named like one stay.
+func TestSweepOrphanSignatures(t *testing.T) {
+	if SignatureSuffix != seal.SignatureSuffix {
+		t.Fatalf("SignatureSuffix %q, seal's %q", SignatureSuffix, seal.SignatureSuffix)
+	}
+	tests := []struct {
+		name    string
+		archive bool // the archive is there
+		dir     bool // the .sig is a directory
+		after   time.Duration
+		kept    bool
+	}{
+		{"beside its archive", true, false, 2 * OrphanGrace, true},
+		{"orphan, fresh", false, false, 0, true},
+		{"orphan, older than the grace", false, false, OrphanGrace + time.Second, false},
+		{"a directory", false, true, 2 * OrphanGrace, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			archive := "checkpoint-web_default-app-2026-11-28T07:00:00Z.tar"
+			sig := filepath.Join(dir, archive+SignatureSuffix)
+			if tt.archive {
+				if err := os.WriteFile(filepath.Join(dir, archive), []byte("age"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var err error
+			if tt.dir {
+				err = os.Mkdir(sig, 0o700)
+			} else {
+				err = os.WriteFile(sig, []byte("{}"), 0o600)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now().Add(tt.after)
+			removed := Sweep(dir, Owners{Now: func() time.Time { return now }})
+			_, err = os.Lstat(sig)
+			if kept := err == nil; kept != tt.kept {
+				t.Errorf("kept %v, want %v (removed %v)", kept, tt.kept, removed)
+			}
+			if !tt.kept && (len(removed) != 1 || removed[0] != archive+SignatureSuffix) {
+				t.Errorf("removed %v", removed)
+			}
+			if tt.archive {
+				if _, err := os.Stat(filepath.Join(dir, archive)); err != nil {
+					t.Errorf("the archive went: %v", err)
+				}
+			}
+		})
+	}
+}
+
+// gonePid returns the pid of a process that has exited and been reaped.
+func gonePid(t *testing.T) int {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$") // this test binary, running no test
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	return cmd.Process.Pid
+}
+
+// TestSweepUnmountsTmpfs: the work directory of a gone maker with a
+// tmpfs mounted on it (an encrypted checkpoint killed mid-dump) is
+// unmounted and removed; one with another filesystem mounted on it (a
+// bind mount: nodeshim mounts none) is left, mount and all.
+func TestSweepUnmountsTmpfs(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	tmpfs := filepath.Join(dir, WorkPrefix+strconv.Itoa(gonePid(t))+"-aa")
+	bind := filepath.Join(dir, WorkPrefix+strconv.Itoa(gonePid(t))+"-bb")
+	src := t.TempDir()
+	for _, d := range []string{tmpfs, bind} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mount("nodeshim-seal", tmpfs, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(src, bind, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = unix.Unmount(tmpfs, unix.MNT_DETACH)
+		_ = unix.Unmount(bind, unix.MNT_DETACH)
+	})
+	if err := os.WriteFile(filepath.Join(tmpfs, "pages-1.img"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "keep"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	removed := Sweep(dir, Owners{})
+	if len(removed) != 1 || removed[0] != filepath.Base(tmpfs) {
+		t.Errorf("removed %v, want the tmpfs work directory only", removed)
+	}
+	if _, err := os.Lstat(tmpfs); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the tmpfs work directory is still there: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(src, "keep")); err != nil {
+		t.Errorf("the bind mount's source lost its file: %v", err)
+	}
+	if err := Remove(dir, "../x"); err == nil {
+		t.Error("Remove took a name that is no work entry")
 	}
 }
