@@ -64,11 +64,14 @@ func Start(t testing.TB) *Registry {
 	bin := testutil.RequireBinary(t, Binary)
 	dir := t.TempDir()
 	// A port taken between the probe and the registry's bind makes it
-	// exit at once; another port is tried.
+	// exit; another port is tried.
 	var lastErr error
 	for range 3 {
 		r, err := start(bin, dir)
 		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.wait(t); err != nil {
 			lastErr = err
 			continue
 		}
@@ -77,7 +80,6 @@ func Start(t testing.TB) *Registry {
 				t.Errorf("stop docker-registry: %v", err)
 			}
 		})
-		r.wait(t)
 		return r
 	}
 	t.Fatalf("docker-registry did not start: %v", lastErr)
@@ -122,25 +124,20 @@ http:
 	}
 	r := &Registry{Host: host, Dir: dir, cmd: cmd, done: make(chan error, 1)}
 	go func() { r.done <- cmd.Wait() }()
-	// An early exit (the port taken) shows within a moment; the wait for
-	// the API below is what decides readiness.
-	select {
-	case err := <-r.done:
-		return nil, fmt.Errorf("docker-registry on %s exited: %v: %s", host, err, r.Log())
-	case <-time.After(100 * time.Millisecond):
-	}
 	return r, nil
 }
 
-// wait polls the API root until the registry answers 200.
-func (r *Registry) wait(t testing.TB) {
+// wait polls the API root until the registry answers 200, or returns the
+// registry's exit.
+func (r *Registry) wait(t testing.TB) error {
 	t.Helper()
 	client := &http.Client{Timeout: 5 * time.Second}
+	var exited error
 	testutil.Eventually(t, "docker-registry answers on "+r.Host, func() error {
 		select {
 		case err := <-r.done:
-			r.done <- err
-			t.Fatalf("docker-registry exited: %v: %s", err, r.Log())
+			exited = fmt.Errorf("docker-registry on %s exited: %v: %s", r.Host, err, r.Log())
+			return nil
 		default:
 		}
 		resp, err := client.Get("http://" + r.Host + "/v2/")
@@ -153,6 +150,10 @@ func (r *Registry) wait(t testing.TB) {
 		}
 		return nil
 	})
+	if exited != nil {
+		r.done <- exited
+	}
+	return exited
 }
 
 func (r *Registry) stop() error {
