@@ -29,6 +29,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/deploy"
+	shimstatus "github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/nodevm"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -187,7 +188,8 @@ func peerPID(sock string) (int, error) {
 // the socket, in the pod's own cgroup under kubepods.slice) answers GET
 // /status; the reporter in it publishes each of the shim's conditions on
 // the Node as NodeShim<Type> with NodeShimReady, beside kubelet's, which
-// stay as they were (Ready from KubeletReady), and renews its Lease.
+// stay as they were (Ready from KubeletReady), and renews its Lease; the
+// shim's OOM watcher attaches in the pod and NodeShimReady turns True.
 // Deleting the manifests takes the pod away.
 func TestDaemonSetOnKubeletNode(t *testing.T) {
 	requireNode(t)
@@ -374,6 +376,25 @@ func TestDaemonSetOnKubeletNode(t *testing.T) {
 	if r := now[corev1.NodeReady]; r.Status != corev1.ConditionTrue || r.Reason != "KubeletReady" {
 		t.Errorf("kubelet's Ready is %s (%s) beside the reporter's conditions", r.Status, r.Reason)
 	}
+	// The privileged shim in the pod comes up whole: its OOM watcher
+	// attached (eBPF against the node's BTF, mounted into the pod), and
+	// NodeShimReady True on the Node.
+	testutil.Eventually(t, "NodeShimReady and NodeShimOOMWatcherReady True on the Node", func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, typ := range []corev1.NodeConditionType{reporter.TypeNodeShimReady, reporter.NodeConditionType(shimstatus.TypeOOMWatcher)} {
+			if c := nodeCondition(n, typ); c == nil || c.Status != corev1.ConditionTrue {
+				return fmt.Errorf("%s is %+v", typ, c)
+			}
+		}
+		if !nodeReady(n) {
+			return fmt.Errorf("kubelet's Ready lost: %v", conditionSummary(n))
+		}
+		node = n
+		return nil
+	})
 	var shim []string
 	for _, c := range node.Status.Conditions {
 		if strings.HasPrefix(string(c.Type), reporter.TypePrefix) {
@@ -402,6 +423,16 @@ func combinedOutput(name string, args ...string) string {
 		return fmt.Sprintf("%s%v", out, err)
 	}
 	return string(out)
+}
+
+// nodeCondition is n's condition of type typ, or nil.
+func nodeCondition(n *corev1.Node, typ corev1.NodeConditionType) *corev1.NodeCondition {
+	for i := range n.Status.Conditions {
+		if n.Status.Conditions[i].Type == typ {
+			return &n.Status.Conditions[i]
+		}
+	}
+	return nil
 }
 
 // removeNodeShimConditions takes the NodeShim conditions off the Node,
