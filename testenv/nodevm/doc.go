@@ -16,9 +16,12 @@
 //     with systemd, systemd-sysv, dbus, kmod, crun, criu, iproute2 and the
 //     CNI plugins; RootfsPackages), made once and cached by its package
 //     list, then copied (hard links) into a staging tree per run with the
-//     kernel's modules, runc, containerd, crictl, nodeshim, the scenarios'
-//     test binary, the test images and the systemd units, and written into
-//     an ext4 image (mkfs.ext4 -d) that QEMU serves as a virtio disk;
+//     kernel's modules, runc, containerd, crictl, nodeshim, kubectl and
+//     checkpointctl, the scenarios' test binary, the test images (with
+//     nodeshim's own image, BuildNodeshimImage: built here as the
+//     Dockerfile makes it, for the DaemonSet scenario) and the systemd
+//     units, and written into an ext4 image (mkfs.ext4 -d) that QEMU
+//     serves as a virtio disk;
 //   - a small busybox initramfs loads the virtio disk's and ext4's modules,
 //     mounts the disk and switch_roots to systemd;
 //   - systemd starts containerd (SystemdCgroup = true, runc as its
@@ -26,9 +29,9 @@
 //     service, then the scenarios' unit, which waits for both, runs the
 //     test binary and powers the node off;
 //   - the node is a Kubernetes node of a control plane on the host
-//     (StartControlPlane: etcd, kube-apiserver with the Node authorizer and
-//     kube-controller-manager, at kubelet's version, on the host's
-//     loopback), as a second node of a host's cluster would be: QEMU's
+//     (StartControlPlane: etcd, kube-apiserver with the Node authorizer,
+//     kube-controller-manager and kube-scheduler, at kubelet's version, on
+//     the host's loopback), as a second node of a host's cluster would be: QEMU's
 //     user-mode network with restrict=on lets no packet of the node leave
 //     the machine, and its one guestfwd takes APIServerAddress:6443 to the
 //     API server's port on 127.0.0.1 (the API server does not reach the
@@ -40,7 +43,9 @@
 //     list, which the CRI scenarios' are. `nodeshim reporter` runs there
 //     as nobody (ReporterUID, a read-only peer of serve's socket) with the
 //     node's credentials, its Lease allowed by a Role bound to the node's
-//     user.
+//     user; and deploy/'s DaemonSet runs there as an operator applies it
+//     (kubectl apply -k through the API server, nodeshim.service stopped
+//     meanwhile: the two shims take the same lock).
 //
 // QEMU runs under TCG only (-machine accel=tcg -cpu max -smp 2 -m 3072M), once
 // per run: every scenario runs in the same boot. The scenarios are the
