@@ -387,3 +387,11 @@ func (c *Client) UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMi
 		Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
 	return &out, err
 }
+
+// DeletePodMigration deletes the PodMigration namespace/name.
+func (c *Client) DeletePodMigration(ctx context.Context, namespace, name string) error {
+	if c.nodeshim == nil {
+		return errNoNodeshim
+	}
+	return c.nodeshim.Delete().Namespace(namespace).Resource("podmigrations").Name(name).Do(ctx).Error()
+}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -170,16 +171,22 @@ func TestPodMigrations(t *testing.T) {
 	}
 	e.nodes["node-e"].Serve(t, untrusting, nil)
 
-	run := func(t *testing.T, f func(ctx context.Context) error) {
+	// run runs f until the test ends or the returned stop is called.
+	run := func(t *testing.T, f func(ctx context.Context) error) (stop func()) {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan error, 1)
 		go func() { done <- f(ctx) }()
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-				t.Errorf("run: %v", err)
-			}
-		})
+		var once sync.Once
+		stop = func() {
+			once.Do(func() {
+				cancel()
+				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+					t.Errorf("run: %v", err)
+				}
+			})
+		}
+		t.Cleanup(stop)
+		return stop
 	}
 	h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: "node-a", API: reporterAPI, Shim: nodeShim{a}, Retry: 100 * time.Millisecond})
 	if err != nil {
@@ -190,11 +197,14 @@ func TestPodMigrations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run(t, c.Run)
+	stop := run(t, c.Run)
 
 	t.Run("refused before anything is frozen", func(t *testing.T) { testRefused(t, e) })
 	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
+	// Last, with the controller above stopped: each subtest runs its own.
+	stop()
+	t.Run("every grant needed", func(t *testing.T) { testEveryGrantNeeded(t, e) })
 }
 
 // pod creates a running pod of ns on node, as kubelet would report it.
