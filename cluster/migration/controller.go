@@ -12,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -71,6 +72,7 @@ const (
 	ReasonRestoring        = "Restoring"
 	ReasonRestored         = "Restored"
 	ReasonRestoreFailed    = "RestoreFailed"
+	ReasonTimeout          = "Timeout"
 )
 
 // Options configure a Controller.
@@ -84,7 +86,14 @@ type Options struct {
 	// Interval is how often the PodMigrations are listed and the
 	// unfinished ones taken a step further; a second when zero.
 	Interval time.Duration
+	// CheckpointTimeout bounds the wait for the source node to store the
+	// pod checkpoint (its reporter or shim may be gone), RestoreTimeout
+	// the wait for the restored Pod to run; DefaultStepTimeout when zero.
+	CheckpointTimeout, RestoreTimeout time.Duration
 }
+
+// DefaultStepTimeout bounds a step that waits on a node.
+const DefaultStepTimeout = 10 * time.Minute
 
 // Controller takes PodMigrations step by step.
 type Controller struct {
@@ -104,6 +113,12 @@ func New(o Options) (*Controller, error) {
 	}
 	if o.Interval <= 0 {
 		o.Interval = time.Second
+	}
+	if o.CheckpointTimeout <= 0 {
+		o.CheckpointTimeout = DefaultStepTimeout
+	}
+	if o.RestoreTimeout <= 0 {
+		o.RestoreTimeout = DefaultStepTimeout
 	}
 	return &Controller{o: o}, nil
 }
@@ -144,6 +159,7 @@ func (c *Controller) SyncAll(ctx context.Context) error {
 // left alone. An error is one to retry (the API server's); a failed
 // migration is recorded in the status, not returned.
 func (c *Controller) Sync(ctx context.Context, m *v1alpha1.PodMigration) error {
+	before := m
 	m = m.DeepCopy()
 	var err error
 	switch m.Status.Phase {
@@ -160,8 +176,8 @@ func (c *Controller) Sync(ctx context.Context, m *v1alpha1.PodMigration) error {
 	default:
 		return nil
 	}
-	if err != nil {
-		return err
+	if err != nil || apiequality.Semantic.DeepEqual(before.Status, m.Status) {
+		return err // nothing new to write while a step waits
 	}
 	_, err = c.o.API.UpdatePodMigrationStatus(ctx, m, FieldManager)
 	return err
@@ -385,8 +401,20 @@ func (c *Controller) checkpointed(ctx context.Context, m *v1alpha1.PodMigration)
 		m.Status.Phase = v1alpha1.MigrationTransferring
 		c.set(m, done(v1alpha1.ConditionCheckpointed, ReasonCheckpointed, fmt.Sprintf("pod checkpoint %s stored on node %s", m.Status.Checkpoint, pc.Status.NodeName)),
 			progress(v1alpha1.ConditionTransferred, ReasonTransferring, fmt.Sprintf("sending %s from node %s to node %s", m.Status.Checkpoint, m.Status.SourceNode, m.Status.TargetNode)))
+	default:
+		if c.overdue(m, v1alpha1.ConditionCheckpointed, c.o.CheckpointTimeout) {
+			c.fail(m, v1alpha1.ConditionCheckpointed, ReasonTimeout, "pod checkpoint %s not stored on node %s within %v (is its reporter running?): the pod runs on there",
+				pc.Name, m.Status.SourceNode, c.o.CheckpointTimeout)
+		}
 	}
 	return nil
+}
+
+// overdue reports whether the step of condition typ, in progress since
+// its last transition, has taken longer than limit.
+func (c *Controller) overdue(m *v1alpha1.PodMigration, typ string, limit time.Duration) bool {
+	cur, ok := find(m.Status.Conditions, typ)
+	return ok && !cur.LastTransitionTime.IsZero() && c.o.Now().Sub(cur.LastTransitionTime.Time) > limit
 }
 
 func find(conds []condition.Condition, typ string) (condition.Condition, bool) {
@@ -493,6 +521,14 @@ func (c *Controller) restored(ctx context.Context, m *v1alpha1.PodMigration) err
 		return nil
 	case corev1.PodRunning:
 	default:
+		if c.overdue(m, v1alpha1.ConditionRestored, c.o.RestoreTimeout) {
+			// The restored pod must not start later beside the original.
+			if err := c.o.API.DeletePod(ctx, p.Namespace, p.Name, p.UID); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("delete the restored pod %s/%s: %w", p.Namespace, p.Name, err)
+			}
+			c.fail(m, v1alpha1.ConditionRestored, ReasonTimeout, "restored pod %s did not run on node %s within %v (%s: %s); it was deleted, the original runs on",
+				p.Name, p.Spec.NodeName, c.o.RestoreTimeout, p.Status.Phase, p.Status.Message)
+		}
 		return nil
 	}
 	now := c.o.Now()

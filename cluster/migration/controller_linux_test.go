@@ -205,6 +205,60 @@ func TestPodMigrations(t *testing.T) {
 	// Last, with the controller above stopped: each subtest runs its own.
 	stop()
 	t.Run("every grant needed", func(t *testing.T) { testEveryGrantNeeded(t, e) })
+	t.Run("steps that time out", func(t *testing.T) { testTimeouts(t, e, controllerAPI) })
+}
+
+// testTimeouts: a source node whose reporter never stores the checkpoint,
+// and a restored pod that never runs, fail the migration after their
+// bound; the original runs on, and the restored pod is deleted.
+func testTimeouts(t *testing.T, e *env, api API) {
+	runFor := func(t *testing.T, o Options, until func() error, what string) {
+		t.Helper()
+		o.API, o.Transfer, o.Interval = api, shims{t: t, nodes: e.nodes}, 50*time.Millisecond
+		c, err := New(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		defer func() { cancel(); <-done }()
+		testutil.Eventually(t, what, until)
+	}
+	failed := func(name string) func() error {
+		return func() error {
+			if m := e.get(t, "late", name); m.Status.Phase != v1alpha1.MigrationFailed {
+				return fmt.Errorf("phase %q", m.Status.Phase)
+			}
+			return nil
+		}
+	}
+	if _, err := e.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-x", Labels: map[string]string{
+		v1alpha1.LabelCRIU: "true", v1alpha1.LabelArch: "amd64"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pod(t, "late", "batch", "node-x")
+	e.migrate(t, "late", "no-reporter", v1alpha1.PodMigrationSpec{PodName: "batch", TargetNode: "node-b"})
+	runFor(t, Options{CheckpointTimeout: time.Second}, failed("no-reporter"), "no-reporter failed")
+	m := e.get(t, "late", "no-reporter")
+	if ck := cond(t, m, v1alpha1.ConditionCheckpointed); ck.Reason != ReasonTimeout || !strings.Contains(ck.Message, "not stored on node node-x") {
+		t.Errorf("Checkpointed %+v", ck)
+	}
+
+	e.pod(t, "late", "shop", "node-a")
+	e.migrate(t, "late", "never-runs", v1alpha1.PodMigrationSpec{PodName: "shop", TargetNode: "node-b", DeleteOriginal: true})
+	runFor(t, Options{RestoreTimeout: time.Second}, failed("never-runs"), "never-runs failed")
+	m = e.get(t, "late", "never-runs")
+	if r := cond(t, m, v1alpha1.ConditionRestored); r.Reason != ReasonTimeout || !strings.Contains(r.Message, "it was deleted, the original runs on") {
+		t.Errorf("Restored %+v", r)
+	}
+	p, err := e.admin.CoreV1().Pods("late").Get(context.Background(), m.Status.RestoredPod, metav1.GetOptions{})
+	if err == nil && p.DeletionTimestamp == nil {
+		t.Errorf("the restored pod that never ran is still there")
+	}
+	if p, err := e.admin.CoreV1().Pods("late").Get(context.Background(), "shop", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Errorf("the original: %v, deleting %v", err, p.DeletionTimestamp)
+	}
 }
 
 // pod creates a running pod of ns on node, as kubelet would report it.
