@@ -258,13 +258,33 @@ func (c *Controller) start(ctx context.Context, m *v1alpha1.PodMigration) error 
 				Name: m.Name, UID: m.UID, Controller: ptr.To(true)}}},
 		Spec: v1alpha1.PodCheckpointSpec{PodName: pod.Name},
 	}
-	if _, err := c.o.API.CreatePodCheckpoint(ctx, pc, FieldManager); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = c.o.API.CreatePodCheckpoint(ctx, pc, FieldManager)
+	if apierrors.IsAlreadyExists(err) {
+		// Ours from a step whose status write was lost, or someone
+		// else's of the same name, which this migration must not take.
+		cur, gerr := c.o.API.GetPodCheckpoint(ctx, pc.Namespace, pc.Name)
+		if gerr != nil {
+			return gerr
+		}
+		if !ownedBy(cur, m) {
+			c.fail(m, v1alpha1.ConditionCheckpointed, ReasonCheckpointFailed, "PodCheckpoint %s/%s exists and is not this migration's: name the PodMigration otherwise", pc.Namespace, pc.Name)
+			return nil
+		}
+		err = nil
+	}
+	if err != nil {
 		return fmt.Errorf("create pod checkpoint %s/%s: %w", pc.Namespace, pc.Name, err)
 	}
 	m.Status.PodCheckpoint = pc.Name
 	m.Status.Phase = v1alpha1.MigrationCheckpointing
 	c.set(m, progress(v1alpha1.ConditionCheckpointed, ReasonCheckpointing, fmt.Sprintf("pod checkpoint %s asked of node %s", pc.Name, source.Name)))
 	return nil
+}
+
+// ownedBy reports whether m controls pc.
+func ownedBy(pc *v1alpha1.PodCheckpoint, m *v1alpha1.PodMigration) bool {
+	ref := metav1.GetControllerOf(pc)
+	return ref != nil && ref.Kind == "PodMigration" && ref.UID == m.UID
 }
 
 // ownerRefusal says why a pod's controller forbids moving it, "" when it
@@ -387,6 +407,10 @@ func (c *Controller) checkpointed(ctx context.Context, m *v1alpha1.PodMigration)
 	}
 	if err != nil {
 		return err
+	}
+	if !ownedBy(pc, m) {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonCheckpointFailed, "PodCheckpoint %s is not this migration's", pc.Name)
+		return nil
 	}
 	switch pc.Status.Phase {
 	case v1alpha1.PhaseFailed:

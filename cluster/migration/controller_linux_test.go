@@ -341,6 +341,12 @@ func testRefused(t *testing.T, e *env) {
 	e.pod(t, "shop", "cart", "node-a")
 	sts := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "db", UID: "u-db", Controller: ptr.To(true)}
 	e.pod(t, "shop", "db-0", "node-a", sts)
+	// A user's own PodCheckpoint of the name a migration would give its
+	// own: the migration must not take it for its checkpoint.
+	if _, err := e.adminAPI.CreatePodCheckpoint(context.Background(), &v1alpha1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "taken"},
+		Spec: v1alpha1.PodCheckpointSpec{PodName: "cart"}}, "test"); err != nil {
+		t.Fatal(err)
+	}
 	for _, tt := range []struct {
 		name         string
 		spec         v1alpha1.PodMigrationSpec
@@ -355,6 +361,7 @@ func testRefused(t *testing.T, e *env) {
 		{"same-node", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-a"}, ReasonTargetNotCapable, "node-a is the pod's node"},
 		{"statefulset", v1alpha1.PodMigrationSpec{PodName: "db-0", TargetNode: "node-b"}, ReasonOwnedBy, "StatefulSet db's"},
 		{"no-pod", v1alpha1.PodMigrationSpec{PodName: "gone", TargetNode: "node-b"}, ReasonPodNotFound, "does not exist"},
+		{"taken", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-b"}, ReasonCheckpointFailed, "exists and is not this migration's"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			e.migrate(t, "shop", tt.name, tt.spec)
@@ -367,8 +374,10 @@ func testRefused(t *testing.T, e *env) {
 				t.Errorf("Ready %+v", r)
 			}
 			// Nothing was frozen: no PodCheckpoint was made.
-			if _, err := e.adminAPI.GetPodCheckpoint(context.Background(), "shop", tt.name); !apierrors.IsNotFound(err) {
+			if pc, err := e.adminAPI.GetPodCheckpoint(context.Background(), "shop", tt.name); tt.name != "taken" && !apierrors.IsNotFound(err) {
 				t.Errorf("a PodCheckpoint exists for a refused migration: %v", err)
+			} else if tt.name == "taken" && (err != nil || len(pc.OwnerReferences) != 0) {
+				t.Errorf("the user's PodCheckpoint: %v %+v", err, pc)
 			}
 		})
 	}
