@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rawOOMEvent encodes e as the kernel lays out struct oom_event.
@@ -89,4 +90,44 @@ func FuzzDecodeOOMEvent(f *testing.F) {
 			t.Fatalf("comm longer than TASK_COMM_LEN: %q", ev.Comm)
 		}
 	})
+}
+
+// TestRecentVictimsMarkedAgain: the fentry and kprobe hooks see
+// mark_oom_victim called again for a task already marked (a group kill
+// marks the chosen victim, then every task of its cgroup); that second
+// event is dropped, other tasks' and later ones are not.
+func TestRecentVictimsMarkedAgain(t *testing.T) {
+	ev := func(pid, tgid uint32, cgroup uint64, at time.Duration) decodedOOMEvent {
+		return decodedOOMEvent{OOMEvent: OOMEvent{PID: pid, TGID: tgid, CgroupID: cgroup}, rawTime: uint64(time.Hour + at)}
+	}
+	var r recentVictims
+	for _, tc := range []struct {
+		name  string
+		ev    decodedOOMEvent
+		again bool
+	}{
+		{"the chosen victim", ev(100, 100, 7, 0), false},
+		{"the group kill marks it again", ev(100, 100, 7, time.Millisecond), true},
+		{"the group's other task", ev(90, 90, 7, 2*time.Millisecond), false},
+		{"a thread of the victim", ev(101, 100, 7, 3*time.Millisecond), false},
+		{"the same pid in another cgroup", ev(100, 100, 8, 4*time.Millisecond), false},
+		{"the same task after the window", ev(100, 100, 7, 2*time.Second), false},
+		{"an event without a time", decodedOOMEvent{OOMEvent: OOMEvent{PID: 5}}, false},
+		{"again without a time", decodedOOMEvent{OOMEvent: OOMEvent{PID: 5}}, false},
+	} {
+		if got := r.again(tc.ev); got != tc.again {
+			t.Errorf("%s: again = %v, want %v", tc.name, got, tc.again)
+		}
+	}
+	// More tasks than it remembers: the oldest is forgotten, not the
+	// newest.
+	for i := range uint32(len(r.keys)) {
+		r.again(ev(1000+i, 1000+i, 9, 3*time.Second))
+	}
+	if r.again(ev(1000+uint32(len(r.keys))-1, 1000+uint32(len(r.keys))-1, 9, 3*time.Second+time.Millisecond)) != true {
+		t.Error("the newest task forgotten")
+	}
+	if r.again(ev(100, 100, 7, 2*time.Second+time.Millisecond)) {
+		t.Error("a task remembered past the ring's size")
+	}
 }

@@ -386,10 +386,47 @@ func cType(t btf.Type) string {
 	return fmt.Sprintf("%T", t)
 }
 
+// markedAgainWindow is how long after an event of a task another event of
+// the same task (pid, tgid and cgroup) is taken for the same marking.
+const markedAgainWindow = uint64(time.Second)
+
+// recentVictims remembers the last events' tasks: mark_oom_victim's entry
+// (the fentry and kprobe hooks) fires again for a task the kernel already
+// marked, which it then leaves at its TIF_MEMDIE test (mm/oom_kill.c; the
+// tracepoints fire after that test, once): a kill that takes the whole
+// cgroup (memory.oom.group) marks the chosen victim, then every task of the
+// cgroup, the victim again among them.
+type recentVictims struct {
+	keys [16]victimKey
+	next int
+}
+
+type victimKey struct {
+	pid, tgid uint32
+	cgroupID  uint64
+	rawTime   uint64
+}
+
+// again says whether e is another event of a task that an event up to
+// markedAgainWindow before it named, and remembers e otherwise.
+func (r *recentVictims) again(e decodedOOMEvent) bool {
+	k := victimKey{pid: e.PID, tgid: e.TGID, cgroupID: e.CgroupID, rawTime: e.rawTime}
+	for _, seen := range r.keys {
+		if seen.rawTime != 0 && seen.pid == k.pid && seen.tgid == k.tgid && seen.cgroupID == k.cgroupID &&
+			k.rawTime >= seen.rawTime && k.rawTime-seen.rawTime <= markedAgainWindow {
+			return true
+		}
+	}
+	r.keys[r.next] = k
+	r.next = (r.next + 1) % len(r.keys)
+	return false
+}
+
 func (w *OOMWatcher) loop() {
 	defer w.wg.Done()
 	defer close(w.events)
 	defer close(w.loopDone)
+	var recent recentVictims
 	for {
 		raw, err := w.read()
 		if err != nil {
@@ -403,6 +440,9 @@ func (w *OOMWatcher) loop() {
 		ev, err := decodeOOMEvent(raw)
 		if err != nil {
 			continue // undecodable
+		}
+		if recent.again(ev) {
+			continue
 		}
 		var mono unix.Timespec
 		now := w.now()
