@@ -480,7 +480,21 @@ func (c *Controller) transfer(ctx context.Context, m *v1alpha1.PodMigration) err
 			return fmt.Errorf("set the deletion cost of pod %s/%s: %w", orig.Namespace, orig.Name, err)
 		}
 	}
-	if _, err := c.o.API.CreatePod(ctx, p, FieldManager); err != nil && !apierrors.IsAlreadyExists(err) {
+	_, err = c.o.API.CreatePod(ctx, p, FieldManager)
+	if apierrors.IsAlreadyExists(err) {
+		// Ours from a step whose status write was lost, or another pod
+		// of the name, which must never count as the restored one.
+		cur, gerr := c.o.API.GetPod(ctx, p.Namespace, p.Name)
+		if gerr != nil {
+			return gerr
+		}
+		if !restoredBy(cur, m) {
+			c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "pod %s/%s exists and is not this migration's", p.Namespace, p.Name)
+			return nil
+		}
+		err = nil
+	}
+	if err != nil {
 		c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "create pod %s/%s on node %s: %v", p.Namespace, p.Name, m.Status.TargetNode, err)
 		return nil
 	}
@@ -489,6 +503,13 @@ func (c *Controller) transfer(ctx context.Context, m *v1alpha1.PodMigration) err
 	c.set(m, done(v1alpha1.ConditionTransferred, ReasonTransferred, fmt.Sprintf("%s stored on node %s", m.Status.Checkpoint, m.Status.TargetNode)),
 		progress(v1alpha1.ConditionRestored, ReasonRestoring, fmt.Sprintf("pod %s created on node %s", p.Name, m.Status.TargetNode)))
 	return nil
+}
+
+// restoredBy reports whether p is the Pod m restored: on m's target,
+// annotated with m's name and checkpoint.
+func restoredBy(p *corev1.Pod, m *v1alpha1.PodMigration) bool {
+	return p.Annotations[v1alpha1.AnnotationMigration] == m.Name && p.Annotations[kubectl.AnnotationCheckpoint] == m.Status.Checkpoint &&
+		p.Spec.NodeName == m.Status.TargetNode
 }
 
 // RestoredName is the restored Pod's name: the original's, a dash and
@@ -538,6 +559,10 @@ func (c *Controller) restored(ctx context.Context, m *v1alpha1.PodMigration) err
 	}
 	if err != nil {
 		return err
+	}
+	if !restoredBy(p, m) {
+		c.fail(m, v1alpha1.ConditionRestored, ReasonRestoreFailed, "pod %s is not the one this migration restored", p.Name)
+		return nil
 	}
 	switch p.Status.Phase {
 	case corev1.PodFailed, corev1.PodSucceeded:

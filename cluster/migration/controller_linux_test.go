@@ -245,6 +245,21 @@ func testTimeouts(t *testing.T, e *env, api API) {
 		t.Errorf("Checkpointed %+v", ck)
 	}
 
+	// A pod that already holds the restored pod's name is never taken for
+	// it, nor is the original deleted.
+	e.pod(t, "late", "cash", "node-a")
+	e.migrate(t, "late", "squatted", v1alpha1.PodMigrationSpec{PodName: "cash", TargetNode: "node-b", DeleteOriginal: true})
+	squat := e.pod(t, "late", RestoredName(e.get(t, "late", "squatted")), "node-b")
+	runFor(t, Options{}, failed("squatted"), "squatted failed")
+	if r := cond(t, e.get(t, "late", "squatted"), v1alpha1.ConditionRestored); r.Reason != ReasonRestoreFailed || !strings.Contains(r.Message, "is not this migration's") {
+		t.Errorf("Restored %+v", r)
+	}
+	for _, name := range []string{"cash", squat.Name} {
+		if p, err := e.admin.CoreV1().Pods("late").Get(context.Background(), name, metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+			t.Errorf("pod %s: %v, deleting %v", name, err, p.DeletionTimestamp)
+		}
+	}
+
 	e.pod(t, "late", "shop", "node-a")
 	e.migrate(t, "late", "never-runs", v1alpha1.PodMigrationSpec{PodName: "shop", TargetNode: "node-b", DeleteOriginal: true})
 	runFor(t, Options{RestoreTimeout: time.Second}, failed("never-runs"), "never-runs failed")
