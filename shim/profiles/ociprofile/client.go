@@ -19,8 +19,11 @@ import (
 	"oras.land/oras-go/v2/registry/remote/auth"
 )
 
-// DefaultTimeout bounds one Fetch when Client.Timeout is zero.
-const DefaultTimeout = time.Minute
+// DefaultTimeout bounds one Fetch when Client.Timeout is zero: four small
+// requests. serve fetches while it checks a configuration too, so a
+// registry that does not answer holds the configuration's check for this
+// long per reference.
+const DefaultTimeout = 30 * time.Second
 
 // Client fetches signed profiles from registries.
 type Client struct {
