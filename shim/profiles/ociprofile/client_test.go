@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/opencontainers/go-digest"
 	"github.com/opencontainers/image-spec/specs-go"
@@ -263,5 +264,45 @@ func TestFetchRefused(t *testing.T) {
 				t.Errorf("a refused fetch returned a profile: %s", p.JSON)
 			}
 		})
+	}
+}
+
+// TestFetchTimesOut: a registry that accepts the connection and never
+// answers is given Client.Timeout, then the reference is unavailable.
+func TestFetchTimesOut(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	var conns []net.Conn
+	go func() {
+		defer close(done)
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			conns = append(conns, c) // held open, never answered
+		}
+	}()
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+		for _, c := range conns {
+			c.Close()
+		}
+	})
+	_, pub := registrytest.NewKey(t)
+	k, err := ParsePublicKey([]byte(pub))
+	if err != nil {
+		t.Fatal(err)
+	}
+	host := l.Addr().String()
+	c := &Client{Keys: []*ecdsa.PublicKey{k}, PlainHTTP: []string{host}, Timeout: 100 * time.Millisecond}
+	ref := "oci://" + host + "/profiles/app:v1"
+	_, err = c.Fetch(context.Background(), ref)
+	if !errors.Is(err, ErrUnavailable) || !errors.Is(err, context.DeadlineExceeded) || !strings.HasPrefix(err.Error(), ref+": ") {
+		t.Fatalf("err = %v, want ErrUnavailable after the deadline, naming %s", err, ref)
 	}
 }
