@@ -17,6 +17,8 @@ import (
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
+	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 	"github.com/nodeshim/nodeshim/runtimes/restoring/restore"
 	"github.com/nodeshim/nodeshim/shim/checkpoint"
@@ -298,20 +300,7 @@ func TestRestoresPodCheckpoint(t *testing.T) {
 		ctr := pod.Run(t, runtimetest.ContainerOptions{Name: name, Command: counter})
 		before = append(before, waitCount(t, ctr, 10))
 	}
-	svc := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		LockDir:  filepath.Join(t.TempDir(), "locks"),
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
-	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: pod.Config.Metadata.Namespace, Name: pod.Config.Metadata.Name}, checkpoint.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	res := podCheckpoint(t, c, bin, pod, seal.Config{})
 	t.Logf("pod checkpoint %s: frozen %s, total %s", filepath.Base(res.Path), res.Frozen, res.Total)
 	if err := pod.Remove(); err != nil {
 		t.Fatal(err)
@@ -339,20 +328,7 @@ func TestRestoresPodCheckpointInitContainerRunsAgain(t *testing.T) {
 	waitExited(t, setup)
 	ctr := pod.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: counter})
 	before := waitCount(t, ctr, 10)
-	svc := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		LockDir:  filepath.Join(t.TempDir(), "locks"),
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
-	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: pod.Config.Metadata.Namespace, Name: pod.Config.Metadata.Name}, checkpoint.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	res := podCheckpoint(t, c, bin, pod, seal.Config{})
 	if err := pod.Remove(); err != nil {
 		t.Fatal(err)
 	}
@@ -367,6 +343,28 @@ func TestRestoresPodCheckpointInitContainerRunsAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNothingLeft(t)
+}
+
+// podCheckpoint takes a pod checkpoint of pod into the checkpoint
+// directory through nodeshim's checkpoint service with CRIU bin, its
+// archives sealed as sealing says; the checkpoint is removed when t ends.
+func podCheckpoint(t *testing.T, c *runtimetest.Containerd, bin criu.Binary, p *runtimetest.Pod, sealing seal.Config) pod.Result {
+	t.Helper()
+	svc := checkpoint.New(checkpoint.Options{
+		Settings: func() checkpoint.Settings {
+			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address, Seal: sealing}
+		},
+		FindCriu: func() (criu.Binary, error) { return bin, nil },
+		LockDir:  filepath.Join(t.TempDir(), "locks"),
+		Model:    status.New(nil),
+	})
+	defer svc.Close()
+	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: p.Config.Metadata.Namespace, Name: p.Config.Metadata.Name}, checkpoint.PodOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	return res
 }
 
 // waitExited waits until ctr has exited with code 0.

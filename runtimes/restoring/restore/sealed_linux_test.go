@@ -14,13 +14,10 @@ import (
 
 	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 
-	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/archive/seal/sealtest"
 	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
-	"github.com/nodeshim/nodeshim/shim/checkpoint"
-	"github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
@@ -94,21 +91,7 @@ func TestRestoresSealedPodCheckpoint(t *testing.T) {
 	cmd := []string{"sh", "-c", "m=" + sealedMarker + "; " + counter[2]}
 	ctr := p.Run(t, runtimetest.ContainerOptions{Name: "counter", Command: cmd})
 	before := waitCount(t, ctr, 10)
-	svc := checkpoint.New(checkpoint.Options{
-		Settings: func() checkpoint.Settings {
-			return checkpoint.Settings{Enabled: true, Dir: ckptDir, DefaultTimeout: time.Minute, RuntimeEndpoint: c.Address,
-				Seal: seal.Config{Recipients: []string{recipient}, SigningKey: signingKey, Node: "node-a"}}
-		},
-		FindCriu: func() (criu.Binary, error) { return bin, nil },
-		LockDir:  filepath.Join(t.TempDir(), "locks"),
-		Model:    status.New(nil),
-	})
-	defer svc.Close()
-	res, err := svc.CheckpointPod(t.Context(), checkpoint.PodRef{Namespace: p.Config.Metadata.Namespace, Name: p.Config.Metadata.Name}, checkpoint.PodOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(res.Path) })
+	res := podCheckpoint(t, c, bin, p, seal.Config{Recipients: []string{recipient}, SigningKey: signingKey, Node: "node-a"})
 	if err := p.Remove(); err != nil {
 		t.Fatal(err)
 	}
