@@ -147,9 +147,11 @@ func stopNodeshimUnit(t *testing.T) {
 			t.Errorf("start nodeshim.service again: %v %s", err, out)
 			return
 		}
+		start := time.Now()
 		testutil.Eventually(t, "the node's nodeshim.service answering again", func() error {
 			return getJSON(t, "/status", &map[string]any{})
 		})
+		t.Logf("nodeshim.service answering again %s after its start", time.Since(start).Round(100*time.Millisecond))
 	})
 }
 
@@ -231,9 +233,11 @@ func TestDaemonSetOnKubeletNode(t *testing.T) {
 		t.Fatalf("kubectl apply -k: %v\n%s", err, out)
 	}
 	t.Cleanup(func() {
+		del := time.Now()
 		if out, err := kubectl("delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", overlay); err != nil {
 			t.Errorf("kubectl delete -k: %v\n%s", err, out)
 		}
+		defer func() { t.Logf("kubectl delete -k and the pod gone in %s", time.Since(del).Round(100*time.Millisecond)) }()
 		testutil.Eventually(t, "the DaemonSet's pod gone", func() error {
 			pods, err := cs.CoreV1().Pods("nodeshim").List(ctx, metav1.ListOptions{})
 			if err != nil {
