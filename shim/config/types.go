@@ -174,6 +174,10 @@ type Checkpoints struct {
 	// signatures of archives restored here must satisfy; unset, no
 	// signature is checked.
 	TrustPolicy string `json:"trustPolicy,omitempty"`
+	// Transfer, when enabled, stores the pod checkpoints other nodes'
+	// shims send (PUT /transfers/{name} on the TLS listener, client
+	// certificates only; docs/migration.md).
+	Transfer CheckpointTransfer `json:"transfer,omitzero"`
 	// PreDumpRounds is the number of rounds of CRIU pre-dump (iterative
 	// pre-copy) run before each container checkpoint while the container
 	// runs on, so that the final dump freezes it only to write what
@@ -219,6 +223,21 @@ func (c Checkpoints) SealConfig() seal.Config {
 // SealFieldNames name SealConfig's inputs in errors.
 var SealFieldNames = seal.FieldNames{Recipients: "checkpoint.encryption.recipients", Identities: "checkpoint.encryption.identities",
 	SigningKey: "checkpoint.signing.keyFile", Node: "checkpoint.signing.nodeName", TrustPolicy: "checkpoint.trustPolicy"}
+
+// CheckpointTransfer configures the receiving of pod checkpoints from
+// other nodes' shims.
+type CheckpointTransfer struct {
+	// Enabled serves PUT /transfers/{name}; it needs api.tcpAddress with
+	// api.clientCAFile (the senders' node certificates), the trust policy
+	// (the senders' keys) and this node's age identities.
+	Enabled bool `json:"enabled,omitempty"`
+	// MaxBytes bounds one transfer (e.g. "16Gi", the default).
+	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
+	// MinFreeBytes is the room the checkpoint directory's filesystem
+	// keeps: a transfer that would leave less is refused before a byte is
+	// written.
+	MinFreeBytes *resource.Quantity `json:"minFreeBytes,omitempty"`
+}
 
 // CheckpointRetention bounds the checkpoint archives nodeshim keeps. It is
 // applied at start, after every checkpoint and by `nodeshim checkpoint
@@ -376,6 +395,24 @@ func (c *ShimConfiguration) Validate() error {
 	}
 	if err := c.Checkpoint.SealConfig().Check(SealFieldNames); err != nil {
 		p = append(p, strings.Split(err.Error(), "\n")...)
+	}
+	if t := c.Checkpoint.Transfer; t.Enabled {
+		switch {
+		case c.API.TCPAddress == "" || c.API.ClientCAFile == "":
+			p = append(p, "checkpoint.transfer.enabled needs api.tcpAddress and api.clientCAFile: senders are nodes with certificates")
+		case c.Checkpoint.TrustPolicy == "" || len(c.Checkpoint.Encryption.Identities) == 0:
+			p = append(p, "checkpoint.transfer.enabled needs checkpoint.trustPolicy and checkpoint.encryption.identities: a transfer is signed by a trusted node and encrypted to this one")
+		case c.Checkpoint.Dir == "":
+			p = append(p, "checkpoint.transfer.enabled needs checkpoint.dir")
+		}
+		for _, q := range []struct {
+			name string
+			v    *resource.Quantity
+		}{{"maxBytes", t.MaxBytes}, {"minFreeBytes", t.MinFreeBytes}} {
+			if q.v != nil && q.v.Sign() < 0 {
+				p = append(p, fmt.Sprintf("checkpoint.transfer.%s %s is negative", q.name, q.v.String()))
+			}
+		}
 	}
 	if c.API.TCPAddress != "" {
 		if c.API.TLSCertFile == "" || c.API.TLSKeyFile == "" {

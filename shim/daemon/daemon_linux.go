@@ -46,6 +46,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/profiles/ociprofile"
 	"github.com/nodeshim/nodeshim/shim/source"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/shim/transfer"
 )
 
 // Options configure Run.
@@ -197,7 +198,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// Finish removals a crash interrupted, remove the work files of
 	// checkpoints killed with a nodeshim, and apply retention at start.
 	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
-	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts}
+	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts,
+		Transfer: transfer.Handler(d.transferOptions)}
 	if collect := d.reportCollector(); collect != nil {
 		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(collect(ctx)) }
 	}
@@ -611,6 +613,29 @@ func (d *daemon) apply(c config.ShimConfiguration) {
 	d.mu.Lock()
 	d.api, d.apiConfig = g, c.API
 	d.mu.Unlock()
+}
+
+// transferOptions are read at every pod checkpoint another node's shim
+// sends (shim/transfer, docs/migration.md); a stored one is subject to
+// retention at once.
+func (d *daemon) transferOptions() (transfer.ReceiverOptions, error) {
+	c := d.cfg.Active().Checkpoint
+	if !c.Transfer.Enabled {
+		return transfer.ReceiverOptions{}, transfer.ErrNotEnabled
+	}
+	_, open, err := c.SealConfig().Load(config.SealFieldNames)
+	if err != nil {
+		return transfer.ReceiverOptions{}, err
+	}
+	o := transfer.ReceiverOptions{Dir: c.Dir, Open: open, Logger: d.log,
+		Stored: func(string) { _, _ = d.ckpts.ApplyRetention() }} // logged inside
+	if q := c.Transfer.MaxBytes; q != nil {
+		o.MaxBytes = q.Value()
+	}
+	if q := c.Transfer.MinFreeBytes; q != nil {
+		o.MinFreeBytes = q.Value()
+	}
+	return o, nil
 }
 
 // checkpointSettings are read at every checkpoint request.

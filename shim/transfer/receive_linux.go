@@ -434,3 +434,32 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 	w.WriteHeader(code)
 	_ = json.NewEncoder(w).Encode(v)
 }
+
+// ErrNotEnabled is returned by a Handler's load when this node receives
+// no transfers: the route answers 404, as with the feature off.
+var ErrNotEnabled = errdefs.New(errdefs.ErrNotFound, "this node receives no transfers (checkpoint.transfer.enabled)")
+
+// Handler serves Pattern with the options load returns at each request,
+// so that a configuration put in force applies to the next transfer; at
+// most DefaultMaxConcurrent are received at once, across loads. A load
+// error is the answer (ErrNotEnabled: 404).
+func Handler(load func() (ReceiverOptions, error)) http.Handler {
+	sem := make(chan struct{}, DefaultMaxConcurrent)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		o, err := load()
+		var rc *Receiver
+		if err == nil {
+			rc, err = NewReceiver(o)
+		}
+		if err != nil {
+			code := http.StatusServiceUnavailable
+			if errors.Is(err, errdefs.ErrNotFound) {
+				code = http.StatusNotFound
+			}
+			writeJSON(w, code, map[string]string{"error": err.Error()})
+			return
+		}
+		rc.sem = sem
+		rc.ServeHTTP(w, r)
+	})
+}

@@ -7,6 +7,7 @@ import (
 	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -15,6 +16,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
@@ -70,10 +72,15 @@ func Send(ctx context.Context, dir, name string, o SendOptions) (Sent, error) {
 	pr, pw := io.Pipe()
 	var sig *seal.Signature
 	var sealed int64
+	// Once the request is gone (refused, cut, cancelled), the stream's
+	// writes are dropped and the reads of the files stop at the next
+	// block: nothing more is read, and the sealing ends without an error
+	// of its destination to unwind.
+	gone := &dropped{w: pw}
 	go func() {
-		sw, err := seal.NewWriter(pw, o.Seal)
+		sw, err := seal.NewWriter(gone, o.Seal)
 		if err == nil {
-			err = writeTar(sw, root, files)
+			err = writeTar(sw, root, files, gone)
 			if cerr := sw.Close(); err == nil {
 				err = cerr
 			}
@@ -179,9 +186,41 @@ func listFiles(root *os.Root) ([]fs.FileInfo, int64, error) {
 	return out, total, nil
 }
 
+// dropped writes to w until a write fails, then drops every write; lost
+// is set once one failed.
+type dropped struct {
+	w    io.Writer
+	lost atomic.Bool
+}
+
+func (d *dropped) Write(p []byte) (int, error) {
+	if !d.lost.Load() {
+		if _, err := d.w.Write(p); err != nil {
+			d.lost.Store(true)
+		}
+	}
+	return len(p), nil
+}
+
+// errGone stops the reading of the files once the request is gone.
+var errGone = errors.New("the receiver is gone")
+
+// stopping reads r until stop says the stream is lost.
+type stopping struct {
+	r    io.Reader
+	stop *dropped
+}
+
+func (s stopping) Read(p []byte) (int, error) {
+	if s.stop.lost.Load() {
+		return 0, errGone
+	}
+	return s.r.Read(p)
+}
+
 // writeTar writes files of root as a tar to w: names, sizes and mode
-// 0600 only.
-func writeTar(w io.Writer, root *os.Root, files []fs.FileInfo) error {
+// 0600 only; it stops once stop has lost its stream.
+func writeTar(w io.Writer, root *os.Root, files []fs.FileInfo, stop *dropped) error {
 	tw := tar.NewWriter(w)
 	for _, fi := range files {
 		f, err := root.Open(fi.Name())
@@ -190,7 +229,7 @@ func writeTar(w io.Writer, root *os.Root, files []fs.FileInfo) error {
 		}
 		err = tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: fi.Name(), Size: fi.Size(), Mode: 0o600, ModTime: fi.ModTime(), Format: tar.FormatPAX})
 		if err == nil {
-			_, err = io.Copy(tw, io.LimitReader(f, fi.Size()))
+			_, err = io.Copy(tw, io.LimitReader(stopping{r: f, stop: stop}, fi.Size()))
 		}
 		f.Close()
 		if err != nil {
