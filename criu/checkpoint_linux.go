@@ -786,6 +786,9 @@ func writeArchive(ctx context.Context, o Options, inPlace *bool, dir, work, imag
 		if sw, err = seal.NewWriter(f, o.Seal); err != nil {
 			return "", 0, 0, fmt.Errorf("write %s: %w", tmp, err)
 		}
+		// Ends the writer's hashing goroutine on every path; after the
+		// Close below it returns that Close's result.
+		defer sw.Close() //nolint:errcheck // the success path checks its own Close
 		aw = archive.NewStreamWriter(ctx, sw, archivingProgress(o), o.ProgressInterval)
 	}
 	if err := archive.WriteTree(aw, work, images, meta); err != nil {

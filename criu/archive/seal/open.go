@@ -228,7 +228,7 @@ func verify(f *os.File, name string, size int64, p *Policy) (*Signature, error) 
 		return nil, untrusted(name, "digest mismatch: the archive has %s bytes, the signature says %s", sizeString(size), sizeString(s.Size))
 	}
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, io.NewSectionReader(f, 0, size), make([]byte, ioChunk))
+	n, err := hashPipelined(h, io.NewSectionReader(f, 0, size))
 	if err != nil {
 		return nil, fmt.Errorf("hash %s: %w", name, err)
 	}

@@ -1,7 +1,6 @@
 package seal
 
 import (
-	"bufio"
 	"crypto/sha256"
 	"errors"
 	"fmt"
@@ -35,27 +34,17 @@ func (o WriteOptions) Enabled() bool { return len(o.Recipients) > 0 || o.Signer 
 // Writer writes an archive through to a stream, encrypting it when there
 // are recipients, and hashes the bytes as stored for the signature. The
 // caller writes the tar, calls Close, puts the stream's file in place,
-// then calls Seal with its final path.
+// then calls Seal with its final path. The encryption runs on the
+// caller's goroutine and the hashing and writing of the stored bytes on
+// another (pipeline), so Close must be called, also after an error: it
+// ends that goroutine.
 type Writer struct {
 	o      WriteOptions
-	buf    *bufio.Writer // between stored and the stream: whole MiBs per write(2)
-	stored *storedWriter
+	h      hash.Hash
+	pipe   *pipeline      // hashes and writes the stored bytes, whole MiBs per write(2)
 	enc    io.WriteCloser // nil: plain
 	closed bool
-}
-
-// storedWriter hashes and counts what reaches the file.
-type storedWriter struct {
-	dst io.Writer
-	h   hash.Hash
-	n   int64
-}
-
-func (s *storedWriter) Write(p []byte) (int, error) {
-	n, err := s.dst.Write(p)
-	s.h.Write(p[:n])
-	s.n += int64(n)
-	return n, err
+	err    error // Close's
 }
 
 // NewWriter returns a Writer that writes the archive to dst as o says.
@@ -63,14 +52,14 @@ func NewWriter(dst io.Writer, o WriteOptions) (*Writer, error) {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	// age writes a 64 KiB chunk at a time; a write(2) each would cost
-	// more than the encryption.
-	buf := bufio.NewWriterSize(dst, ioChunk)
-	w := &Writer{o: o, buf: buf, stored: &storedWriter{dst: buf, h: sha256.New()}}
+	h := sha256.New()
+	w := &Writer{o: o, h: h, pipe: newPipeline(dst, h)}
 	if len(o.Recipients) > 0 {
-		enc, err := age.Encrypt(w.stored, o.Recipients...)
+		// age writes a 64 KiB chunk at a time; the pipeline gathers them
+		// into whole MiBs.
+		enc, err := age.Encrypt(w.pipe, o.Recipients...)
 		if err != nil {
-			return nil, fmt.Errorf("encrypt archive: %w", err)
+			return nil, errors.Join(fmt.Errorf("encrypt archive: %w", err), w.pipe.Close())
 		}
 		w.enc = enc
 	}
@@ -85,29 +74,31 @@ func (w *Writer) Write(p []byte) (int, error) {
 	if w.enc != nil {
 		return w.enc.Write(p)
 	}
-	return w.stored.Write(p)
+	return w.pipe.Write(p)
 }
 
-// Close ends the archive: it writes the last encrypted chunk. It does not
-// close the underlying stream.
+// Close ends the archive: it writes the last encrypted chunk and waits
+// until every byte is hashed and written. It does not close the
+// underlying stream. Calling it again returns the same.
 func (w *Writer) Close() error {
 	if w.closed {
-		return nil
+		return w.err
 	}
 	w.closed = true
 	if w.enc != nil {
 		if err := w.enc.Close(); err != nil {
-			return fmt.Errorf("encrypt archive: %w", err)
+			w.err = fmt.Errorf("encrypt archive: %w", err)
 		}
 	}
-	if err := w.buf.Flush(); err != nil {
-		return fmt.Errorf("write archive: %w", err)
+	if err := w.pipe.Close(); err != nil && w.err == nil {
+		w.err = fmt.Errorf("write archive: %w", err)
 	}
-	return nil
+	return w.err
 }
 
-// Stored returns the bytes written to the stream so far.
-func (w *Writer) Stored() int64 { return w.stored.n }
+// Stored returns the bytes written to the stream so far (all of them
+// once Close has returned).
+func (w *Writer) Stored() int64 { return w.pipe.n }
 
 // Encrypted reports whether the archive is encrypted.
 func (w *Writer) Encrypted() bool { return w.enc != nil }
@@ -121,9 +112,12 @@ func (w *Writer) Signature() (*Signature, error) {
 	if w.o.Signer == nil {
 		return nil, nil
 	}
+	if w.err != nil {
+		return nil, w.err
+	}
 	var sum [32]byte
-	copy(sum[:], w.stored.h.Sum(nil))
-	return NewSignature(*w.o.Signer, sum, w.stored.n, w.enc != nil, w.o.Now())
+	copy(sum[:], w.h.Sum(nil))
+	return NewSignature(*w.o.Signer, sum, w.pipe.n, w.enc != nil, w.o.Now())
 }
 
 // Seal writes the signature file of the closed archive now at path,
@@ -159,7 +153,7 @@ func SignFile(path string, o WriteOptions) error {
 	}
 	defer f.Close()
 	h := sha256.New()
-	n, err := io.CopyBuffer(h, struct{ io.Reader }{f}, make([]byte, ioChunk))
+	n, err := hashPipelined(h, f)
 	if err != nil {
 		return fmt.Errorf("sign %s: hash: %w", path, err)
 	}
