@@ -24,6 +24,7 @@ import (
 	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,6 +32,7 @@ import (
 	"github.com/nodeshim/nodeshim/deploy"
 	shimstatus "github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/testenv/nodevm"
+	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
@@ -191,7 +193,9 @@ func peerPID(sock string) (int, error) {
 // /status; the reporter in it publishes each of the shim's conditions on
 // the Node as NodeShim<Type> with NodeShimReady, beside kubelet's, which
 // stay as they were (Ready from KubeletReady), and renews its Lease; the
-// shim's OOM watcher attaches in the pod and NodeShimReady turns True.
+// shim's OOM watcher attaches in the pod and NodeShimReady turns True; an
+// OOM kill in a Pod created through the API becomes the reporter's
+// OOMKilling Event about that Pod's container.
 // Deleting the manifests takes the pod away.
 func TestDaemonSetOnKubeletNode(t *testing.T) {
 	requireNode(t)
@@ -237,7 +241,9 @@ func TestDaemonSetOnKubeletNode(t *testing.T) {
 		if out, err := kubectl("delete", "--ignore-not-found", "--wait=true", "--timeout=3m", "-k", overlay); err != nil {
 			t.Errorf("kubectl delete -k: %v\n%s", err, out)
 		}
-		defer func() { t.Logf("kubectl delete -k and the pod gone in %s", time.Since(del).Round(100*time.Millisecond)) }()
+		defer func() {
+			t.Logf("kubectl delete -k and the pod gone in %s", time.Since(del).Round(100*time.Millisecond))
+		}()
 		testutil.Eventually(t, "the DaemonSet's pod gone", func() error {
 			pods, err := cs.CoreV1().Pods("nodeshim").List(ctx, metav1.ListOptions{})
 			if err != nil {
@@ -417,6 +423,72 @@ func TestDaemonSetOnKubeletNode(t *testing.T) {
 	})
 	t.Logf("the DaemonSet's reporter put %d NodeShim conditions on the Node %s after kubectl apply: %s",
 		len(shim), time.Since(start).Round(100*time.Millisecond), strings.Join(shim, " "))
+
+	// An OOM kill in a Pod created through the API becomes, through the
+	// shim and the reporter in the DaemonSet's pod, an OOMKilling Event
+	// about that Pod's container.
+	ev := oomEventThroughDaemonSet(t, cs)
+	t.Logf("OOMKilling Event from %s: %s", ev.Source.Component, ev.Message)
+}
+
+// oomEventThroughDaemonSet creates a Pod whose container is OOM-killed
+// and waits for the reporter's OOMKilling Event about it.
+func oomEventThroughDaemonSet(t *testing.T, cs kubernetes.Interface) corev1.Event {
+	t.Helper()
+	ctx := context.Background()
+	const ns = "nodeshim-ds-oom"
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
+		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
+		return err
+	})
+	noToken, grace := false, int64(1)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "hog", Namespace: ns},
+		Spec: corev1.PodSpec{
+			NodeName:                      nodevm.Hostname,
+			AutomountServiceAccountToken:  &noToken,
+			TerminationGracePeriodSeconds: &grace,
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			Containers: []corev1.Container{{
+				Name:            "hog",
+				Image:           runtimetest.BusyboxImage,
+				ImagePullPolicy: corev1.PullNever,
+				Command:         []string{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"},
+				Resources: corev1.ResourceRequirements{
+					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
+				},
+			}},
+		},
+	}
+	start := time.Now()
+	if _, err := cs.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePod(t, cs, ns, pod.Name) })
+	var ev corev1.Event
+	testutil.Eventually(t, "an OOMKilling Event about pod "+ns+"/"+pod.Name, func() error {
+		list, err := cs.CoreV1().Events(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return err
+		}
+		var reasons []string
+		for _, e := range list.Items {
+			reasons = append(reasons, e.Reason)
+			if e.Reason == "OOMKilling" && e.InvolvedObject.Kind == "Pod" && e.InvolvedObject.Name == pod.Name {
+				ev = e
+				return nil
+			}
+		}
+		return fmt.Errorf("events in %s: %v", ns, reasons)
+	})
+	if ev.Source.Component != reporter.Component || ev.InvolvedObject.FieldPath != "spec.containers{hog}" || !strings.Contains(ev.Message, "in container hog of pod "+ns+"/hog") {
+		t.Errorf("OOM Event from %s about %s, %q: want the reporter's, about the container hog of pod %s/hog", ev.Source.Component, ev.InvolvedObject.FieldPath, ev.Message, ns)
+	}
+	t.Logf("OOMKilling Event %s after the Pod's creation", time.Since(start).Round(100*time.Millisecond))
+	return ev
 }
 
 // combinedOutput runs a program and returns its standard output and
