@@ -21,13 +21,14 @@ const KernelLabel = "6.12"
 
 // RootfsPackages are the packages debootstrap adds to trixie's minbase: a
 // systemd node (systemd 257 as init, dbus as a node has it for the systemd
-// cgroup driver, kmod for the modules), crun 1.21 and CRIU 4.1.1 as
-// trixie ships them, iproute2 and the CNI plugins (the pods' bridge), and
-// procps for the journal's and a reader's sake.
+// cgroup driver, kmod for the modules), crun 1.21, podman 5.4 (with its
+// conmon and netavark; SQLite state) and CRIU 4.1.1 as trixie ships them,
+// iproute2 and the CNI plugins (the pods' bridge), and procps for the
+// journal's and a reader's sake.
 func RootfsPackages() []string {
 	return []string{
 		"systemd", "systemd-sysv", "dbus", "kmod", "libseccomp2",
-		"crun", "criu", "iproute2", "containernetworking-plugins", "procps",
+		"crun", "podman", "criu", "iproute2", "containernetworking-plugins", "procps",
 	}
 }
 
