@@ -249,7 +249,7 @@ fi
 say "$T time tests-done $(up)"
 {
 	echo "` + JournalMarker + `"
-	journalctl --no-pager -b -o short-monotonic -u containerd -u nodeshim | tail -n 400
+	journalctl --no-pager -b -o short-monotonic -u containerd -u nodeshim -u kubelet | tail -n 1500
 	systemctl --no-pager --failed
 } > /dev/ttyS1 2>&1
 sync

@@ -94,11 +94,12 @@ current-context: host
 // cgroup driver, containerd's socket, swap tolerated, no anonymous or
 // webhook authentication of its own API (the API server does not reach
 // it), no cluster DNS, and eviction thresholds for a 4 GiB disk.
-// singleProcessOOMKill keeps the kernel's choice of one victim: with
-// kubelet's default on cgroup v2 (memory.oom.group, since 1.32) an OOM
-// kill takes the whole container, whose cgroup is gone before nodeshim
-// names the kill (its Event is then about the Node, "container not
-// found"). Every other field is kubelet's default, failCgroupV1 included.
+// Every other field is kubelet's default, failCgroupV1 and
+// singleProcessOOMKill included: an OOM kill takes the whole container
+// (memory.oom.group, kubelet's default on cgroup v2 since 1.32), whose
+// cgroup is gone before nodeshim could look it up, and which containerd
+// often reports exited "Error", not "OOMKilled"; nodeshim names it by the
+// cgroup's name the kernel gave at the kill.
 const KubeletConfigYAML = `apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
 cgroupDriver: systemd
@@ -113,7 +114,6 @@ authentication:
     enabled: false
 authorization:
   mode: AlwaysAllow
-singleProcessOOMKill: true
 evictionHard:
   memory.available: 100Mi
   nodefs.available: 2%

@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -406,13 +407,10 @@ func TestReporterOnKubeletNode(t *testing.T) {
 				Name:            "hog",
 				Image:           runtimetest.BusyboxImage,
 				ImagePullPolicy: corev1.PullNever,
-				// dd raises its own oom_score_adj (no privilege needed to
-				// raise it) so that the kernel picks it and not the
-				// container's init, whose death would take the container,
-				// and with it the kill's cgroup, away before it is named
-				// (kubelet's singleProcessOOMKill is set: see
-				// nodevm.KubeletConfigYAML).
-				Command: []string{"sh", "-c", "(echo 1000 > /proc/self/oom_score_adj; exec dd if=/dev/zero of=/dev/null bs=64M count=1); sleep 3600"},
+				// With kubelet's default on cgroup v2 the kill takes the
+				// whole container (memory.oom.group), and with it the
+				// victim's cgroup, before nodeshim looks the victim up.
+				Command: []string{"sh", "-c", "dd if=/dev/zero of=/dev/null bs=64M count=1; sleep 3600"},
 				Resources: corev1.ResourceRequirements{
 					Limits: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("32Mi")},
 				},
@@ -458,7 +456,64 @@ func TestReporterOnKubeletNode(t *testing.T) {
 	if ev.InvolvedObject.FieldPath != "spec.containers{hog}" || !strings.Contains(ev.Message, "in container hog of pod nodeshim-oom/hog") {
 		t.Errorf("OOM Event about %s, %q: want the container hog of pod nodeshim-oom/hog", ev.InvolvedObject.FieldPath, ev.Message)
 	}
-	t.Logf("OOMKilling Event %s after the Pod's creation: %s", time.Since(oomStart).Round(100*time.Millisecond), ev.Message)
+	tEvent := time.Since(oomStart)
+	// Every task the group kill took is named, whatever the runtime
+	// reports of the container's exit.
+	var (
+		named []string
+		kills []status.OOMKill
+	)
+	testutil.Eventually(t, "every OOM kill since the Pod's creation named in GET /status", func() error {
+		var doc status.Document
+		if err := getJSON(t, "/status", &doc); err != nil {
+			return err
+		}
+		named, kills = named[:0], kills[:0]
+		for _, k := range doc.OOMKills.Recent {
+			if k.Time.Before(oomStart) {
+				continue
+			}
+			if c := k.Container; c == nil || c.Namespace != pod.Namespace || c.Pod != pod.Name || c.Container != "hog" {
+				return fmt.Errorf("kill of %d (%s) named %+v (%s)", k.PID, k.Comm, k.Container, k.Unresolved)
+			}
+			named = append(named, fmt.Sprintf("%d (%s) by %s", k.PID, k.Comm, k.Container.ResolvedBy))
+			kills = append(kills, k)
+		}
+		// kubelet's default takes the whole container: dd and the
+		// container's shell.
+		if !slices.ContainsFunc(kills, func(k status.OOMKill) bool { return k.Comm == "dd" }) ||
+			!slices.ContainsFunc(kills, func(k status.OOMKill) bool { return k.Comm == "sh" }) {
+			return fmt.Errorf("kills since %s: %v; want dd and sh", oomStart, named)
+		}
+		return nil
+	})
+	// Each task is one kill, though the kernel marks the chosen victim
+	// twice in a group kill.
+	pids := map[uint32]int{}
+	for _, k := range kills {
+		pids[k.PID]++
+	}
+	for pid, n := range pids {
+		if n > 1 {
+			t.Errorf("task %d listed as %d kills: %s", pid, n, strings.Join(named, ", "))
+		}
+	}
+	var exit string
+	testutil.Eventually(t, "container hog terminated by the group kill", func() error {
+		p, err := cs.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		for _, st := range p.Status.ContainerStatuses {
+			if st.State.Terminated != nil {
+				exit = fmt.Sprintf("%s (exit %d)", st.State.Terminated.Reason, st.State.Terminated.ExitCode)
+				return nil
+			}
+		}
+		return fmt.Errorf("container statuses %+v", p.Status.ContainerStatuses)
+	})
+	t.Logf("OOMKilling Event %s after the Pod's creation: %s; kills named: %s; the container exited %s",
+		tEvent.Round(100*time.Millisecond), ev.Message, strings.Join(named, ", "), exit)
 }
 
 // nodeReady says whether kubelet reports n Ready.
