@@ -116,6 +116,11 @@ type Options struct {
 	// sent by other nodes' shims (shim/transfer.Receiver, which accepts
 	// only a client certificate the TLS handshake verified).
 	Transfer http.Handler
+	// Send, when set, serves POST /transfers/{name}/send: this node's
+	// shim sends one of its pod checkpoints to another node's
+	// (shim/transfer.SendHandler); root and the PodCheckpoints callers
+	// (the reporter) may ask.
+	Send http.Handler
 	// Stop, when closed, ends every long poll at once with the current
 	// document: close it when the server shuts down, so that
 	// http.Server.Shutdown does not wait for them.
@@ -136,9 +141,10 @@ const (
 	// ReadOnly: the status endpoints only (GET /status, /report, /healthz,
 	// /readyz, /metrics); anything else is refused with 403.
 	ReadOnly
-	// PodCheckpoints: what ReadOnly may, and asking for pod checkpoints
-	// and removing checkpoints (POST /checkpoint/{namespace}/{pod},
-	// DELETE /checkpoints/{name}): the reporter that serves PodCheckpoint
+	// PodCheckpoints: what ReadOnly may, and asking for pod checkpoints,
+	// removing checkpoints and sending them to other nodes (POST
+	// /checkpoint/{namespace}/{pod}, DELETE /checkpoints/{name}, POST
+	// /transfers/{name}/send): the reporter that serves PodCheckpoint
 	// objects; anything else is refused with 403.
 	PodCheckpoints
 	// FullAccess: every endpoint.
@@ -368,6 +374,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 	if opts.Transfer != nil {
 		full.Handle("PUT /transfers/{name}", opts.Transfer)
 	}
+	if opts.Send != nil {
+		full.Handle(sendTransferPattern, opts.Send)
+	}
 	return authorize(read, full, opts)
 }
 
@@ -393,6 +402,7 @@ func longPoll(q url.Values) (after int64, wait time.Duration, err error) {
 const (
 	podCheckpointPattern    = "POST /checkpoint/{namespace}/{pod}"
 	removeCheckpointPattern = "DELETE /checkpoints/{name}"
+	sendTransferPattern     = "POST /transfers/{name}/send"
 )
 
 // CheckpointRemover removes checkpoints for DELETE /checkpoints/{name}: a
@@ -548,7 +558,8 @@ func authorize(read, full http.Handler, opts Options) http.Handler {
 			full.ServeHTTP(w, r)
 			return
 		case PodCheckpoints:
-			if _, pattern := full.(*http.ServeMux).Handler(r); pattern == podCheckpointPattern || pattern == removeCheckpointPattern {
+			if _, pattern := full.(*http.ServeMux).Handler(r); pattern == podCheckpointPattern || pattern == removeCheckpointPattern ||
+				pattern == sendTransferPattern {
 				full.ServeHTTP(w, r)
 				return
 			}

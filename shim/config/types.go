@@ -231,6 +231,12 @@ type CheckpointTransfer struct {
 	// api.clientCAFile (the senders' node certificates), the trust policy
 	// (the senders' keys) and this node's age identities.
 	Enabled bool `json:"enabled,omitempty"`
+	// Send lets root and the reporter (api.podCheckpointUIDs) have this
+	// node send its pod checkpoints to other nodes' shims (POST
+	// /transfers/{name}/send), with its certificate (api.tlsCertFile and
+	// api.tlsKeyFile; receivers verified against api.clientCAFile), its
+	// signing key, and only to checkpoint.encryption.recipients.
+	Send bool `json:"send,omitempty"`
 	// MaxBytes bounds one transfer (e.g. "16Gi", the default).
 	MaxBytes *resource.Quantity `json:"maxBytes,omitempty"`
 	// MinFreeBytes is the room the checkpoint directory's filesystem
@@ -395,6 +401,14 @@ func (c *ShimConfiguration) Validate() error {
 	}
 	if err := c.Checkpoint.SealConfig().Check(SealFieldNames); err != nil {
 		p = append(p, strings.Split(err.Error(), "\n")...)
+	}
+	if t := c.Checkpoint.Transfer; t.Send {
+		switch {
+		case c.API.TLSCertFile == "" || c.API.TLSKeyFile == "" || c.API.ClientCAFile == "":
+			p = append(p, "checkpoint.transfer.send needs api.tlsCertFile, api.tlsKeyFile and api.clientCAFile: the node's certificate, and the CA of the receivers'")
+		case c.Checkpoint.Signing.KeyFile == "" || len(c.Checkpoint.Encryption.Recipients) == 0:
+			p = append(p, "checkpoint.transfer.send needs checkpoint.signing.keyFile and checkpoint.encryption.recipients: a transfer is signed by this node and encrypted to a configured recipient")
+		}
 	}
 	if t := c.Checkpoint.Transfer; t.Enabled {
 		switch {

@@ -199,7 +199,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// checkpoints killed with a nodeshim, and apply retention at start.
 	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
 	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts,
-		Transfer: transfer.Handler(d.transferOptions)}
+		Transfer: transfer.Handler(d.transferOptions), Send: transfer.SendHandler(d.sendOptions)}
 	if collect := d.reportCollector(); collect != nil {
 		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(collect(ctx)) }
 	}
@@ -636,6 +636,22 @@ func (d *daemon) transferOptions() (transfer.ReceiverOptions, error) {
 		o.MinFreeBytes = q.Value()
 	}
 	return o, nil
+}
+
+// sendOptions are read at every send of a pod checkpoint to another
+// node's shim (shim/transfer, docs/migration.md).
+func (d *daemon) sendOptions() (transfer.SenderOptions, error) {
+	a := d.cfg.Active()
+	c := a.Checkpoint
+	if !c.Transfer.Send {
+		return transfer.SenderOptions{}, transfer.ErrSendNotEnabled
+	}
+	w, _, err := c.SealConfig().Load(config.SealFieldNames)
+	if err != nil {
+		return transfer.SenderOptions{}, err
+	}
+	return transfer.SenderOptions{Dir: c.Dir, CertFile: a.API.TLSCertFile, KeyFile: a.API.TLSKeyFile, CAFile: a.API.ClientCAFile,
+		Signer: w.Signer, Recipients: w.Recipients}, nil
 }
 
 // checkpointSettings are read at every checkpoint request.

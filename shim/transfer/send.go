@@ -257,3 +257,8 @@ func ClientTLS(certFile, keyFile, caFile string) (*tls.Config, error) {
 	}
 	return &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}, nil
 }
+
+// contextWithTimeout is r's context bounded by d.
+func contextWithTimeout(r *http.Request, d time.Duration) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), d)
+}

@@ -1,7 +1,9 @@
 package transfer_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
@@ -25,6 +28,12 @@ import (
 // listener on loopback and config as its ShimConfiguration's checkpoint
 // section, until the test ends; it returns the listener's URL.
 func serve(t *testing.T, root string, n *transfertest.Node, checkpoint string) (url string, logs *syncbuf.Buffer) {
+	url, _, logs = serveWithSocket(t, root, n, checkpoint)
+	return url, logs
+}
+
+// serveWithSocket is serve, and returns the node socket too.
+func serveWithSocket(t *testing.T, root string, n *transfertest.Node, checkpoint string) (url, socket string, logs *syncbuf.Buffer) {
 	t.Helper()
 	dir := filepath.Join(root, n.Name, "serve")
 	source := filepath.Join(dir, "source")
@@ -39,12 +48,19 @@ func serve(t *testing.T, root string, n *transfertest.Node, checkpoint string) (
 	}
 	logs = &syncbuf.Buffer{}
 	tcp := make(chan net.Addr, 1)
+	sock := make(chan string, 1)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		done <- daemon.Run(ctx, daemon.Options{RootDir: filepath.Join(dir, "root"), LockFile: filepath.Join(dir, "nodeshim.lock"),
 			ConfigSource: source, HostRoot: filepath.Join(dir, "host"), ProcRoot: "/proc", Out: io.Discard,
 			Logger: slog.New(slog.NewTextHandler(logs, nil)),
+			Listening: func(s string) {
+				select {
+				case sock <- s:
+				default:
+				}
+			},
 			TCPListening: func(a net.Addr) {
 				select {
 				case tcp <- a:
@@ -60,11 +76,11 @@ func serve(t *testing.T, root string, n *transfertest.Node, checkpoint string) (
 	})
 	select {
 	case a := <-tcp:
-		return "https://" + a.String(), logs
+		return "https://" + a.String(), <-sock, logs
 	case err := <-done:
 		t.Fatalf("serve of %s: %v\n%s", n.Name, err, logs.String())
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // TestServeReceives runs two `nodeshim serve` instances, each with its own
@@ -119,4 +135,72 @@ func TestServeReceives(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestServeSends runs two `nodeshim serve` instances: node-a's sends
+// (checkpoint.transfer.send) when root asks over its node socket, with its
+// certificate and signing key, to node-b's, which receives. node-a refuses
+// a recipient it is not configured to encrypt to, and a receiver whose
+// certificate does not name the node asked for; neither sends a byte.
+func TestServeSends(t *testing.T) {
+	testutil.RequireRoot(t)
+	root := t.TempDir()
+	ca := transfertest.NewCA(t, root, "cluster-ca")
+	a, b, c := transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b"), transfertest.NewNode(t, root, ca, "node-c")
+	policy := filepath.Join(root, "node-b", "trust.yaml")
+	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bURL, _ := serve(t, root, b, "  trustPolicy: "+policy+"\n  encryption:\n    identities: ["+b.Keys.IdentityFile+"]\n  transfer:\n    enabled: true\n")
+	_, aSock, aLogs := serveWithSocket(t, root, a, "  signing:\n    keyFile: "+a.Keys.SigningKeyFile+"\n    nodeName: node-a\n"+
+		"  encryption:\n    recipients: ["+b.Keys.Recipient+"]\n  transfer:\n    send: true\n")
+	name, files := transfertest.PodCheckpoint(t, a.Dir, "shop", "cart", 1<<20)
+	local := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, "unix", aSock)
+	}}}
+	defer local.CloseIdleConnections()
+	ask := func(req transfer.SendRequest) (int, string) {
+		t.Helper()
+		body, _ := json.Marshal(req)
+		resp, err := local.Post("http://nodeshim"+transfer.Path(name)+"/send", "application/json", bytes.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	for _, tt := range []struct {
+		name string
+		req  transfer.SendRequest
+		code int
+		says string
+	}{
+		{"recipient not configured", transfer.SendRequest{Node: "node-b", URL: bURL, Recipient: c.Keys.Recipient}, http.StatusBadRequest, "is not among this node's checkpoint.encryption.recipients"},
+		{"certificate of another node", transfer.SendRequest{Node: "node-c", URL: bURL, Recipient: b.Keys.Recipient}, http.StatusBadGateway, "system:node:node-b\\\", not node node-c"},
+		{"not https", transfer.SendRequest{Node: "node-b", URL: strings.Replace(bURL, "https", "http", 1), Recipient: b.Keys.Recipient}, http.StatusBadRequest, "want https://host:port"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out := ask(tt.req)
+			if code != tt.code || !strings.Contains(out, tt.says) {
+				t.Fatalf("%d %s, want %d saying %q", code, out, tt.code, tt.says)
+			}
+			if e, _ := os.ReadDir(b.Dir); len(e) > 0 {
+				t.Fatalf("node-b holds %v", e)
+			}
+		})
+	}
+	code, out := ask(transfer.SendRequest{Node: "node-b", URL: bURL, Recipient: b.Keys.Recipient})
+	if code != http.StatusOK {
+		t.Fatalf("send: %d %s\n%s", code, out, aLogs.String())
+	}
+	var sent transfer.Sent
+	if err := json.Unmarshal([]byte(out), &sent); err != nil || sent.From != "node-a" || sent.Path != filepath.Join(b.Dir, name) {
+		t.Fatalf("sent %s (%v)", out, err)
+	}
+	for f, want := range files {
+		if got, err := os.ReadFile(filepath.Join(b.Dir, name, f)); err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s on node-b: %d bytes (%v)", f, len(got), err)
+		}
+	}
 }
