@@ -75,3 +75,19 @@ vmtest-node: node-apt-deps node-lint node-tools kube-guest $(KUBECTL) $(CHECKPOI
 		-kube-scheduler $(TOOLS)/bin/kube-scheduler-$(KUBE_GUEST_VERSION) \
 		-kubectl $(KUBECTL) -checkpointctl $(CHECKPOINTCTL) -criu-root $(CRIU_PREFIX) \
 		-ldflags '$(LDFLAGS)' -tags '$(GOTAGS)' $(if $(NODE_NODESHIM),-nodeshim $(NODE_NODESHIM)) $(NODE_FLAGS)
+
+# bench-node: criu's BenchmarkPreDump on the node, whose kernel tracks
+# dirty memory (this host's does not): the frozen time of a plain dump
+# beside that of a dump after two pre-dump rounds, a process of
+# NODE_PREDUMP_MIB MiB rewriting 5% of its pages a second (BENCHMARKS.md,
+# "Pre-copy"). The node gets the memory and the disk that needs.
+NODE_PREDUMP_MIB ?= 1024
+.PHONY: bench-node
+## bench-node: pre-copy's frozen time on the node's kernel (results in BENCHMARKS.md)
+bench-node: node-apt-deps node-tools $(CRIU_STAMP) $(NODEVM)
+	$(NODEVM) -root $(CURDIR) -cache $(CACHE)/vmtest/node -timeout 40m -memory 6144 -disk 8192 \
+		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -crictl $(CRICTL) \
+		-ldflags '$(LDFLAGS)' -tags '$(GOTAGS)' -quiet \
+		-bench BenchmarkPreDump -bench-pkg ./criu -bench-env NODESHIM_PREDUMP_MIB=$(NODE_PREDUMP_MIB) \
+		2>&1 | tee $(CACHE)/bench-node.log
+	@! grep -qE 'nodevm: (--- FAIL|FAIL)' $(CACHE)/bench-node.log

@@ -58,6 +58,12 @@ type Config struct {
 	CriuRoot string
 	// Run, when set, is the scenarios' -test.run pattern.
 	Run string
+	// Bench, when set, runs in place of the scenarios the benchmarks of
+	// BenchPackage that match this -test.bench pattern, each
+	// BenchTime (-test.benchtime; "3x" when empty), with BenchEnv's
+	// KEY=VALUE pairs in their environment and TMPDIR on the node's disk.
+	Bench, BenchPackage, BenchTime string
+	BenchEnv                       []string
 	// Console receives the guest's console; Log the progress.
 	Console io.Writer
 	Log     *slog.Logger
@@ -74,6 +80,9 @@ type Result struct {
 	GuestTimes, HostTimes Times
 	// ArtifactDir holds console.log, scenarios.log and journal.log.
 	ArtifactDir string
+	// bench is set for a run of benchmarks (Config.Bench), whose verdict
+	// is go test's, not the scenarios'.
+	bench bool
 	// Outcome is the verdict on the guest itself.
 	Outcome vmtest.Outcome
 }
@@ -93,7 +102,7 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if log == nil {
 		log = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	var res Result
+	res := Result{bench: cfg.Bench != ""}
 	step := func(name string, start time.Time, note string) {
 		d := time.Since(start)
 		res.Steps = append(res.Steps, Step{Name: name, Duration: d, Note: note})
@@ -129,7 +138,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 		"-ldflags", cfg.LDFlags, "-o", bins.Nodeshim, "./cmd/nodeshim"); err != nil {
 		return res, fmt.Errorf("build nodeshim: %w", err)
 	}
-	if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=0", cfg.Go, "test", "-c", "-tags", Tag,
+	if cfg.Bench != "" {
+		if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=1", cfg.Go, "test", "-c", "-trimpath", "-tags", cfg.Tags,
+			"-o", bins.Test, cfg.BenchPackage); err != nil {
+			return res, fmt.Errorf("build the benchmarks of %s: %w", cfg.BenchPackage, err)
+		}
+	} else if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=0", cfg.Go, "test", "-c", "-tags", Tag,
 		"-o", bins.Test, ScenarioPackage); err != nil {
 		return res, fmt.Errorf("build the node scenarios: %w", err)
 	}
@@ -177,7 +191,15 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	if err := Stage(ctx, vmtest.ExecRunner, rootfs, kernel.Root, stage, bins, runtimetest.PauseImage, testTimeout, extra...); err != nil {
 		return res, err
 	}
-	if cfg.Run != "" {
+	if cfg.Bench != "" {
+		script, err := BenchRunnerScript(testTimeout, cfg.Bench, cfg.BenchTime, cfg.BenchEnv)
+		if err != nil {
+			return res, err
+		}
+		if err := writeNodeFile(stage, File{Path: NodeLib + "/run", Mode: 0o755, Data: script}); err != nil {
+			return res, err
+		}
+	} else if cfg.Run != "" {
 		if strings.ContainsAny(cfg.Run, "'\"`$\\ ") {
 			return res, fmt.Errorf("-run %q: quotes, spaces and shell characters cannot go into the runner", cfg.Run)
 		}
@@ -222,8 +244,12 @@ func (r *Result) err() error {
 		}
 		errs = append(errs, fmt.Errorf("%d node scenarios failed: %s", failed, strings.Join(names, " ")))
 	}
-	if passed+failed == 0 && r.Outcome.Err == nil {
+	switch {
+	case passed+failed > 0 || r.Outcome.Err != nil:
+	case !r.bench:
 		errs = append(errs, errors.New("no node scenario ran"))
+	case !BenchPassed(r.Results.Output):
+		errs = append(errs, errors.New("no benchmark ran to go test's PASS"))
 	}
 	return errors.Join(errs...)
 }

@@ -62,6 +62,13 @@ func run() int {
 	flag.StringVar(&checkpointctl, "checkpointctl", "", "checkpointctl for the node, which reads the checkpoint scenarios' archives")
 	flag.StringVar(&cfg.CriuRoot, "criu-root", "", "trixie's CRIU packages unpacked, from which nodeshim's image for the node takes CRIU (without it no image is built)")
 	flag.StringVar(&cfg.Run, "run", "", "run only the scenarios matching this -test.run pattern")
+	flag.StringVar(&cfg.Bench, "bench", "", "run, instead of the scenarios, the benchmarks of -bench-pkg matching this -test.bench pattern")
+	flag.StringVar(&cfg.BenchPackage, "bench-pkg", "./criu", "the package whose benchmarks -bench runs")
+	flag.StringVar(&cfg.BenchTime, "benchtime", "3x", "the benchmarks' -test.benchtime")
+	flag.Func("bench-env", "KEY=VALUE for the benchmarks' environment (repeatable)", func(s string) error {
+		cfg.BenchEnv = append(cfg.BenchEnv, s)
+		return nil
+	})
 	flag.BoolVar(&quiet, "quiet", false, "do not copy the node's console to stdout (it is kept in the artifacts)")
 	flag.Parse()
 	cfg.Tools = map[string]string{}
@@ -110,6 +117,16 @@ func run() int {
 	}
 	res, err := nodevm.Run(ctx, cfg)
 	summary(os.Stdout, res, time.Since(start))
+	if cfg.Bench != "" && res.ArtifactDir != "" {
+		// The benchmarks' lines, which the scenarios' verdicts do not hold.
+		if b, rerr := os.ReadFile(filepath.Join(res.ArtifactDir, "scenarios.log")); rerr == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				if strings.HasPrefix(line, "Benchmark") || strings.HasPrefix(line, "PASS") || strings.HasPrefix(line, "FAIL") || strings.Contains(line, "--- ") {
+					fmt.Println("nodevm:", line)
+				}
+			}
+		}
+	}
 	if err != nil {
 		for _, line := range strings.Split(err.Error(), "\n") {
 			fmt.Fprintln(os.Stderr, "nodevm: FAIL:", line)
