@@ -62,6 +62,9 @@ func (p *pipeline) work() {
 func (p *pipeline) Write(b []byte) (int, error) {
 	written := 0
 	for len(b) > 0 {
+		if p.cur == nil { // the worker failed in an earlier send
+			return written, p.err
+		}
 		n := copy(p.cur[len(p.cur):cap(p.cur)], b)
 		p.cur = p.cur[:len(p.cur)+n]
 		b = b[n:]
@@ -77,10 +80,14 @@ func (p *pipeline) Write(b []byte) (int, error) {
 }
 
 // send hands the current block to the worker and takes an empty one.
+// After a failure the pipeline holds no block (cur is nil): the block
+// handed over must not be handed over again by Close.
 func (p *pipeline) send() error {
 	select {
 	case p.full <- p.cur:
+		p.cur = nil
 	case <-p.failed:
+		p.cur = nil
 		return p.err
 	}
 	select {
@@ -96,6 +103,9 @@ func (p *pipeline) send() error {
 func (p *pipeline) ReadFrom(r io.Reader) (int64, error) {
 	var total int64
 	for {
+		if p.cur == nil {
+			return total, p.err
+		}
 		n, err := r.Read(p.cur[len(p.cur):cap(p.cur)])
 		p.cur = p.cur[:len(p.cur)+n]
 		total += int64(n)
@@ -119,7 +129,7 @@ func (p *pipeline) ReadFrom(r io.Reader) (int64, error) {
 func (p *pipeline) Close() error {
 	if !p.closed {
 		p.closed = true
-		if len(p.cur) > 0 {
+		if len(p.cur) > 0 { // nil after a failure
 			select {
 			case p.full <- p.cur:
 			case <-p.failed:

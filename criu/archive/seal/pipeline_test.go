@@ -19,14 +19,16 @@ import (
 
 // TestPipeline: what a pipeline writes reaches dst whole and in order,
 // and is hashed, for writes of any size and through ReadFrom; an error
-// of dst comes back from the next writes and from Close.
+// of dst comes back from the next writes and from Close, which returns
+// (a block handed over as the worker failed was once handed over again:
+// the worker then waited forever to give back one block too many).
 func TestPipeline(t *testing.T) {
-	data := make([]byte, 5*ioChunk+12345)
+	data := make([]byte, 3*ioChunk+12345)
 	if _, err := rand.Read(data); err != nil {
 		t.Fatal(err)
 	}
 	want := sha256.Sum256(data)
-	for _, size := range []int{1, 7, 64 << 10, ioChunk, ioChunk + 1, len(data)} {
+	for _, size := range []int{7, 64 << 10, ioChunk, ioChunk + 1, len(data)} {
 		t.Run(strconv.Itoa(size), func(t *testing.T) {
 			var dst bytes.Buffer
 			h := sha256.New()
