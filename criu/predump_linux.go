@@ -38,9 +38,6 @@ const MaxPreDump = 8
 // archive it is a directory: CRIU opens it the same way.
 const parentLink = archive.ParentDir
 
-// statsPreDump is the statistics file CRIU writes in the work directory
-// after a pre-dump round (stats-dump is the dump's).
-const statsPreDump = "stats-predump"
 
 // preDumpLog is the CRIU log of pre-dump round n, in the work directory.
 func preDumpLog(n int) string { return "pre-dump-" + strconv.Itoa(n) + ".log" }
@@ -110,8 +107,15 @@ func preDumpRounds(ctx context.Context, t Target, o Options, work string, res *R
 		if err := dump(ctx, t, ro, work, dir, -1, nil, r); err != nil {
 			return "", fmt.Errorf("pre-dump round %d of %d: %w", n, o.PreDump, err)
 		}
-		if st, err := ReadDumpStats(filepath.Join(work, statsPreDump)); err == nil {
+		// CRIU writes a pre-dump's statistics as a dump's (stats.c names
+		// only "dump" and "restore"), in the work directory: read, then
+		// removed, so that the final dump's cannot be taken for a round's.
+		stats := filepath.Join(work, StatsDump)
+		if st, err := ReadDumpStats(stats); err == nil {
 			res.PreDumpFrozen += time.Duration(st.GetFrozenTime()) * time.Microsecond
+		}
+		if err := os.Remove(stats); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", fmt.Errorf("pre-dump round %d of %d: %w", n, o.PreDump, err)
 		}
 		o.Logger.Debug("pre-dump round written", "pid", t.Pid, "round", n, "bytes", dirSize(dir))
 	}

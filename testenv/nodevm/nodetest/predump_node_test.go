@@ -88,7 +88,10 @@ func TestPreDumpCheckpointRestoreContinues(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("checkpoint with 2 pre-dump rounds: %s, %d bytes, frozen %v, %d pages written while frozen", res.Path, res.Size, res.Frozen, res.PagesWritten)
+	t.Logf("checkpoint with 2 pre-dump rounds: %s, %d bytes, frozen %v (the rounds %v), %d pages written while frozen", res.Path, res.Size, res.Frozen, res.PreDumpFrozen, res.PagesWritten)
+	if res.PreDumpFrozen <= 0 {
+		t.Errorf("the rounds' own frozen time %v; want CRIU's statistics of both rounds", res.PreDumpFrozen)
+	}
 	// It runs on, well past the checkpoint, so that the restored count
 	// (from the checkpoint's) is told from the original's last.
 	testutil.Eventually(t, "the checkpointed shell runs on", func() error {
