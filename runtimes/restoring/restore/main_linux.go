@@ -83,6 +83,10 @@ func Main(exe string, args []string) int {
 		Stdin:     os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr,
 	}
 	tm, err := r.Run()
+	// A refusal can come before the version is asked: the probe is
+	// waited for, so that exiting never cuts its cache's write short
+	// (a temporary file left in the work directory).
+	r.CriuVersion()
 	if errors.Is(err, ErrFinishedInit) {
 		restoring.Log(call, "info", fmt.Sprintf("nodeshim-runc: %s: %v", call.ID, err))
 		return execRuntime(rt, args)
