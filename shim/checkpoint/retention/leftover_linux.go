@@ -95,15 +95,3 @@ func listLeftovers(dir string, ents []os.DirEntry, o workentry.Owners) ([]Leftov
 	}
 	return kept, errors.Join(errs...)
 }
-
-// removeLeftover removes a work entry judged left over. A crash in the
-// middle leaves less of it under the same name, found again next time.
-func removeLeftover(dir, name string) error {
-	if _, ok := workentry.Parse(name); !ok || filepath.Base(name) != name {
-		return fmt.Errorf("remove %q: not a work entry's name", name)
-	}
-	if err := os.RemoveAll(filepath.Join(dir, name)); err != nil {
-		return fmt.Errorf("remove leftover %s: %w", filepath.Join(dir, name), err)
-	}
-	return nil
-}

@@ -274,7 +274,7 @@ func Execute(dir string, l Listing, plan []Removal, o ApplyOptions) (Result, err
 			continue
 		}
 		if !o.DryRun {
-			if err := removeLeftover(dir, w.Name); err != nil {
+			if err := workentry.Remove(dir, w.Name); err != nil {
 				errs = append(errs, err)
 				continue
 			}
