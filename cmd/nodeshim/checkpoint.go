@@ -153,7 +153,7 @@ func (f *checkpointFlags) lazyServer() (*criu.PageServer, error) {
 		return nil, withExitCode(exitUsage, errors.New("--recipient and --signing-key apply to --pid and --container-id; a pod's container is sealed as the nodeshim serve's checkpoint.encryption and checkpoint.signing say"))
 	}
 	if len(f.seal.c.Recipients) > 0 && f.imageRef != "" {
-		return nil, withExitCode(exitUsage, errors.New("--image would write the encrypted archive's plain text into an image: layer encryption is not supported; leave out --recipient or --image"))
+		return nil, withExitCode(exitUsage, errors.New("--image would write the encrypted archive's plain text into an image; leave out --image and make an encrypted image of the archive with `nodeshim checkpoint image ARCHIVE --encryption-key jwe:PUBLIC.pem --identity KEY`"))
 	}
 	if f.ref != (criu.ContainerRef{}) && f.imageRef != "" {
 		return nil, withExitCode(exitUsage, errors.New("--image applies to --pid and --container-id; for a pod's container run \"nodeshim checkpoint image\" on the archive"))

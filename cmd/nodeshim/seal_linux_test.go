@@ -102,7 +102,7 @@ func TestSealFlagsUsage(t *testing.T) {
 		{"bad recipient", []string{"checkpoint", "--pid", "1", "--recipient", "age1nope"}, "--recipient"},
 		{"relative recipients file", []string{"checkpoint", "--pid", "1", "--recipient", "recipients.txt"}, "--recipient"},
 		{"missing signing key", []string{"checkpoint", "--pid", "1", "--signing-key", "/nonexistent/node.key"}, "--signing-key"},
-		{"encrypted image", []string{"checkpoint", "--pid", "1", "--recipient", "age1nope", "--image", "localhost/x:1", "--image-file", "/nonexistent/x.tar"}, "layer encryption is not supported"},
+		{"encrypted image", []string{"checkpoint", "--pid", "1", "--recipient", "age1nope", "--image", "localhost/x:1", "--image-file", "/nonexistent/x.tar"}, "checkpoint image ARCHIVE --encryption-key jwe:PUBLIC.pem"},
 		{"sealing a pod's container", []string{"checkpoint", "--namespace", "ns", "--pod", "p", "--container", "c", "--signing-key", "/k"}, "checkpoint.signing"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -121,7 +121,7 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 		return res, err
 	}
 	if o.ImageRef != nil && len(o.Criu.Seal.Recipients) > 0 {
-		return res, fmt.Errorf("pod %s/%s: a checkpoint image would hold the encrypted archives' plain text (layer encryption is not supported): %w", p.Namespace, p.Name, errdefs.ErrInvalidArgument)
+		return res, fmt.Errorf("pod %s/%s: a checkpoint image would hold the encrypted archives' plain text (make encrypted images of the archives with nodeshim checkpoint image --encryption-key): %w", p.Namespace, p.Name, errdefs.ErrInvalidArgument)
 	}
 	bin := o.Criu.Binary
 	ver, err := bin.Version(ctx)

@@ -94,7 +94,7 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 		return pod.Result{}, fmt.Errorf("checkpoint of pod %s: %w", p, err)
 	}
 	if opts.ImageRef != "" && len(sealing.Recipients) > 0 {
-		return pod.Result{}, fmt.Errorf("checkpoint of pod %s: a checkpoint image would hold the encrypted archives' plain text (layer encryption is not supported): %w", p, errdefs.ErrInvalidArgument)
+		return pod.Result{}, fmt.Errorf("checkpoint of pod %s: a checkpoint image would hold the encrypted archives' plain text (make encrypted images of the archives with nodeshim checkpoint image --encryption-key): %w", p, errdefs.ErrInvalidArgument)
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {

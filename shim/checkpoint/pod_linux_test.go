@@ -355,7 +355,7 @@ func TestCheckpointPodSealRefusals(t *testing.T) {
 		want  string
 	}{
 		{"missing signing key", seal.Config{SigningKey: filepath.Join(dir, "missing.pem")}, "", "missing.pem"},
-		{"image of an encrypted archive", seal.Config{Recipients: []string{id.Recipient().String()}}, "registry.example/ckpt:1", "layer encryption is not supported"},
+		{"image of an encrypted archive", seal.Config{Recipients: []string{id.Recipient().String()}}, "registry.example/ckpt:1", "make encrypted images of the archives with nodeshim checkpoint image --encryption-key"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc := New(Options{
