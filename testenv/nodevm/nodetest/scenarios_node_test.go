@@ -41,7 +41,8 @@ type kernelReport struct {
 // TestNodeReport: `nodeshim report -o json` on the node finds it pure
 // cgroup v2 (cgroup2 alone at /sys/fs/cgroup, the freezer as
 // cgroup.freeze, PSI with triggers) and ready for checkpoints (CRIU 4.1.1
-// found, new enough, `criu check` passing), with no probe undecided. It
+// found, new enough, `criu check` passing) and for pre-copy (dirty memory
+// tracked), with no probe undecided. It
 // runs once nodeshim serve's own report is served, so that the two do not
 // share the node's two CPUs, with a probe timeout for TCG (every probe
 // is 10-50 times slower there than on a node).
@@ -75,6 +76,8 @@ func TestNodeReport(t *testing.T) {
 		"cgroup.v2", "cgroup.controllers", "cgroup.v2-controllers", "cgroup.cpu-stat", "cgroup.freezer",
 		"psi.enabled", "psi.triggers", "mounts.overlayfs",
 		"criu.binary", "criu.version", "criu.check",
+		// Pre-copy's readiness: the node's kernel tracks dirty memory.
+		"criu.feature.mem_dirty_track",
 	} {
 		if v := verdicts[id]; v != "Supported" {
 			t.Errorf("%s: %q on the node, want Supported", id, v)
