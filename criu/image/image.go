@@ -17,7 +17,6 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/containers/ocicrypt/blockcipher"
 	digest "github.com/opencontainers/go-digest"
 	specs "github.com/opencontainers/image-spec/specs-go"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
@@ -273,7 +272,7 @@ func describeLayer(write func(io.Writer) error, cipher *layerCipher, recipients 
 	}
 	enc := sha256.New()
 	encN := &countingWriter{w: enc}
-	var fin blockcipher.Finalizer
+	var fin func() ([]byte, error)
 	err := pipe(func(w io.Writer) error { return write(io.MultiWriter(plainN, w)) }, func(r io.Reader) error {
 		er, f, err := cipher.encrypt(r)
 		if err != nil {
@@ -289,7 +288,7 @@ func describeLayer(write func(io.Writer) error, cipher *layerCipher, recipients 
 		return ocispec.Descriptor{}, "", err
 	}
 	diffID := digest.NewDigestFromBytes(digest.SHA256, plain.Sum(nil))
-	ann, err := annotations(fin, diffID, recipients)
+	ann, err := cipher.annotations(fin, diffID, recipients)
 	if err != nil {
 		return ocispec.Descriptor{}, "", fmt.Errorf("checkpoint image: encrypt layer: %w", err)
 	}
