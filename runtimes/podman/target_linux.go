@@ -50,5 +50,28 @@ func StateTarget(procRoot string, st State, idOrName string, now time.Time) (cri
 	t.Ref = criu.ContainerRef{Namespace: "podman", Pod: c.Name, Container: c.Name}
 	t.ID, t.Runtime, t.Created = c.ID, c.Runtime, c.Created
 	t.Image, t.ImageRef, t.ConfigDump = c.Image, c.ImageID, c.Config
+	t.Container.ExtMounts = extMountsFor(c.Runtime, t.Container.ExtMounts)
 	return t, nil
+}
+
+// extMountsFor returns the external mounts of a dump that runtime (podman's
+// OCI runtime name or path) restores. runc names a masked file's /dev/null
+// bind mount "/dev/null" at dump (libcontainer's addMaskPaths) and its
+// restore maps that name through the /dev/null device's mount; crun names
+// it after the masked path itself (register_masked_paths_mounts in crun's
+// src/libcrun/criu.c) and maps only those names at restore, so crun's
+// restore of a runc-named dump fails with "No mapping for N:(null)
+// mountpoint" (crun 1.21, CRIU 4.1.1).
+func extMountsFor(runtime string, mounts []criu.ExtMount) []criu.ExtMount {
+	if filepath.Base(runtime) != "crun" {
+		return mounts
+	}
+	out := make([]criu.ExtMount, len(mounts))
+	for i, m := range mounts {
+		if m.Val == "/dev/null" && m.Key != "/dev/null" {
+			m.Val = m.Key
+		}
+		out[i] = m
+	}
+	return out
 }
