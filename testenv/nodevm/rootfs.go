@@ -23,12 +23,13 @@ const KernelLabel = "6.12"
 // systemd node (systemd 257 as init, dbus as a node has it for the systemd
 // cgroup driver, kmod for the modules), crun 1.21, podman 5.4 (with its
 // conmon and netavark; SQLite state) and CRIU 4.1.1 as trixie ships them,
-// iproute2 and the CNI plugins (the pods' bridge), and procps for the
-// journal's and a reader's sake.
+// libcriu2, through which crun checkpoints (crun and podman recommend it,
+// which debootstrap does not install), iproute2 and the CNI plugins (the
+// pods' bridge), and procps for the journal's and a reader's sake.
 func RootfsPackages() []string {
 	return []string{
 		"systemd", "systemd-sysv", "dbus", "kmod", "libseccomp2",
-		"crun", "podman", "criu", "iproute2", "containernetworking-plugins", "procps",
+		"crun", "podman", "criu", "libcriu2", "iproute2", "containernetworking-plugins", "procps",
 	}
 }
 
