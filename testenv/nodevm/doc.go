@@ -13,8 +13,8 @@
 //     Fetcher (its own cache under .cache/vmtest/node, with the modules of
 //     Modules kept, uncompressed);
 //   - the root filesystem is Debian trixie (debootstrap --variant=minbase
-//     with systemd, systemd-sysv, dbus, kmod, crun, podman, criu, iproute2
-//     and the CNI plugins; RootfsPackages), made once and cached by its package
+//     with systemd, systemd-sysv, dbus, kmod, crun, podman, criu, libcriu2,
+//     iproute2 and the CNI plugins; RootfsPackages), made once and cached by its package
 //     list, then copied (hard links) into a staging tree per run with the
 //     kernel's modules, runc, containerd, crictl, nodeshim, kubectl and
 //     checkpointctl, the scenarios' test binary, the test images (with
