@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -23,23 +24,22 @@ import (
 const podmanGraphRoot = "/var/lib/containers/storage"
 
 // nodePodman is trixie's podman 5.4 on the node, as root with its default
-// storage, the systemd cgroup manager and runc 1.5 (NodeBin's) as its OCI
-// runtime through a containers.conf of the test's that nodeshim reads too
-// ($CONTAINERS_CONF).
+// storage, the systemd cgroup manager and one OCI runtime (runc 1.5 from
+// NodeBin or trixie's crun 1.21) through a containers.conf of the test's
+// that nodeshim reads too ($CONTAINERS_CONF).
 type nodePodman struct {
 	env []string
 }
 
-// newNodePodman writes the containers.conf, loads the node's busybox test
-// image and removes every podman container and the images it loaded when
-// t ends.
-func newNodePodman(t *testing.T) *nodePodman {
+// newNodePodman writes the containers.conf with runtime (runc or crun)
+// as podman's runtime, at path, loads the node's busybox test image and
+// removes every podman container when t ends.
+func newNodePodman(t *testing.T, runtime, path string) *nodePodman {
 	t.Helper()
-	runc := filepath.Join(nodevm.NodeBin, "runc")
-	// The checkpoint image names its runtime (runc) and podman refuses to
-	// restore an image of another one than its own: runc on both sides.
-	// No network (netavark needs nftables, which the node lacks), the
-	// events in a file rather than the journal.
+	// The checkpoint image names its runtime and podman refuses to
+	// restore an image of another one than its own: the same runtime on
+	// both sides. No network (netavark needs nftables, which the node
+	// lacks), the events in a file rather than the journal.
 	conf := fmt.Sprintf(`[containers]
 netns = "none"
 log_driver = "k8s-file"
@@ -47,16 +47,16 @@ log_driver = "k8s-file"
 [engine]
 cgroup_manager = "systemd"
 events_logger = "file"
-runtime = "runc"
+runtime = %[1]q
 
 [engine.runtimes]
-runc = [%q]
-`, runc)
-	path := filepath.Join(t.TempDir(), "containers.conf")
-	if err := os.WriteFile(path, []byte(conf), 0o600); err != nil {
+%[1]s = [%[2]q]
+`, runtime, path)
+	confPath := filepath.Join(t.TempDir(), "containers.conf")
+	if err := os.WriteFile(confPath, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	p := &nodePodman{env: append(os.Environ(), "CONTAINERS_CONF="+path)}
+	p := &nodePodman{env: append(os.Environ(), "CONTAINERS_CONF="+confPath)}
 	t.Cleanup(func() {
 		if out, err := p.cmd("rm", "--all", "--force", "--time", "0").CombinedOutput(); err != nil {
 			t.Errorf("podman rm --all: %v: %s", err, out)
@@ -163,8 +163,9 @@ func (p *nodePodman) waitCount(t *testing.T, name string, n int) (string, int) {
 }
 
 // TestPodman5CheckpointRestoreOnNode is nodeshim with trixie's podman 5.4
-// on the node (SQLite state, the systemd cgroup manager on pure cgroup v2,
-// runc 1.5 as podman's runtime): a counter container run by podman is
+// on the node (SQLite state, the systemd cgroup manager on pure cgroup v2),
+// with runc 1.5 and with crun 1.21 (trixie's podman default, CRIU through
+// libcriu2) as podman's runtime: a counter container run by podman is
 // checkpointed by its id (`nodeshim checkpoint --container-id`), the
 // archive is read by checkpointctl and restored by `podman container
 // restore --import`, the counter going on from where it was; the restored
@@ -173,17 +174,28 @@ func (p *nodePodman) waitCount(t *testing.T, name string, n int) (string, int) {
 // restore IMAGE`), the counter going on again.
 func TestPodman5CheckpointRestoreOnNode(t *testing.T) {
 	requireNode(t)
-	p := newNodePodman(t)
+	for _, rt := range []struct{ name, path string }{
+		{"runc", filepath.Join(nodevm.NodeBin, "runc")},
+		{"crun", "/usr/bin/crun"},
+	} {
+		t.Run(rt.name, func(t *testing.T) { podmanCheckpointRestore(t, rt.name, rt.path) })
+	}
+}
+
+// podmanCheckpointRestore is TestPodman5CheckpointRestoreOnNode with
+// runtime at path as podman's runtime.
+func podmanCheckpointRestore(t *testing.T, runtime, path string) {
+	p := newNodePodman(t, runtime, path)
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
 	info := p.run(t, "info", "--format", "{{.Host.DatabaseBackend}} {{.Host.CgroupManager}} {{.Host.CgroupsVersion}} {{.Host.OCIRuntime.Name}} {{.Store.GraphRoot}}")
-	if want := "sqlite systemd v2 runc " + podmanGraphRoot; info != want {
+	if want := "sqlite systemd v2 " + runtime + " " + podmanGraphRoot; info != want {
 		t.Fatalf("podman info: %q, want %q", info, want)
 	}
 	if _, err := os.Stat(filepath.Join(podmanGraphRoot, "db.sql")); err != nil {
 		t.Fatalf("podman 5's SQLite state: %v", err)
 	}
 
-	const name = "ns-node-p5"
+	name := "ns-node-p5-" + runtime
 	start := time.Now()
 	id := p.run(t, append([]string{"run", "--detach", "--name", name, "--network", "none", runtimetest.BusyboxImage}, counterCommand...)...)
 	tRun := time.Since(start)
@@ -228,7 +240,27 @@ func TestPodman5CheckpointRestoreOnNode(t *testing.T) {
 	// 3. podman 5 restores the archive in place of the container.
 	p.run(t, "rm", "--force", "--time", "0", name)
 	start = time.Now()
-	restoredID := p.run(t, "container", "restore", "--import", ck.Path)
+	restoredID, err := p.runErr("container", "restore", "--import", ck.Path)
+	if err != nil {
+		if m := regexp.MustCompile(`/\S+/restore\.log`).FindString(err.Error()); m != "" {
+			b, _ := os.ReadFile(m)
+			lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+			t.Logf("%s (last lines):\n%s", m, strings.Join(lines[max(0, len(lines)-40):], "\n"))
+		}
+		// podman's own checkpoint of the same image and command, restored
+		// the same way, tells nodeshim's archive from the runtime apart.
+		p.run(t, append([]string{"run", "--detach", "--name", "own", "--network", "none", runtimetest.BusyboxImage}, counterCommand...)...)
+		p.waitCount(t, "own", 3)
+		own := filepath.Join(t.TempDir(), "own.tar")
+		if out, err := p.runErr("container", "checkpoint", "--export", own, "own"); err != nil {
+			t.Logf("podman's own checkpoint fails too: %v %s", err, out)
+		} else if out, err := p.runErr("container", "restore", "--import", own, "--name", "own2"); err != nil {
+			t.Logf("podman's own archive does not restore either: %v %s", err, out)
+		} else {
+			t.Logf("podman's own checkpoint --export and restore --import of the same container work (%s): nodeshim's archive is at fault", out)
+		}
+		t.Fatal(err)
+	}
 	tRestore := time.Since(start)
 	if restoredID != id {
 		t.Errorf("podman container restore --import: %q, want the container's id %s", restoredID, id)
@@ -266,8 +298,8 @@ func TestPodman5CheckpointRestoreOnNode(t *testing.T) {
 	}
 	_, last := p.waitCount(t, name, fromImage)
 
-	t.Logf("podman 5 counter: %d at the checkpoint, %d after it, %d then %d restored from the archive; %d then %d restored from the image (checkpointed after %d)",
-		before, after, first, next, fromImage, last, before2)
+	t.Logf("podman 5 (%s) counter: %d at the checkpoint, %d after it, %d then %d restored from the archive; %d then %d restored from the image (%d read after its checkpoint)",
+		runtime, before, after, first, next, fromImage, last, before2)
 	t.Logf("podman run %s; nodeshim checkpoint --container-id %s (frozen %.3fs, CRIU total %.3fs, %d pages); podman container restore --import %s; checkpoint with --image %s; podman load %s; podman container restore IMAGE %s",
 		ms(tRun), ms(tCheckpoint), ck.FrozenSeconds, ck.TotalSeconds, ck.PagesWritten, ms(tRestore), ms(tImage), ms(tLoad), ms(tImageRestore))
 }
