@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/kernel/seccomp"
@@ -52,10 +53,17 @@ func TestSeccompProfileFromRegistry(t *testing.T) {
 			strconv.Quote(pub), reg.Host, down, ref)
 	}
 	run := startDaemonWith(t, func(o *Options) {
+		// Each payload is last-known-good as soon as it is active, so that
+		// a refused one rolls back to the previous payload, not to the
+		// defaults (which install no profile).
+		o.SoakPeriod = time.Nanosecond
 		writeSource(t, o.ConfigSource, cfg(reg.Ref("profiles/app", "v1")))
 	})
 	root := filepath.Join(run.opts.HostRoot, "var/lib/kubelet/seccomp")
-	run.wait(t, func(doc status.Document) bool { return installedNames(doc) == "app.json" })
+	run.wait(t, func(doc status.Document) bool {
+		c := doc.Config
+		return installedNames(doc) == "app.json" && c != nil && c.Active != nil && c.LastKnownGood != nil && c.LastKnownGood.UID == c.Active.UID
+	})
 	data, err := os.ReadFile(filepath.Join(root, "app.json"))
 	if err != nil {
 		t.Fatal(err)
