@@ -38,7 +38,6 @@ const MaxPreDump = 8
 // archive it is a directory: CRIU opens it the same way.
 const parentLink = archive.ParentDir
 
-
 // preDumpLog is the CRIU log of pre-dump round n, in the work directory.
 func preDumpLog(n int) string { return "pre-dump-" + strconv.Itoa(n) + ".log" }
 
