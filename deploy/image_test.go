@@ -15,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/testenv/dockerfile"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -35,24 +36,17 @@ const (
 )
 
 // dockerArg returns the default value of `ARG name=value` in the
-// Dockerfile, unquoted.
-func dockerArg(dockerfile, name string) (string, error) {
-	data, err := os.ReadFile(dockerfile)
+// Dockerfile at path, unquoted.
+func dockerArg(path, name string) (string, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return "", err
 	}
-	for _, line := range strings.Split(string(data), "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "ARG "+name+"=")
-		if !ok {
-			continue
-		}
-		words, err := shellWords(v)
-		if err != nil || len(words) != 1 {
-			return "", fmt.Errorf("%s: ARG %s=%s: want one word (%v)", dockerfile, name, v, err)
-		}
-		return words[0], nil
+	v, err := dockerfile.Arg(string(data), name)
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
 	}
-	return "", fmt.Errorf("%s: no ARG %s=", dockerfile, name)
+	return v, nil
 }
 
 // dockerCriu reads the criu stage's CRIU_VERSION, CRIU_PROGRAMS and

@@ -3,6 +3,7 @@ package deploy
 import (
 	"debug/elf"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/nodeshim/nodeshim/testenv/dockerfile"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
@@ -22,98 +24,16 @@ func dockerBuild(dockerfile string, vars map[string]string) (env, args []string,
 
 // dockerBuildOf is dockerBuild for the `go build` command whose last
 // argument is pkg.
-func dockerBuildOf(dockerfile string, vars map[string]string, pkg string) (env, args []string, err error) {
-	data, err := os.ReadFile(dockerfile)
+func dockerBuildOf(path string, vars map[string]string, pkg string) (env, args []string, err error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	// Join continuation lines, then find the RUN instruction with go build.
-	text := strings.ReplaceAll(string(data), "\\\n", " ")
-	for _, line := range strings.Split(text, "\n") {
-		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "RUN ")
-		if !ok || !strings.Contains(cmd, "go build") {
-			continue
-		}
-		words, err := shellWords(os.Expand(cmd, func(k string) string { return vars[k] }))
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(words) == 0 || words[len(words)-1] != pkg {
-			continue
-		}
-		for i, w := range words {
-			if w == "go" {
-				if i+1 >= len(words) || words[i+1] != "build" {
-					break
-				}
-				return words[:i], words[i+2:], nil
-			}
-			if !strings.Contains(w, "=") {
-				return nil, nil, errors.New("unexpected word before go build: " + w)
-			}
-		}
+	env, args, err = dockerfile.GoBuild(string(data), vars, pkg)
+	if err != nil {
+		return nil, nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return nil, nil, errors.New("no RUN ... go build ... " + pkg + " in " + dockerfile)
-}
-
-// shellWords splits a command line on blanks, honouring double and single
-// quotes, which is all the Dockerfile's build command uses.
-func shellWords(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	in, quote := false, rune(0)
-	for _, r := range s {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '"' || r == '\'':
-			quote, in = r, true
-		case r == ' ' || r == '\t':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(r)
-			in = true
-		}
-	}
-	if quote != 0 {
-		return nil, errors.New("unterminated quote in " + s)
-	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words, nil
-}
-
-func TestShellWords(t *testing.T) {
-	for _, tc := range []struct {
-		name, in string
-		want     []string
-	}{
-		{name: "plain", in: "go build -o x", want: []string{"go", "build", "-o", "x"}},
-		{name: "double quotes", in: `-ldflags "-s -w" ./cmd`, want: []string{"-ldflags", "-s -w", "./cmd"}},
-		{name: "single quotes", in: `-ldflags '-extldflags -static'`, want: []string{"-ldflags", "-extldflags -static"}},
-		{name: "empty quotes", in: `a "" b`, want: []string{"a", "", "b"}},
-		{name: "joined", in: `-ldflags="-s -w"`, want: []string{"-ldflags=-s -w"}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := shellWords(tc.in)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if strings.Join(got, "|") != strings.Join(tc.want, "|") || len(got) != len(tc.want) {
-				t.Errorf("shellWords(%q) = %q, want %q", tc.in, got, tc.want)
-			}
-		})
-	}
-	if _, err := shellWords(`"open`); err == nil {
-		t.Error("an unterminated quote was accepted")
-	}
+	return env, args, nil
 }
 
 // buildReporter runs the Dockerfile's build command of nodeshim-reporter

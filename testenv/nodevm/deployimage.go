@@ -2,12 +2,12 @@ package nodevm
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 
+	"github.com/nodeshim/nodeshim/testenv/dockerfile"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/vmtest"
 )
@@ -34,17 +34,17 @@ const (
 // handler's binaries of the Dockerfile are left out: no node scenario
 // installs them.
 func BuildNodeshimImage(ctx context.Context, run vmtest.Runner, root, goCmd, criuRoot, dir string) (string, error) {
-	dockerfile := filepath.Join(root, "Dockerfile")
-	data, err := os.ReadFile(dockerfile)
+	dockerfilePath := filepath.Join(root, "Dockerfile")
+	data, err := os.ReadFile(dockerfilePath)
 	if err != nil {
 		return "", fmt.Errorf("nodeshim's image: %w", err)
 	}
 	vars := map[string]string{"VERSION": "v0.0.0-node", "COMMIT": "node"}
 	var files []runtimetest.ImageFile
 	for _, b := range []struct{ pkg, name string }{{"./cmd/nodeshim", "usr/bin/nodeshim"}, {"./cmd/nodeshim-reporter", "usr/bin/nodeshim-reporter"}} {
-		env, args, err := dockerGoBuild(string(data), vars, b.pkg)
+		env, args, err := dockerfile.GoBuild(string(data), vars, b.pkg)
 		if err != nil {
-			return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfile, err)
+			return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfilePath, err)
 		}
 		out := filepath.Join(dir, filepath.Base(b.pkg))
 		for i, a := range args {
@@ -62,13 +62,13 @@ func BuildNodeshimImage(ctx context.Context, run vmtest.Runner, root, goCmd, cri
 		}
 		files = append(files, runtimetest.ImageFile{Name: b.name, Mode: 0o755, Data: bin})
 	}
-	programs, err := dockerArg(string(data), "CRIU_PROGRAMS")
+	programs, err := dockerfile.Arg(string(data), "CRIU_PROGRAMS")
 	if err != nil {
-		return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfile, err)
+		return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfilePath, err)
 	}
-	libs, err := dockerArg(string(data), "CRIU_LIBS")
+	libs, err := dockerfile.Arg(string(data), "CRIU_LIBS")
 	if err != nil {
-		return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfile, err)
+		return "", fmt.Errorf("nodeshim's image: %s: %w", dockerfilePath, err)
 	}
 	paths := append(strings.Fields(programs), imageLoader)
 	for _, l := range strings.Fields(libs) {
@@ -91,87 +91,4 @@ func BuildNodeshimImage(ctx context.Context, run vmtest.Runner, root, goCmd, cri
 		return "", fmt.Errorf("nodeshim's image: %w", err)
 	}
 	return path, nil
-}
-
-// dockerGoBuild finds the Dockerfile's RUN instruction whose `go build`
-// ends with pkg and returns its environment assignments and go build's
-// arguments, with ${VAR} expanded from vars.
-func dockerGoBuild(dockerfile string, vars map[string]string, pkg string) (env, args []string, err error) {
-	text := strings.ReplaceAll(dockerfile, "\\\n", " ")
-	for _, line := range strings.Split(text, "\n") {
-		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "RUN ")
-		if !ok || !strings.Contains(cmd, "go build") {
-			continue
-		}
-		words, err := shellWords(os.Expand(cmd, func(k string) string { return vars[k] }))
-		if err != nil {
-			return nil, nil, err
-		}
-		if len(words) == 0 || words[len(words)-1] != pkg {
-			continue
-		}
-		for i, w := range words {
-			if w == "go" {
-				if i+1 >= len(words) || words[i+1] != "build" {
-					break
-				}
-				return words[:i], words[i+2:], nil
-			}
-			if !strings.Contains(w, "=") {
-				return nil, nil, errors.New("unexpected word before go build: " + w)
-			}
-		}
-	}
-	return nil, nil, errors.New("no RUN ... go build ... " + pkg)
-}
-
-// dockerArg is the default value of the Dockerfile's `ARG name=value`,
-// unquoted.
-func dockerArg(dockerfile, name string) (string, error) {
-	for _, line := range strings.Split(dockerfile, "\n") {
-		v, ok := strings.CutPrefix(strings.TrimSpace(line), "ARG "+name+"=")
-		if !ok {
-			continue
-		}
-		words, err := shellWords(v)
-		if err != nil || len(words) != 1 {
-			return "", fmt.Errorf("ARG %s=%s: want one word (%v)", name, v, err)
-		}
-		return words[0], nil
-	}
-	return "", errors.New("no ARG " + name + "=")
-}
-
-// shellWords splits a command line on blanks, honouring double and single
-// quotes, which is all the Dockerfile's build commands use.
-func shellWords(s string) ([]string, error) {
-	var words []string
-	var cur strings.Builder
-	in, quote := false, rune(0)
-	for _, r := range s {
-		switch {
-		case quote != 0 && r == quote:
-			quote = 0
-		case quote != 0:
-			cur.WriteRune(r)
-		case r == '"' || r == '\'':
-			quote, in = r, true
-		case r == ' ' || r == '\t':
-			if in {
-				words = append(words, cur.String())
-				cur.Reset()
-				in = false
-			}
-		default:
-			cur.WriteRune(r)
-			in = true
-		}
-	}
-	if quote != 0 {
-		return nil, errors.New("unterminated quote in " + s)
-	}
-	if in {
-		words = append(words, cur.String())
-	}
-	return words, nil
 }

@@ -41,6 +41,7 @@ func HostSuite() []Decision {
 		{"internal/atomicfile", true, "file replacement on the guest's tmpfs"},
 		{"testenv/clustertest", false, "its test is the single-node cluster itself: kubelet, containerd and the control plane"},
 		{"testenv/criutest", false, "its test is the CRIU gate itself, and CRIU is not in the guest"},
+		{"testenv/dockerfile", false, "its tests read the repository's Dockerfile, which the guest does not carry"},
 		{"testenv/fakecri", true, "a CRI server on a unix socket"},
 		{"internal/errdefs", true, "portable: no kernel dependency"},
 		{"e2e/podrestore", false, "its test is a Pod restored from a checkpoint image through kubelet on the single-node cluster"},
