@@ -29,6 +29,12 @@ const (
 	TestName = "node"
 	// Hostname is the node's name.
 	Hostname = "nodeshim-node"
+	// RuntimeClassBin holds nodeshim-runc and nodeshim-runc-restore, and
+	// nodeshim-runc.json, as deploy/runtimeclass installs them.
+	RuntimeClassBin = "/opt/nodeshim/bin"
+	// RuntimeClassHandler is containerd's runtime handler of
+	// nodeshim-runc, and the RuntimeClass's name.
+	RuntimeClassHandler = "nodeshim"
 )
 
 // TimeMarker starts the console lines in which the node says when it
@@ -55,7 +61,8 @@ type File struct {
 // ContainerdConfig is containerd 2.x's config (version 3) on the node:
 // the systemd cgroup driver (SystemdCgroup = true, as kubeadm sets up),
 // runc at runc as the default handler and Debian's crun as the crun
-// handler, the CRI plugin's CRIU support with
+// handler, nodeshim-runc in RuntimeClassBin as the RuntimeClassHandler
+// handler (docs/runtimeclass.md's stanza), the CRI plugin's CRIU support with
 // restore through CreateContainer, the CNI bridge network, and the test
 // pause image as the sandbox image (no registry is reachable).
 func ContainerdConfig(runc, pauseImage string) string {
@@ -96,11 +103,17 @@ disabled_plugins = [
 [%[3]s.containerd.runtimes.crun.options]
   BinaryName = "/usr/bin/crun"
   SystemdCgroup = true
+[%[3]s.containerd.runtimes.%[5]s]
+  runtime_type = "io.containerd.runc.v2"
+  pod_annotations = ["restore.nodeshim.io/checkpoint"]
+[%[3]s.containerd.runtimes.%[5]s.options]
+  BinaryName = %[6]q
+  SystemdCgroup = true
 [%[3]s.cni]
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
   max_conf_num = 1
-`, ContainerdSocket, pauseImage, rt, runc)
+`, ContainerdSocket, pauseImage, rt, runc, RuntimeClassHandler, RuntimeClassBin+"/nodeshim-runc")
 }
 
 // CNIConfig is the pods' network: the bridge plugin on cni0 with
@@ -191,6 +204,14 @@ checkpoint:
 seccompProfiles:
   ` + DenyMkdirProfile + `: |
     {"defaultAction": "SCMP_ACT_ALLOW", "syscalls": [{"names": ["mkdir", "mkdirat"], "action": "SCMP_ACT_ERRNO", "errnoRet": 1}]}
+`
+
+// RuntimeClassConfig is nodeshim-runc's configuration on the node: runc
+// by path, and nodeshim serve's checkpoint directory (NodeshimConfigYAML's),
+// where its pod checkpoints are written, as the one directory a Pod may
+// restore from. It names no criu: runc 1.5 has no --criu flag (it runs
+// criu from PATH, /usr/sbin/criu here).
+const RuntimeClassConfig = `{"runtime": "` + NodeBin + `/runc", "checkpointDir": "` + NodeshimRoot + `/checkpoints", "workDir": "` + NodeshimRoot + `/restore", "reportCache": "` + NodeshimRoot + `/report-cache"}
 `
 
 // TestsUnit runs the scenarios once containerd and nodeshim have started;
@@ -314,6 +335,7 @@ func NodeFiles(machineID, pauseImage, testTimeout string, loadModules []string) 
 		{Path: "/etc/cni/net.d/10-nodeshim-node.conflist", Mode: 0o644, Data: CNIConfig},
 		{Path: "/etc/crictl.yaml", Mode: 0o644, Data: "runtime-endpoint: unix://" + ContainerdSocket + "\nimage-endpoint: unix://" + ContainerdSocket + "\ntimeout: 120\n"},
 		{Path: NodeshimConfig + "/config.yaml", Mode: 0o644, Data: NodeshimConfigYAML},
+		{Path: RuntimeClassBin + "/nodeshim-runc.json", Mode: 0o600, Data: RuntimeClassConfig},
 		{Path: "/etc/modules-load.d/nodeshim-node.conf", Mode: 0o644, Data: strings.Join(loadModules, "\n") + "\n"},
 		{Path: "/etc/systemd/system/containerd.service", Mode: 0o644, Data: ContainerdUnit},
 		{Path: "/etc/systemd/system/nodeshim.service", Mode: 0o644, Data: NodeshimUnit},

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
 	"github.com/nodeshim/nodeshim/testenv/vmtest"
 )
 
@@ -26,6 +27,9 @@ type Binaries struct {
 	Nodeshim string
 	// Kubelet, when set, is kubelet.
 	Kubelet string
+	// RuntimeClass, when set, is the directory of nodeshim-runc and
+	// nodeshim-runc-restore, built for this run, for RuntimeClassBin.
+	RuntimeClass string
 	// Test is the scenarios' test binary.
 	Test string
 	// Images are OCI image tars for the node's NodeLib/images.
@@ -90,6 +94,13 @@ func Stage(ctx context.Context, run vmtest.Runner, rootfs, kernelRoot, dir strin
 	for name, src := range bins.programs() {
 		if err := copyInto(src, filepath.Join(dir, NodeBin, name), 0o755); err != nil {
 			return err
+		}
+	}
+	if bins.RuntimeClass != "" {
+		for _, name := range restoring.Binaries {
+			if err := copyInto(filepath.Join(bins.RuntimeClass, name), filepath.Join(dir, RuntimeClassBin, name), 0o755); err != nil {
+				return err
+			}
 		}
 	}
 	if err := copyInto(bins.Test, filepath.Join(dir, NodeLib, TestBinary), 0o755); err != nil {

@@ -104,7 +104,8 @@ func TestNodeFiles(t *testing.T) {
 	}
 	cfg := byPath["/etc/containerd/config.toml"].Data
 	for _, want := range []string{"version = 3", "SystemdCgroup = true", `BinaryName = "/usr/local/bin/runc"`,
-		"enable_criu = true", "enable_experimental_restore_via_create = true", `sandbox = "localhost/p:t"`} {
+		"enable_criu = true", "enable_experimental_restore_via_create = true", `sandbox = "localhost/p:t"`,
+		`BinaryName = "/opt/nodeshim/bin/nodeshim-runc"`, `pod_annotations = ["restore.nodeshim.io/checkpoint"]`} {
 		if !strings.Contains(cfg, want) {
 			t.Errorf("containerd config lacks %q", want)
 		}

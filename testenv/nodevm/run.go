@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nodeshim/nodeshim/runtimes/restoring"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/vmtest"
 )
@@ -137,6 +138,13 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	} else if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=1", cfg.Go, "build", "-trimpath", "-tags", cfg.Tags,
 		"-ldflags", cfg.LDFlags, "-o", bins.Nodeshim, "./cmd/nodeshim"); err != nil {
 		return res, fmt.Errorf("build nodeshim: %w", err)
+	}
+	bins.RuntimeClass = filepath.Join(build, "runtimeclass")
+	for _, name := range restoring.Binaries {
+		if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=0", cfg.Go, "build", "-trimpath",
+			"-o", filepath.Join(bins.RuntimeClass, name), "./cmd/"+name); err != nil {
+			return res, fmt.Errorf("build %s: %w", name, err)
+		}
 	}
 	if cfg.Bench != "" {
 		if _, err := vmtest.ExecRunner(ctx, cfg.Root, "env", "CGO_ENABLED=1", cfg.Go, "test", "-c", "-trimpath", "-tags", cfg.Tags,
