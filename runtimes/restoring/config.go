@@ -48,8 +48,10 @@ type Config struct {
 	// WorkDir holds the unpacked images during a restore; DefaultWorkDir
 	// when empty.
 	WorkDir string `json:"workDir,omitempty"`
-	// Criu is the CRIU binary the runtime restores with (runc's --criu);
-	// the runtime's default ("criu" on PATH) when empty.
+	// Criu is the CRIU binary the runtime restores with: an absolute path
+	// of a file named criu, whose directory is put first on the runtime's
+	// PATH (runc looks criu up there; runc 1.5 has no --criu flag); the
+	// runtime's own PATH when empty.
 	Criu string `json:"criu,omitempty"`
 	// MaxBytes bounds what an archive may expand to (archive.Limits);
 	// the archive package's default when zero.
@@ -116,6 +118,12 @@ func LoadConfig(path, exe string) (Config, error) {
 	paths := []struct{ what, v string }{{"checkpointDir", c.CheckpointDir}, {"workDir", c.WorkDir}, {"reportCache", c.ReportCache}}
 	if c.TrustPolicy != "" {
 		paths = append(paths, struct{ what, v string }{"trustPolicy", c.TrustPolicy})
+	}
+	if c.Criu != "" {
+		paths = append(paths, struct{ what, v string }{"criu", c.Criu})
+		if filepath.Base(c.Criu) != "criu" {
+			return c, fmt.Errorf("%w: criu %q: the runtime finds CRIU on PATH by the name criu; name a file called criu", ErrConfig, c.Criu)
+		}
 	}
 	for _, id := range c.Identities {
 		paths = append(paths, struct{ what, v string }{"identities", id})

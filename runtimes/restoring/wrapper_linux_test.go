@@ -30,6 +30,8 @@ func TestLoadConfig(t *testing.T) {
 		{name: "report cache", exe: "/x/nodeshim-runc", file: `{"reportCache":"/srv/nodeshim/report-cache"}`,
 			want: Config{Runtime: "runc", CheckpointDir: DefaultCheckpointDir, WorkDir: DefaultWorkDir, ReportCache: "/srv/nodeshim/report-cache"}},
 		{name: "relative report cache", exe: "/x/nodeshim-runc", file: `{"reportCache":"report-cache"}`, err: true},
+		{name: "relative criu", exe: "/x/nodeshim-runc", file: `{"criu":"bin/criu"}`, err: true},
+		{name: "criu by another name", exe: "/x/nodeshim-runc", file: `{"criu":"/opt/criu/criu-4.1"}`, err: true},
 		{name: "relative trust policy", exe: "/x/nodeshim-runc", file: `{"trustPolicy":"trust.json"}`, err: true},
 		{name: "relative identity", exe: "/x/nodeshim-runc", file: `{"identities":["/a","node.agekey"]}`, err: true},
 		{name: "unknown field", exe: "/x/nodeshim-runc", file: `{"runtim":"x"}`, err: true},

@@ -169,3 +169,28 @@ func TestNodeReadiness(t *testing.T) {
 		t.Fatalf("NodeReadiness from the report cache = %+v, %v; want the record made at %s", fromReport, err, again.CachedAt)
 	}
 }
+
+// TestRuntimeEnv: with criu configured, its directory comes first on the
+// runtime's PATH, where runc finds it (runc 1.5 has no --criu flag); the
+// rest of the environment is the shim's.
+func TestRuntimeEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name, criu string
+		env, want  []string
+	}{
+		{"no criu", "", []string{"PATH=/usr/bin", "A=1"}, []string{"PATH=/usr/bin", "A=1"}},
+		{"criu first on PATH", "/opt/criu/bin/criu", []string{"A=1", "PATH=/usr/sbin:/usr/bin"}, []string{"A=1", "PATH=/opt/criu/bin:/usr/sbin:/usr/bin"}},
+		{"an empty PATH", "/opt/criu/bin/criu", []string{"PATH="}, []string{"PATH=/opt/criu/bin"}},
+		{"no PATH", "/usr/sbin/criu", []string{"A=1"}, []string{"A=1", "PATH=/usr/sbin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Restore{Config: restoring.Config{Criu: tc.criu}}
+			if got := r.runtimeEnv(tc.env); fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Fatalf("runtimeEnv(%q) = %q; want %q", tc.env, got, tc.want)
+			}
+			if g := r.globalArgs(); len(g) != 0 {
+				t.Fatalf("globalArgs = %q; want none: runc 1.5 has no --criu", g)
+			}
+		})
+	}
+}

@@ -611,14 +611,36 @@ func CompareVersions(a, b string) int {
 	return 0
 }
 
-// globalArgs are the shim's global flags, with --criu for runc when the
-// config names a CRIU.
+// globalArgs are the shim's global flags.
 func (r *Restore) globalArgs() []string {
-	g := append([]string(nil), r.Call.Global...)
-	if r.Config.Criu != "" && strings.Contains(filepath.Base(r.Runtime), "runc") {
-		g = append(g, "--criu", r.Config.Criu)
+	return append([]string(nil), r.Call.Global...)
+}
+
+// runtimeEnv is env for the runtime's restore: with Config.Criu set, its
+// directory first on PATH, where runc finds criu (runc 1.5 has no --criu
+// flag, and fails a restore given one; runc 1.1 looks criu up on PATH
+// without it); crun restores through libcriu and reads no PATH for it.
+func (r *Restore) runtimeEnv(env []string) []string {
+	if r.Config.Criu == "" {
+		return env
 	}
-	return g
+	dir := filepath.Dir(r.Config.Criu)
+	out := make([]string, 0, len(env)+1)
+	found := false
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok && !found {
+			found = true
+			kv = "PATH=" + dir
+			if v != "" {
+				kv += string(os.PathListSeparator) + v
+			}
+		}
+		out = append(out, kv)
+	}
+	if !found {
+		out = append(out, "PATH="+dir+string(os.PathListSeparator)+"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin")
+	}
+	return out
 }
 
 // runtimeRestore runs `<runtime> restore --detach` of the bundle from the
@@ -640,6 +662,7 @@ func (r *Restore) runtimeRestore(images, work string) error {
 	}
 	args = append(args, r.Call.ID)
 	cmd := exec.Command(r.Runtime, args...)
+	cmd.Env = r.runtimeEnv(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
 	if err := cmd.Run(); err != nil {
 		msg := ""
