@@ -437,9 +437,7 @@ func oomEventThroughDaemonSet(t *testing.T, cs kubernetes.Interface) corev1.Even
 	t.Helper()
 	ctx := context.Background()
 	const ns = "nodeshim-ds-oom"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	createNamespace(t, cs, ns)
 	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err

@@ -127,9 +127,7 @@ func TestKubeletJoinsRunsPodUnderKubepods(t *testing.T) {
 		node.Name, tReady.Round(100*time.Millisecond), info.KubeletVersion, info.ContainerRuntimeVersion, info.KernelVersion)
 
 	ns := "nodeshim-kubelet"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	createNamespace(t, cs, ns)
 	// The controller manager on the host makes each namespace's default
 	// ServiceAccount, without which the API server admits no pod.
 	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
@@ -275,21 +273,10 @@ func TestReporterOnKubeletNode(t *testing.T) {
 	requireNode(t)
 	ctx := context.Background()
 	cs := startKubelet(t)
-	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(n) {
-			return fmt.Errorf("conditions %v", conditionSummary(n))
-		}
-		return nil
-	})
+	waitNodeReady(t, cs)
 	const leaseNS = "nodeshim"
 	for _, ns := range []string{leaseNS, "nodeshim-oom"} {
-		if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
+		createNamespace(t, cs, ns)
 	}
 
 	leaseRole := &rbacv1.Role{
@@ -524,4 +511,27 @@ func nodeReady(n *corev1.Node) bool {
 		}
 	}
 	return false
+}
+
+// waitNodeReady waits until the node's kubelet has its Node Ready.
+func waitNodeReady(t *testing.T, cs kubernetes.Interface) {
+	t.Helper()
+	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
+		n, err := cs.CoreV1().Nodes().Get(context.Background(), nodevm.Hostname, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if !nodeReady(n) {
+			return fmt.Errorf("conditions %v", conditionSummary(n))
+		}
+		return nil
+	})
+}
+
+// createNamespace creates the namespace ns, which may exist already.
+func createNamespace(t *testing.T, cs kubernetes.Interface, ns string) {
+	t.Helper()
+	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 }

@@ -117,20 +117,9 @@ func TestPodFromCheckpointImageOnKubeletNode(t *testing.T) {
 	requireNode(t)
 	ctx := context.Background()
 	cs := startKubelet(t)
-	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(n) {
-			return fmt.Errorf("conditions %v", conditionSummary(n))
-		}
-		return nil
-	})
+	waitNodeReady(t, cs)
 	const ns = "nodeshim-restore"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	createNamespace(t, cs, ns)
 	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err

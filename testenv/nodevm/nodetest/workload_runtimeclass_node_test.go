@@ -130,24 +130,13 @@ func TestRuntimeClassRestoresPodOnNode(t *testing.T) {
 	requireNode(t)
 	ctx := context.Background()
 	cs := startKubelet(t)
-	testutil.Eventually(t, "node "+nodevm.Hostname+" Ready", func() error {
-		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if !nodeReady(n) {
-			return fmt.Errorf("conditions %v", conditionSummary(n))
-		}
-		return nil
-	})
+	waitNodeReady(t, cs)
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: nodevm.RuntimeClassHandler}, Handler: nodevm.RuntimeClassHandler}
 	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
 	const ns = "nodeshim-runtimeclass"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
+	createNamespace(t, cs, ns)
 	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
 		return err
