@@ -108,12 +108,12 @@ func whenDumping(dir string, fn func()) (stop func()) {
 
 // stopCRIU stops (SIGSTOP) the children of this test process that have a
 // file open under dir: the `criu swrk` writing the dump's images there (its
-// command line is not to be relied on: CRIU rewrites it). It returns how
-// many it stopped; the timeout's SIGKILL ends them.
-func stopCRIU(t *testing.T, dir string) int {
+// command line is not to be relied on: CRIU rewrites it). It returns the
+// pids it stopped, for SIGCONT; else the timeout's SIGKILL ends them.
+func stopCRIU(t *testing.T, dir string) []int {
 	self := os.Getpid()
 	procs, _ := filepath.Glob("/proc/[0-9]*")
-	n := 0
+	var stopped []int
 	for _, p := range procs {
 		pid, err := strconv.Atoi(filepath.Base(p))
 		if err != nil {
@@ -130,9 +130,9 @@ func stopCRIU(t *testing.T, dir string) int {
 			t.Errorf("stop criu pid %d: %v", pid, err)
 			continue
 		}
-		n++
+		stopped = append(stopped, pid)
 	}
-	return n
+	return stopped
 }
 
 // fillFS allocates a file at path as large as its filesystem's free space.
@@ -352,15 +352,27 @@ func TestCheckpointFailuresOnContainerd(t *testing.T) {
 			}
 			if tc.stall {
 				stop = whenDumping(dir, func() {
-					if n := stopCRIU(t, dir); n == 0 {
+					if pids := stopCRIU(t, dir); len(pids) == 0 {
 						t.Error("no criu child to stop while it dumps")
 					}
 				})
 			}
 			if tc.fill {
 				stop = whenDumping(dir, func() {
+					// CRIU waits while the filesystem fills, so that what it
+					// and the archive write next meets a full disk, however
+					// fast a small dump is beside the fill.
+					pids := stopCRIU(t, dir)
+					if len(pids) == 0 {
+						t.Error("no criu child to stop while it dumps")
+					}
 					if err := fillFS(filepath.Join(filepath.Dir(dir), "filler")); err != nil {
 						t.Error(err)
+					}
+					for _, pid := range pids {
+						if err := unix.Kill(pid, unix.SIGCONT); err != nil {
+							t.Errorf("continue criu pid %d: %v", pid, err)
+						}
 					}
 				})
 			}
