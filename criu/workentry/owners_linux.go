@@ -191,23 +191,25 @@ func orphanSignature(dir, archive string, now time.Time) bool {
 	return err == nil && now.Sub(born) > OrphanGrace
 }
 
+// TmpfsSource is the source of the tmpfs that keeps an encrypted
+// checkpoint's plain images in memory (criu/archive/seal mounts it on the
+// work directory): the one mount a sweep takes down.
+const TmpfsSource = "nodeshim-seal"
+
 // unmountTmpfs unmounts the tmpfs mounted on the entry p of dir, if one
 // is (p the root of a mount: statx(2) STATX_ATTR_MOUNT_ROOT, Linux 5.8,
-// or another mount id than dir's; of type tmpfs: statfs(2)
-// TMPFS_MAGIC), lazily (MNT_DETACH) when it is busy. Any other mount,
-// a bind mount included, is left alone and fails the removal: nodeshim
-// mounts only tmpfs there, and a removal must not reach through a mount.
+// or another mount id than dir's), lazily (MNT_DETACH) when it is busy.
+// Only a whole tmpfs of source TmpfsSource is taken down, as the mount
+// table shows the topmost mount on p; any other mount, a bind mount of a
+// tmpfs's directory included, is left alone and fails the removal: a
+// removal must not reach through a mount.
 func unmountTmpfs(dir, p string) error {
 	mounted, err := mountRoot(dir, p)
 	if err != nil || !mounted {
 		return err
 	}
-	var fs unix.Statfs_t
-	if err := unix.Statfs(p, &fs); err != nil {
+	if err := ownTmpfs(p); err != nil {
 		return err
-	}
-	if fs.Type != unix.TMPFS_MAGIC {
-		return fmt.Errorf("%s is a mount point of filesystem type %#x, not a tmpfs", p, fs.Type)
 	}
 	err = unix.Unmount(p, unix.UMOUNT_NOFOLLOW)
 	if errors.Is(err, unix.EBUSY) {
@@ -258,4 +260,34 @@ func mountRoot(dir, p string) (bool, error) {
 		}
 	}
 	return false, nil
+}
+
+// ownTmpfs checks that the topmost mount on p, as /proc/self/mountinfo
+// lists it, is a whole tmpfs of source TmpfsSource.
+func ownTmpfs(p string) error {
+	real, err := filepath.EvalSymlinks(p)
+	if err != nil {
+		return err
+	}
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return err
+	}
+	entries, err := mountinfo.Parse(b)
+	if err != nil {
+		return fmt.Errorf("/proc/self/mountinfo: %w", err)
+	}
+	var top *mountinfo.Entry
+	for i := range entries {
+		if entries[i].Point == real {
+			top = &entries[i]
+		}
+	}
+	switch {
+	case top == nil:
+		return fmt.Errorf("%s is a mount point the mount table does not list", p)
+	case top.FSType != "tmpfs" || top.Root != "/" || top.Source != TmpfsSource:
+		return fmt.Errorf("%s is a mount point of %s %s (root %s), not the tmpfs %s that nodeshim mounts", p, top.FSType, top.Source, top.Root, TmpfsSource)
+	}
+	return nil
 }

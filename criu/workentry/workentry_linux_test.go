@@ -363,9 +363,13 @@ func gonePid(t *testing.T) int {
 // TestSweepUnmountsTmpfs: the work directory of a gone maker with a
 // tmpfs mounted on it (an encrypted checkpoint killed mid-dump) is
 // unmounted and removed; one with another filesystem mounted on it (a
-// bind mount: nodeshim mounts none) is left, mount and all.
+// bind mount: nodeshim mounts none), even a directory of another tmpfs
+// (as where /tmp is a tmpfs), is left, mount and all.
 func TestSweepUnmountsTmpfs(t *testing.T) {
 	testutil.RequireRoot(t)
+	if seal.TmpfsSource != TmpfsSource {
+		t.Fatalf("seal mounts its tmpfs as %q, the sweep takes down %q", seal.TmpfsSource, TmpfsSource)
+	}
 	dir := t.TempDir()
 	tmpfs := filepath.Join(dir, WorkPrefix+strconv.Itoa(gonePid(t))+"-aa")
 	bind := filepath.Join(dir, WorkPrefix+strconv.Itoa(gonePid(t))+"-bb")
@@ -375,7 +379,10 @@ func TestSweepUnmountsTmpfs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := unix.Mount("nodeshim-seal", tmpfs, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
+	if err := unix.Mount(TmpfsSource, tmpfs, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount("other-tmpfs", src, "tmpfs", 0, "mode=0700"); err != nil {
 		t.Fatal(err)
 	}
 	if err := unix.Mount(src, bind, "", unix.MS_BIND, ""); err != nil {
@@ -384,6 +391,7 @@ func TestSweepUnmountsTmpfs(t *testing.T) {
 	t.Cleanup(func() {
 		_ = unix.Unmount(tmpfs, unix.MNT_DETACH)
 		_ = unix.Unmount(bind, unix.MNT_DETACH)
+		_ = unix.Unmount(src, unix.MNT_DETACH)
 	})
 	if err := os.WriteFile(filepath.Join(tmpfs, "pages-1.img"), make([]byte, 1<<20), 0o600); err != nil {
 		t.Fatal(err)

@@ -15,6 +15,11 @@ var ErrNotMemory = errdefs.New(errdefs.ErrNotSupported, "directory is not memory
 
 // InMemory reports whether dir's filesystem keeps its files in memory:
 // tmpfs or ramfs (statfs(2) f_type TMPFS_MAGIC, RAMFS_MAGIC).
+// TmpfsSource is the source of the tmpfs EnsureInMemory mounts, by which
+// criu/workentry's sweep knows it from any other mount (its TmpfsSource,
+// held equal by its tests).
+const TmpfsSource = "nodeshim-seal"
+
 func InMemory(dir string) (bool, error) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(dir, &st); err != nil {
@@ -40,7 +45,7 @@ func EnsureInMemory(dir string) (release func() error, err error) {
 	if mem {
 		return nop, nil
 	}
-	if err := unix.Mount("nodeshim-seal", dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
+	if err := unix.Mount(TmpfsSource, dir, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
 		return nil, fmt.Errorf("%s is on a persistent filesystem and mounting a tmpfs on it failed (%v): put the checkpoint work directory on a tmpfs: %w", dir, err, ErrNotMemory)
 	}
 	release = func() error {
