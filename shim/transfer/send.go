@@ -50,6 +50,11 @@ type Sent struct {
 // Send sends the pod checkpoint dir/name to the receiving shim: its
 // plain files as one tar, sealed to o.Seal's recipients and signed as
 // o.Seal's signer as it is streamed, the signature in the trailer.
+// ExpectContinueTimeout is how long a sender's client waits for the
+// receiver's 100 Continue before it sends the body anyway (Send asks for
+// one): a receiver that refuses answers before it.
+const ExpectContinueTimeout = 10 * time.Second
+
 func Send(ctx context.Context, dir, name string, o SendOptions) (Sent, error) {
 	var out Sent
 	if len(o.Seal.Recipients) == 0 || o.Seal.Signer == nil {
@@ -102,6 +107,12 @@ func Send(ctx context.Context, dir, name string, o SendOptions) (Sent, error) {
 	}
 	req.Header.Set(HeaderSize, strconv.FormatInt(plain, 10))
 	req.Header.Set("Content-Type", "application/octet-stream")
+	// The receiver answers a refusal (an unknown client, a name taken)
+	// before the body: with its client's ExpectContinueTimeout set, the
+	// body waits for the receiver's 100 Continue, so that a refusal comes
+	// back as its status, not as a connection reset by a receiver that
+	// closed while the sealed stream was still being written.
+	req.Header.Set("Expect", "100-continue")
 	req.Trailer = http.Header{HeaderSignature: nil}
 	req.ContentLength = -1
 	// The signature is known once the sealed stream ends: the trailer is

@@ -140,7 +140,7 @@ func (o SenderOptions) sendOptions(req SendRequest) (SendOptions, error) {
 		}
 		return nil
 	}
-	so.Client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+	so.Client = &http.Client{Transport: &http.Transport{TLSClientConfig: cfg, ExpectContinueTimeout: ExpectContinueTimeout}}
 	so.URL = u.Scheme + "://" + u.Host
 	so.Seal = seal.WriteOptions{Recipients: []age.Recipient{rec}, Signer: o.Signer}
 	return so, nil

@@ -188,7 +188,8 @@ func Client(t testing.TB, certFile, keyFile, caFile string) *http.Client {
 	}
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(b)
-	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool}}}
+	c := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{cert}, RootCAs: pool},
+		ExpectContinueTimeout: 10 * time.Second}} // transfer.ExpectContinueTimeout, which this package cannot import
 	t.Cleanup(c.CloseIdleConnections)
 	return c
 }
