@@ -382,26 +382,7 @@ func TestCheckpointSIGKILLedMidDump(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	testutil.Eventually(t, "the checkpointing process starts dumping", func() error {
-		_, err := os.Stat(filepath.Join(hdir, "dumping"))
-		return err
-	})
-	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	// The orphaned CRIU finishes or fails on its own; until it exits the
-	// target is legitimately traced.
-	testutil.Eventually(t, "the target is untraced and running after the checkpointing process died", func() error {
-		st, err := ReadProcState("/proc", pid)
-		if err != nil {
-			t.Fatalf("target after SIGKILL of the checkpointing process: %v", err)
-		}
-		if st.TracerPid != 0 || st.Stopped() {
-			return fmt.Errorf("target %s", st)
-		}
-		return nil
-	})
+	killWhileDumping(t, cmd, hdir, pid)
 	testworkload.AssertRunning(t, pid, dir)
 	cpdir := filepath.Join(hdir, "root", CheckpointsDir)
 	left, _ := os.ReadDir(cpdir)
@@ -546,4 +527,33 @@ func TestCheckpointContainer(t *testing.T) {
 	}
 	verifyArchive(t, res.Path, tg)
 	testworkload.AssertRunning(t, pid, dir)
+}
+
+// killWhileDumping SIGKILLs the checkpointing process cmd once it has
+// signalled (the file "dumping" in hdir) that CRIU is dumping pid, and
+// waits until pid is untraced and running: the orphaned CRIU finishes or
+// fails on its own, and until it exits the target is legitimately traced.
+func killWhileDumping(t *testing.T, cmd *exec.Cmd, hdir string, pid int) {
+	t.Helper()
+	testutil.Eventually(t, "the checkpointing process starts dumping", func() error {
+		if cmd.ProcessState != nil {
+			t.Fatalf("the checkpointing process exited: %v", cmd.ProcessState)
+		}
+		_, err := os.Stat(filepath.Join(hdir, "dumping"))
+		return err
+	})
+	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	testutil.Eventually(t, "the target is untraced and running after the checkpointing process died", func() error {
+		st, err := ReadProcState("/proc", pid)
+		if err != nil {
+			t.Fatalf("target after SIGKILL of the checkpointing process: %v", err)
+		}
+		if st.TracerPid != 0 || st.Stopped() {
+			return fmt.Errorf("target %s", st)
+		}
+		return nil
+	})
 }

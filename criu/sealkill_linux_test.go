@@ -2,7 +2,6 @@ package criu
 
 import (
 	"bytes"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -13,7 +12,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu/archive/seal/sealtest"
-	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
 
@@ -67,27 +65,7 @@ func TestSealedCheckpointSIGKILLedMidDump(t *testing.T) {
 		_ = cmd.Process.Kill()
 		_ = cmd.Wait()
 	})
-	testutil.Eventually(t, "the checkpointing process starts dumping", func() error {
-		if cmd.ProcessState != nil {
-			t.Fatalf("the checkpointing process exited: %v", cmd.ProcessState)
-		}
-		_, err := os.Stat(filepath.Join(hdir, "dumping"))
-		return err
-	})
-	if err := cmd.Process.Signal(unix.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	testutil.Eventually(t, "the target is untraced and running after the checkpointing process died", func() error {
-		st, err := ReadProcState("/proc", pid)
-		if err != nil {
-			t.Fatalf("target after SIGKILL of the checkpointing process: %v", err)
-		}
-		if st.TracerPid != 0 || st.Stopped() {
-			return fmt.Errorf("target %s", st)
-		}
-		return nil
-	})
+	killWhileDumping(t, cmd, hdir, pid)
 	cpdir := filepath.Join(hdir, "root", CheckpointsDir)
 	left, _ := os.ReadDir(cpdir)
 	var names []string
