@@ -56,24 +56,7 @@ func TestCRDMatchesTypes(t *testing.T) {
 	if crd.Spec.Group != GroupName || crd.Name != "podcheckpoints."+GroupName || crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
 		t.Errorf("CRD %s: group %s, scope %s", crd.Name, crd.Spec.Group, crd.Spec.Scope)
 	}
-	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != Version || !crd.Spec.Versions[0].Storage ||
-		crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
-		t.Fatalf("CRD versions %+v: want %s alone, stored, with a status subresource", crd.Spec.Versions, Version)
-	}
-	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
-	for _, tt := range []struct {
-		what   string
-		schema map[string]apiextensionsv1.JSONSchemaProps
-		typ    reflect.Type
-	}{
-		{"spec", root["spec"].Properties, reflect.TypeFor[PodCheckpointSpec]()},
-		{"status", root["status"].Properties, reflect.TypeFor[PodCheckpointStatus]()},
-		{"status.conditions[]", root["status"].Properties["conditions"].Items.Schema.Properties, reflect.TypeFor[condition.Condition]()},
-	} {
-		if got, want := keys(tt.schema), jsonFields(tt.typ); !slices.Equal(got, want) {
-			t.Errorf("%s: the CRD declares %v, the type has %v", tt.what, got, want)
-		}
-	}
+	root := checkVersionSchema(t, crd, reflect.TypeFor[PodCheckpointSpec](), reflect.TypeFor[PodCheckpointStatus]())
 	phases := root["status"].Properties["phase"].Enum
 	if len(phases) != 4 {
 		t.Errorf("phase enum %v, want the 4 phases", phases)
@@ -99,24 +82,7 @@ func TestPodMigrationCRDMatchesTypes(t *testing.T) {
 		crd.Spec.Scope != apiextensionsv1.NamespaceScoped {
 		t.Fatalf("not the namespaced CRD of PodMigration: %+v", objs[0])
 	}
-	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != Version || !crd.Spec.Versions[0].Storage ||
-		crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
-		t.Fatalf("CRD versions %+v: want %s alone, stored, with a status subresource", crd.Spec.Versions, Version)
-	}
-	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
-	for _, tt := range []struct {
-		what   string
-		schema map[string]apiextensionsv1.JSONSchemaProps
-		typ    reflect.Type
-	}{
-		{"spec", root["spec"].Properties, reflect.TypeFor[PodMigrationSpec]()},
-		{"status", root["status"].Properties, reflect.TypeFor[PodMigrationStatus]()},
-		{"status.conditions[]", root["status"].Properties["conditions"].Items.Schema.Properties, reflect.TypeFor[condition.Condition]()},
-	} {
-		if got, want := keys(tt.schema), jsonFields(tt.typ); !slices.Equal(got, want) {
-			t.Errorf("%s: the CRD declares %v, the type has %v", tt.what, got, want)
-		}
-	}
+	root := checkVersionSchema(t, crd, reflect.TypeFor[PodMigrationSpec](), reflect.TypeFor[PodMigrationStatus]())
 	var phases, modes []string
 	for _, p := range root["status"].Properties["phase"].Enum {
 		phases = append(phases, strings.Trim(string(p.Raw), `"`))
@@ -132,4 +98,31 @@ func TestPodMigrationCRDMatchesTypes(t *testing.T) {
 	if want := []string{"", string(ModeStopAndCopy), string(ModePreCopy), string(ModeLazy)}; !slices.Equal(modes, want) {
 		t.Errorf("mode enum %v, want %v", modes, want)
 	}
+}
+
+// checkVersionSchema checks that crd serves Version alone, stored, with a
+// status subresource, and that its schema's spec, status and conditions
+// declare exactly the JSON fields of spec, status and condition.Condition;
+// it returns the schema's top-level properties.
+func checkVersionSchema(t *testing.T, crd *apiextensionsv1.CustomResourceDefinition, spec, status reflect.Type) map[string]apiextensionsv1.JSONSchemaProps {
+	t.Helper()
+	if len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != Version || !crd.Spec.Versions[0].Storage ||
+		crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
+		t.Fatalf("CRD versions %+v: want %s alone, stored, with a status subresource", crd.Spec.Versions, Version)
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties
+	for _, tt := range []struct {
+		what   string
+		schema map[string]apiextensionsv1.JSONSchemaProps
+		typ    reflect.Type
+	}{
+		{"spec", root["spec"].Properties, spec},
+		{"status", root["status"].Properties, status},
+		{"status.conditions[]", root["status"].Properties["conditions"].Items.Schema.Properties, reflect.TypeFor[condition.Condition]()},
+	} {
+		if got, want := keys(tt.schema), jsonFields(tt.typ); !slices.Equal(got, want) {
+			t.Errorf("%s: the CRD declares %v, the type has %v", tt.what, got, want)
+		}
+	}
+	return root
 }
