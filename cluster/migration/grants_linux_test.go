@@ -151,17 +151,7 @@ func testEveryGrantNeeded(t *testing.T, e *env) {
 					rules = append(rules, g)
 				}
 			}
-			if _, err := e.admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := e.admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
-				ObjectMeta: metav1.ObjectMeta{Name: name},
-				RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
-				Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: "nodeshim-controller"}},
-			}, metav1.CreateOptions{}); err != nil {
-				t.Fatal(err)
-			}
-			kube, err := kubeapi.ForConfig(e.ServiceAccountConfig(t, "nodeshim-controller", name))
+			kube, err := kubeapi.ForConfig(e.BoundServiceAccountConfig(t, "nodeshim-controller", name, rules))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -38,6 +38,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -434,6 +435,27 @@ func (c *Cluster) ServiceAccountConfig(t testing.TB, namespace, name string) *re
 		t.Fatalf("request a token for %s/%s: %v", namespace, name, err)
 	}
 	return c.config(tr.Status.Token)
+}
+
+// BoundServiceAccountConfig is ServiceAccountConfig for namespace/name
+// after a ClusterRole named name with rules is bound to that account:
+// what the account may do is what rules grant, for a test that shows each
+// grant needed.
+func (c *Cluster) BoundServiceAccountConfig(t testing.TB, namespace, name string, rules []rbacv1.PolicyRule) *rest.Config {
+	t.Helper()
+	ctx := context.Background()
+	cs := c.AdminClient(t)
+	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create cluster role %s: %v", name, err)
+	}
+	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: namespace}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("bind cluster role %s: %v", name, err)
+	}
+	return c.ServiceAccountConfig(t, namespace, name)
 }
 
 // Kubeconfig writes a kubeconfig file for cfg (host, CA file, bearer token)
