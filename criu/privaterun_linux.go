@@ -31,13 +31,8 @@ type startReq struct {
 func newPrivateRun(dir string) (*privateRun, error) {
 	pr := &privateRun{reqs: make(chan startReq), done: make(chan struct{})}
 	ready := make(chan error)
-	go func() {
+	offLeader(func() {
 		defer close(pr.done)
-		// Never unlocked: the thread's mount namespace and filesystem
-		// context (unshare(CLONE_NEWNS) implies CLONE_FS) are its own, so
-		// the runtime ends the thread when this goroutine returns instead
-		// of handing it to other goroutines.
-		runtime.LockOSThread()
 		if err := enterPrivateTmpfs(dir); err != nil {
 			ready <- err
 			return
@@ -48,12 +43,50 @@ func newPrivateRun(dir string) (*privateRun, error) {
 		for r := range pr.reqs {
 			r.err <- r.cmd.Start()
 		}
-	}()
+	})
 	if err := <-ready; err != nil {
 		<-pr.done
 		return nil, err
 	}
 	return pr, nil
+}
+
+// offLeader runs f in a new goroutine locked, for good, to an OS thread
+// that is not the process's main thread. The lock is never undone: the
+// thread's mount namespace and filesystem context (unshare(CLONE_NEWNS)
+// implies CLONE_FS) become f's own, so the runtime ends the thread when f
+// returns instead of handing it to other goroutines. The main thread
+// cannot end, only be wedged, and /proc/self names it: left in f's
+// namespace it would show every reader of /proc/self/mountinfo that
+// namespace, missing each mount made after it, for the life of the
+// process. So while the goroutine that starts f holds the main thread, f
+// cannot be scheduled onto it.
+func offLeader(f func()) {
+	started := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		runOffLeader(started, f)
+	}()
+	<-started
+}
+
+// runOffLeader is offLeader's goroutine, called locked to its thread: it
+// runs f there unless that is the main thread, and else in a goroutine of
+// its own, locked before the main thread is let go. It closes started
+// once f's goroutine is locked to the thread f runs on.
+func runOffLeader(started chan struct{}, f func()) {
+	if unix.Gettid() != unix.Getpid() {
+		close(started)
+		f()
+		return
+	}
+	go func() {
+		runtime.LockOSThread()
+		close(started)
+		f()
+	}()
+	<-started
+	runtime.UnlockOSThread()
 }
 
 // enterPrivateTmpfs moves the calling thread into a new mount namespace in

@@ -16,10 +16,7 @@ import (
 )
 
 // mountsUnder returns the mount points at or below dir, in the mount
-// namespace of the calling thread: /proc/self is the thread-group
-// leader's, which an earlier test's privateRun may have left in a
-// namespace of its own (a locked goroutine that ends on the main thread
-// leaves it wedged, not ended).
+// namespace of the calling thread, as the sweep reads them.
 func mountsUnder(t *testing.T, dir string) []string {
 	t.Helper()
 	b, err := os.ReadFile("/proc/thread-self/mountinfo")

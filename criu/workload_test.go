@@ -30,6 +30,10 @@ func TestMain(m *testing.M) {
 	if cfg := os.Getenv(envFakeCriu); cfg != "" {
 		os.Exit(runFakeCriu(cfg, os.Args[1:]))
 	}
+	if dir := os.Getenv(envLeaderChild); dir != "" {
+		runLeaderChild(dir)
+		return
+	}
 	switch os.Getenv(envWorkload) {
 	case "":
 	case "count":

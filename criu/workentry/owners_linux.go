@@ -262,20 +262,21 @@ func mountRoot(dir, p string) (bool, error) {
 	return false, nil
 }
 
-// ownTmpfs checks that the topmost mount on p, as /proc/self/mountinfo
-// lists it, is a whole tmpfs of source TmpfsSource.
+// ownTmpfs checks that the topmost mount on p, as the calling thread's
+// mount table lists it (/proc/thread-self/mountinfo; see mountRoot), is a
+// whole tmpfs of source TmpfsSource.
 func ownTmpfs(p string) error {
 	real, err := filepath.EvalSymlinks(p)
 	if err != nil {
 		return err
 	}
-	b, err := os.ReadFile("/proc/self/mountinfo")
+	b, err := os.ReadFile("/proc/thread-self/mountinfo")
 	if err != nil {
 		return err
 	}
 	entries, err := mountinfo.Parse(b)
 	if err != nil {
-		return fmt.Errorf("/proc/self/mountinfo: %w", err)
+		return fmt.Errorf("/proc/thread-self/mountinfo: %w", err)
 	}
 	var top *mountinfo.Entry
 	for i := range entries {
