@@ -25,6 +25,10 @@ NODE_TOOLS              := $(TOOLS)/.cache/node
 NODE_RUNC               := $(NODE_TOOLS)/runc-$(NODE_RUNC_VERSION)/runc
 NODE_CONTAINERD_DIR     := $(NODE_TOOLS)/containerd-$(NODE_CONTAINERD_VERSION)/bin
 NODE_CONTAINERD         := $(NODE_CONTAINERD_DIR)/containerd
+# containerd v2.4, which has no restore of its own: a scenario runs it in
+# place of the node's to restore a pod under nodeshim's RuntimeClass. The
+# host tests run the same build (mk/runtime.mk's NODESHIM_CONTAINERD24).
+NODE_CONTAINERD24_DIR   := $(TOOLS)/containerd-v2.4.2/bin
 # Each guest's time from QEMU's start to power-off.
 NODE_TIMEOUT ?= 25m
 NODE_FLAGS   ?=
@@ -67,9 +71,9 @@ node-lint: deps $(STATICCHECK)
 	$(STATICCHECK) -tags nodevm ./testenv/nodevm/...
 
 ## vmtest-node: boot a pure cgroup v2 systemd node (containerd 2.2, runc 1.5, kubelet 1.37) under QEMU and run the node scenarios
-vmtest-node: node-apt-deps node-lint node-tools kube-guest $(KUBECTL) $(CHECKPOINTCTL) $(CRIU_STAMP) $(NODEVM)
+vmtest-node: node-apt-deps node-lint node-tools $(NODE_CONTAINERD24_DIR)/containerd kube-guest $(KUBECTL) $(CHECKPOINTCTL) $(CRIU_STAMP) $(NODEVM)
 	$(NODEVM) -root $(CURDIR) -cache $(CACHE)/vmtest/node -timeout $(NODE_TIMEOUT) \
-		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -crictl $(CRICTL) \
+		-runc $(NODE_RUNC) -containerd $(NODE_CONTAINERD_DIR) -containerd24 $(NODE_CONTAINERD24_DIR) -crictl $(CRICTL) \
 		-kubelet $(TOOLS)/bin/kubelet-$(KUBE_GUEST_VERSION) -kube-apiserver $(TOOLS)/bin/kube-apiserver-$(KUBE_GUEST_VERSION) \
 		-kube-controller-manager $(TOOLS)/bin/kube-controller-manager-$(KUBE_GUEST_VERSION) -etcd $(ETCD) \
 		-kube-scheduler $(TOOLS)/bin/kube-scheduler-$(KUBE_GUEST_VERSION) \

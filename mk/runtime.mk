@@ -44,9 +44,10 @@ export NODESHIM_CONTAINERD2 := $(CONTAINERD2_DIR)
 # containerd v2.2.9, and v2.4.2, which has no restore of its own: nodeshim's
 # RuntimeClass (runtimes/restoring, e2e/runtimeclass) must restore on each.
 # Same build, by the pattern rule below, into .tools/containerd-VERSION/bin.
-CONTAINERD_PEERS := $(TOOLS)/containerd-v2.2.9/bin/containerd $(TOOLS)/containerd-v2.4.2/bin/containerd
+# (mk/node.mk, included first, names v2.4.2's directory: the node runs it too.)
+CONTAINERD_PEERS := $(TOOLS)/containerd-v2.2.9/bin/containerd $(NODE_CONTAINERD24_DIR)/containerd
 export NODESHIM_CONTAINERD22 := $(TOOLS)/containerd-v2.2.9/bin
-export NODESHIM_CONTAINERD24 := $(TOOLS)/containerd-v2.4.2/bin
+export NODESHIM_CONTAINERD24 := $(NODE_CONTAINERD24_DIR)
 
 .PHONY: runtime-testenv runtime-check
 ## runtime-testenv: build crictl and containerd 2.x, check the runtimes the container tests start

@@ -17,7 +17,8 @@
 //     iproute2 and the CNI plugins; RootfsPackages), made once and cached by its package
 //     list, then copied (hard links) into a staging tree per run with the
 //     kernel's modules, runc, containerd, crictl, nodeshim, kubectl and
-//     checkpointctl, the scenarios' test binary, the test images (with
+//     checkpointctl (and containerd v2.4 in Containerd24Bin, which a
+//     scenario runs in place of the node's), the scenarios' test binary, the test images (with
 //     nodeshim's own image, BuildNodeshimImage: built here as the
 //     Dockerfile makes it, for the DaemonSet scenario) and the systemd
 //     units, and written into an ext4 image (mkfs.ext4 -d) that QEMU

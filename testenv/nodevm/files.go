@@ -35,7 +35,29 @@ const (
 	// RuntimeClassHandler is containerd's runtime handler of
 	// nodeshim-runc, and the RuntimeClass's name.
 	RuntimeClassHandler = "nodeshim"
+	// Containerd24Bin holds containerd v2.4's containerd, its shim and
+	// ctr, when the harness has them (Binaries.Containerd24Dir): the
+	// newest containerd, which has no restore of its own, that a scenario
+	// puts in place of the node's containerd (Containerd24DropIn).
+	Containerd24Bin = "/opt/containerd-2.4/bin"
+	// Containerd24Config is that containerd's config: the node's, with a
+	// root and state of its own, so that the node's containerd finds its
+	// own again when the scenario puts it back.
+	Containerd24Config = "/etc/containerd/config-2.4.toml"
+	// ContainerdDropInDir is where a scenario puts containerd.service's
+	// drop-ins: under /run, so that none outlives the boot.
+	ContainerdDropInDir = "/run/systemd/system/containerd.service.d"
 )
+
+// Containerd24DropIn is the drop-in of containerd.service that runs
+// Containerd24Bin's containerd with Containerd24Config, its shim first on
+// PATH (containerd looks a shim up on PATH before its own directory), on
+// the same socket, which kubelet and nodeshim keep using.
+const Containerd24DropIn = `[Service]
+ExecStart=
+ExecStart=` + Containerd24Bin + `/containerd --config ` + Containerd24Config + `
+Environment=PATH=` + Containerd24Bin + `:` + NodeBin + `:/usr/sbin:/usr/bin:/sbin:/bin
+`
 
 // TimeMarker starts the console lines in which the node says when it
 // reached a point of its boot, in seconds of its uptime:
@@ -66,10 +88,15 @@ type File struct {
 // restore through CreateContainer, the CNI bridge network, and the test
 // pause image as the sandbox image (no registry is reachable).
 func ContainerdConfig(runc, pauseImage string) string {
+	return containerdConfig("/var/lib/containerd", "/run/containerd", runc, pauseImage)
+}
+
+// containerdConfig is ContainerdConfig with root and state.
+func containerdConfig(root, state, runc, pauseImage string) string {
 	rt := `plugins."io.containerd.cri.v1.runtime"`
 	return fmt.Sprintf(`version = 3
-root = "/var/lib/containerd"
-state = "/run/containerd"
+root = %[7]q
+state = %[8]q
 imports = []
 disabled_plugins = [
   "io.containerd.snapshotter.v1.aufs",
@@ -113,7 +140,7 @@ disabled_plugins = [
   bin_dirs = ["/usr/lib/cni"]
   conf_dir = "/etc/cni/net.d"
   max_conf_num = 1
-`, ContainerdSocket, pauseImage, rt, runc, RuntimeClassHandler, RuntimeClassBin+"/nodeshim-runc")
+`, ContainerdSocket, pauseImage, rt, runc, RuntimeClassHandler, RuntimeClassBin+"/nodeshim-runc", root, state)
 }
 
 // CNIConfig is the pods' network: the bridge plugin on cni0 with
@@ -332,6 +359,7 @@ func NodeFiles(machineID, pauseImage, testTimeout string, loadModules []string) 
 		{Path: "/etc/hosts", Mode: 0o644, Data: "127.0.0.1 localhost\n127.0.1.1 " + Hostname + "\n::1 localhost\n"},
 		{Path: "/etc/machine-id", Mode: 0o444, Data: machineID + "\n"},
 		{Path: "/etc/containerd/config.toml", Mode: 0o644, Data: ContainerdConfig(NodeBin+"/runc", pauseImage)},
+		{Path: Containerd24Config, Mode: 0o644, Data: containerdConfig("/var/lib/containerd-2.4", "/run/containerd-2.4", NodeBin+"/runc", pauseImage)},
 		{Path: "/etc/cni/net.d/10-nodeshim-node.conflist", Mode: 0o644, Data: CNIConfig},
 		{Path: "/etc/crictl.yaml", Mode: 0o644, Data: "runtime-endpoint: unix://" + ContainerdSocket + "\nimage-endpoint: unix://" + ContainerdSocket + "\ntimeout: 120\n"},
 		{Path: NodeshimConfig + "/config.yaml", Mode: 0o644, Data: NodeshimConfigYAML},

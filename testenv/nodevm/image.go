@@ -21,6 +21,9 @@ type Binaries struct {
 	Runc string
 	// ContainerdDir holds containerd, containerd-shim-runc-v2 and ctr.
 	ContainerdDir string
+	// Containerd24Dir, when set, holds the same of containerd v2.4, for
+	// Containerd24Bin.
+	Containerd24Dir string
 	// Crictl is crictl.
 	Crictl string
 	// Nodeshim is nodeshim, built for this run.
@@ -39,6 +42,9 @@ type Binaries struct {
 	Tools map[string]string
 }
 
+// containerdPrograms are the programs of a containerd directory.
+var containerdPrograms = []string{"containerd", "containerd-shim-runc-v2", "ctr"}
+
 // programs maps each binary to its name under NodeBin.
 func (b Binaries) programs() map[string]string {
 	m := map[string]string{
@@ -46,7 +52,7 @@ func (b Binaries) programs() map[string]string {
 		"crictl":   b.Crictl,
 		"nodeshim": b.Nodeshim,
 	}
-	for _, c := range []string{"containerd", "containerd-shim-runc-v2", "ctr"} {
+	for _, c := range containerdPrograms {
 		m[c] = filepath.Join(b.ContainerdDir, c)
 	}
 	if b.Kubelet != "" {
@@ -94,6 +100,13 @@ func Stage(ctx context.Context, run vmtest.Runner, rootfs, kernelRoot, dir strin
 	for name, src := range bins.programs() {
 		if err := copyInto(src, filepath.Join(dir, NodeBin, name), 0o755); err != nil {
 			return err
+		}
+	}
+	if bins.Containerd24Dir != "" {
+		for _, c := range containerdPrograms {
+			if err := copyInto(filepath.Join(bins.Containerd24Dir, c), filepath.Join(dir, Containerd24Bin, c), 0o755); err != nil {
+				return err
+			}
 		}
 	}
 	if bins.RuntimeClass != "" {

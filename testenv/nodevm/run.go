@@ -36,6 +36,9 @@ type Config struct {
 	Mirror, Keyring string
 	// Runc, ContainerdDir and Crictl are the host-built runtime binaries.
 	Runc, ContainerdDir, Crictl string
+	// Containerd24Dir, when set, is containerd v2.4's directory of
+	// binaries, which the node carries in Containerd24Bin.
+	Containerd24Dir string
 	// LDFlags and Tags are nodeshim's build flags.
 	LDFlags, Tags string
 	// Nodeshim, when set, is a nodeshim binary to use instead of building
@@ -123,7 +126,12 @@ func Run(ctx context.Context, cfg Config) (Result, error) {
 	}
 
 	start := time.Now()
-	bins := Binaries{Runc: cfg.Runc, ContainerdDir: cfg.ContainerdDir, Crictl: cfg.Crictl,
+	if cfg.Containerd24Dir != "" {
+		if _, err := os.Stat(filepath.Join(cfg.Containerd24Dir, "containerd")); err != nil {
+			return res, fmt.Errorf("the node needs containerd v2.4: %w", err)
+		}
+	}
+	bins := Binaries{Runc: cfg.Runc, ContainerdDir: cfg.ContainerdDir, Containerd24Dir: cfg.Containerd24Dir, Crictl: cfg.Crictl,
 		Nodeshim: filepath.Join(build, "nodeshim"), Test: filepath.Join(build, TestBinary), Tools: cfg.Tools}
 	var extra []File
 	if cfg.Kube != nil {

@@ -40,19 +40,27 @@ var counterCommand = []string{"sh", "-c", "read r < /proc/sys/kernel/random/uuid
 func TestMain(m *testing.M) {
 	if _, ok := testutil.InGuest(); ok {
 		// The test images (no registry is reachable), once for every scenario.
-		imgs, _ := filepath.Glob(filepath.Join(nodevm.NodeLib, "images", "*.tar"))
-		if len(imgs) == 0 {
-			fmt.Fprintln(os.Stderr, "nodetest: no test images under", nodevm.NodeLib)
+		if err := importTestImages(ctrBin); err != nil {
+			fmt.Fprintln(os.Stderr, "nodetest:", err)
 			os.Exit(1)
-		}
-		for _, img := range imgs {
-			if out, err := exec.Command(ctrBin, "-n", runtimetest.CRINamespace, "images", "import", img).CombinedOutput(); err != nil {
-				fmt.Fprintf(os.Stderr, "nodetest: ctr images import %s: %v: %s\n", img, err, out)
-				os.Exit(1)
-			}
 		}
 	}
 	os.Exit(m.Run())
+}
+
+// importTestImages imports the test images of NodeLib into the CRI
+// namespace of the containerd that answers on its socket, with ctr.
+func importTestImages(ctr string) error {
+	imgs, _ := filepath.Glob(filepath.Join(nodevm.NodeLib, "images", "*.tar"))
+	if len(imgs) == 0 {
+		return fmt.Errorf("no test images under %s", nodevm.NodeLib)
+	}
+	for _, img := range imgs {
+		if out, err := exec.Command(ctr, "-n", runtimetest.CRINamespace, "images", "import", img).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s images import %s: %w: %s", ctr, img, err, out)
+		}
+	}
+	return nil
 }
 
 // requireNode gates t on running in the test node.

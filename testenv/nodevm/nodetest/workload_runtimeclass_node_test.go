@@ -9,6 +9,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -119,23 +120,141 @@ type podCheckpointResult struct {
 // /opt/nodeshim/bin as containerd's `nodeshim` runtime handler (the
 // stanza of docs/runtimeclass.md) and the RuntimeClass nodeshim created
 // through the API server, a two-container counter Pod under the
-// RuntimeClass runs fresh; nodeshim serve's node API (`nodeshim
+// RuntimeClass runs fresh and then restored from its pod checkpoint
+// (testRuntimeClassRestore).
+func TestRuntimeClassRestoresPodOnNode(t *testing.T) {
+	requireNode(t)
+	testRuntimeClassRestore(t, "nodeshim-runtimeclass", nodeContainerdVersion(t, nodevm.NodeBin))
+}
+
+// TestRuntimeClassRestoresPodOnContainerd24Node is
+// TestRuntimeClassRestoresPodOnNode on containerd v2.4, which has no
+// restore of its own: its containerd.service runs v2.4's binaries
+// (nodevm.Containerd24DropIn) with a root and state of their own, the
+// same socket, handlers and kubelet, as an operator's upgrade would; the
+// node's own containerd is put back afterwards.
+func TestRuntimeClassRestoresPodOnContainerd24Node(t *testing.T) {
+	requireNode(t)
+	version := nodeContainerdVersion(t, nodevm.Containerd24Bin)
+	if !strings.HasPrefix(version, "v2.4.") {
+		t.Fatalf("%s holds containerd %s, not v2.4", nodevm.Containerd24Bin, version)
+	}
+	useContainerd24(t, version)
+	testRuntimeClassRestore(t, "nodeshim-runtimeclass-24", version)
+}
+
+// nodeContainerdVersion is the version of dir's containerd, as
+// `containerd --version` says it ("containerd github.com/containerd/
+// containerd/v2 v2.2.9": "v2.2.9").
+func nodeContainerdVersion(t *testing.T, dir string) string {
+	t.Helper()
+	bin := filepath.Join(dir, "containerd")
+	if _, err := os.Stat(bin); err != nil {
+		testutil.Skip(t, "no containerd in %s (nodevm without -containerd24?): %v", dir, err)
+	}
+	f := strings.Fields(run(t, bin, "--version"))
+	if len(f) < 3 {
+		t.Fatalf("%s --version: %q", bin, f)
+	}
+	return f[2]
+}
+
+// serverVersion is the version the containerd answering on the node's
+// socket gives, from `ctr version`.
+func serverVersion() (string, error) {
+	out, err := runErr(ctrBin, "--address", nodevm.ContainerdSocket, "version")
+	if err != nil {
+		return "", err
+	}
+	_, server, ok := strings.Cut(out, "Server:")
+	if !ok {
+		return "", fmt.Errorf("ctr version: no server in %q", out)
+	}
+	for _, line := range strings.Split(server, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "Version:"); ok {
+			return strings.TrimSpace(v), nil
+		}
+	}
+	return "", fmt.Errorf("ctr version: no server version in %q", out)
+}
+
+// restartContainerd restarts containerd.service (kubelet stopped) and
+// waits until the containerd that answers is want.
+func restartContainerd(t *testing.T, want string) {
+	t.Helper()
+	if out, err := runErr("systemctl", "daemon-reload"); err != nil {
+		t.Fatalf("systemctl daemon-reload: %v %s", err, out)
+	}
+	if out, err := runErr("systemctl", "restart", "containerd"); err != nil {
+		t.Fatalf("systemctl restart containerd: %v %s", err, out)
+	}
+	testutil.Eventually(t, "containerd "+want+" answering on "+nodevm.ContainerdSocket, func() error {
+		v, err := serverVersion()
+		if err == nil && v != want {
+			err = fmt.Errorf("containerd %s answers", v)
+		}
+		return err
+	})
+}
+
+// useContainerd24 puts containerd v2.4 (version) in place of the node's
+// containerd until t ends, kubelet stopped: containerd.service's drop-in
+// nodevm.Containerd24DropIn, the test images imported into its store.
+// The node's containerd is restarted in its place when t ends, after
+// kubelet stops.
+func useContainerd24(t *testing.T, version string) {
+	t.Helper()
+	own, err := serverVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, err := runErr("systemctl", "is-active", nodevm.KubeletUnitName); err == nil {
+		t.Fatalf("kubelet is %s: a scenario before this one left it running", strings.TrimSpace(out))
+	}
+	dropIn := filepath.Join(nodevm.ContainerdDropInDir, "50-containerd-2.4.conf")
+	if err := os.MkdirAll(nodevm.ContainerdDropInDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dropIn, []byte(nodevm.Containerd24DropIn), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := os.Remove(dropIn); err != nil {
+			t.Error(err)
+		}
+		restartContainerd(t, own)
+	})
+	restartContainerd(t, version)
+	if err := importTestImages(filepath.Join(nodevm.Containerd24Bin, "ctr")); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testRuntimeClassRestore: on the node's kubelet and the containerd
+// (version) that answers on its socket, with the RuntimeClass nodeshim
+// created through the API server, a two-container counter Pod in ns under
+// the RuntimeClass runs fresh; nodeshim serve's node API (`nodeshim
 // checkpoint --namespace --pod`) takes a pod checkpoint of it, one
 // freeze for both containers, into serve's checkpoint directory, the one
 // nodeshim-runc.json names; the Pod is deleted, and a new Pod under the
 // RuntimeClass, annotated restore.nodeshim.io/checkpoint with the pod
 // checkpoint's name, runs restored through an unmodified kubelet: both
 // counters keep their tokens and go on from where they were.
-func TestRuntimeClassRestoresPodOnNode(t *testing.T) {
-	requireNode(t)
+func testRuntimeClassRestore(t *testing.T, ns, version string) {
 	ctx := context.Background()
 	cs := startKubelet(t)
 	waitNodeReady(t, cs)
+	testutil.Eventually(t, "node "+nodevm.Hostname+" on containerd "+version, func() error {
+		n, err := cs.CoreV1().Nodes().Get(ctx, nodevm.Hostname, metav1.GetOptions{})
+		if err == nil && n.Status.NodeInfo.ContainerRuntimeVersion != "containerd://"+strings.TrimPrefix(version, "v") {
+			err = fmt.Errorf("kubelet reports %s", n.Status.NodeInfo.ContainerRuntimeVersion)
+		}
+		return err
+	})
 	rc := &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: nodevm.RuntimeClassHandler}, Handler: nodevm.RuntimeClassHandler}
 	if _, err := cs.NodeV1().RuntimeClasses().Create(ctx, rc, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		t.Fatal(err)
 	}
-	const ns = "nodeshim-runtimeclass"
 	createNamespace(t, cs, ns)
 	testutil.Eventually(t, "ServiceAccount "+ns+"/default", func() error {
 		_, err := cs.CoreV1().ServiceAccounts(ns).Get(ctx, "default", metav1.GetOptions{})
@@ -183,6 +302,6 @@ func TestRuntimeClassRestoresPodOnNode(t *testing.T) {
 		t.Logf("%s: count %d before the pod checkpoint, %d restored, then %d (token %s kept)", c.Name, before[i], first, next, token)
 	}
 	ms := func(d time.Duration) string { return d.Round(time.Millisecond).String() }
-	t.Logf("fresh Pod under RuntimeClass %s Running %s after its creation; pod checkpoint through the node API %s (frozen %.3fs, total %.3fs); restored Pod Running %s after its creation",
-		nodevm.RuntimeClassHandler, ms(tFresh), ms(tCheckpoint), ck.FrozenSeconds, ck.TotalSeconds, ms(tRestore))
+	t.Logf("containerd %s: fresh Pod under RuntimeClass %s Running %s after its creation; pod checkpoint through the node API %s (frozen %.3fs, total %.3fs); restored Pod Running %s after its creation",
+		version, nodevm.RuntimeClassHandler, ms(tFresh), ms(tCheckpoint), ck.FrozenSeconds, ck.TotalSeconds, ms(tRestore))
 }

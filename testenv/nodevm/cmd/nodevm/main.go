@@ -44,6 +44,7 @@ func run() int {
 	flag.StringVar(&cfg.Keyring, "keyring", "/usr/share/keyrings/debian-archive-keyring.gpg", "keyring that signs the archive")
 	flag.StringVar(&cfg.Runc, "runc", "", "runc binary for the node")
 	flag.StringVar(&cfg.ContainerdDir, "containerd", "", "directory of containerd, containerd-shim-runc-v2 and ctr for the node")
+	flag.StringVar(&cfg.Containerd24Dir, "containerd24", "", "directory of containerd v2.4's binaries, which a scenario runs in place of -containerd's")
 	flag.StringVar(&cfg.Crictl, "crictl", "", "crictl binary for the node")
 	flag.StringVar(&cfg.LDFlags, "ldflags", "", "-ldflags for nodeshim")
 	flag.StringVar(&cfg.Tags, "tags", "grpcnotrace", "build tags for nodeshim")
