@@ -194,11 +194,12 @@ var ControllerAccessFiles = []string{"namespace.yaml", "controller.yaml"}
 var PodCheckpointFiles = []string{"crd-podcheckpoint.yaml", "rbac-podcheckpoint.yaml"}
 
 // PodMigrationFiles define the PodMigration objects: their
-// CustomResourceDefinition, the ClusterRoles of a namespace's users, and
-// the controller's rights to move pods. They are not in the
-// kustomization: `nodeshim controller` does not run migrations yet
-// (docs/migration.md), and the controller is given no right it does not
-// use; an operator trying migrations applies them.
+// CustomResourceDefinition, the ClusterRoles of a namespace's users, the
+// controller's rights to move pods and the reporters' to send. They are
+// not in the kustomization: a migration needs the nodes' certificates
+// and keys that an operator sets up, and `--pod-migrations` on the
+// controller and the reporters (docs/migration.md); until then nobody is
+// given a right it does not use.
 var PodMigrationFiles = []string{"crd-podmigration.yaml", "rbac-podmigration.yaml"}
 
 // PodCheckpointDefinition returns PodCheckpointFiles as one multi-document

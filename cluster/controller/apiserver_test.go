@@ -5,6 +5,7 @@ import (
 	"io"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -173,14 +174,18 @@ type instance struct {
 	stop func()
 }
 
-func (c *cluster) startController(t *testing.T, id string) *instance {
+func (c *cluster) startController(t *testing.T, id string, with ...func(*Options)) *instance {
 	t.Helper()
-	ctrl, err := New(Options{
+	o := Options{
 		Client: c.controllerAPI, ReporterNamespace: reporterNamespace, ElectionNamespace: controllerNamespace,
 		Identity: id, GracePeriod: testGrace, SyncPeriod: testSync,
 		LeaseDuration: 2 * time.Second, RenewDeadline: 1500 * time.Millisecond, RetryPeriod: 200 * time.Millisecond,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	}
+	for _, f := range with {
+		f(&o)
+	}
+	ctrl, err := New(o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,17 +361,44 @@ func testSilentAndRecover(t *testing.T, c *cluster) {
 func testLeaderChange(t *testing.T, c *cluster) {
 	const name = "node-leader"
 	kubelet := c.createNode(t, name)
-	a := c.startController(t, "controller-a")
+	// Each replica's WhileLeading (the PodMigrations' controller in
+	// `nodeshim controller --pod-migrations`) runs exactly while it leads.
+	var mu sync.Mutex
+	running := map[string]bool{}
+	runs := func(id string) bool { mu.Lock(); defer mu.Unlock(); return running[id] }
+	whileLeading := func(id string) func(*Options) {
+		return func(o *Options) {
+			o.WhileLeading = func(ctx context.Context) error {
+				mu.Lock()
+				running[id] = true
+				mu.Unlock()
+				<-ctx.Done()
+				mu.Lock()
+				running[id] = false
+				mu.Unlock()
+				return nil
+			}
+		}
+	}
+	a := c.startController(t, "controller-a", whileLeading("a"))
 	waitFor(a.leading)
-	b := c.startController(t, "controller-b")
+	waitFor(func() bool { return runs("a") })
+	b := c.startController(t, "controller-b", whileLeading("b"))
 	stopReporter := c.startReporter(t, name)
 	waitFor(func() bool { return allStatus(c.node(t, name), corev1.ConditionTrue, "") })
 	time.Sleep(testGrace) // b has seen renewals for a while
 
 	stopReporter()
 	lastRenew := c.lastRenewal(t, name)
+	if runs("b") {
+		t.Errorf("the standby runs its WhileLeading")
+	}
 	a.stop() // steps down: releases the election's Lease
+	if runs("a") {
+		t.Errorf("the stopped leader's WhileLeading still runs")
+	}
 	waitFor(b.leading)
+	waitFor(func() bool { return runs("b") })
 	waitFor(func() bool {
 		return allStatus(c.node(t, name), corev1.ConditionUnknown, reporter.ReasonReporterStopped)
 	})

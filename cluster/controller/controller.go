@@ -84,6 +84,12 @@ type Options struct {
 	// RequestTimeout bounds each write.
 	RequestTimeout time.Duration
 
+	// WhileLeading, when set, runs while this replica leads, beside the
+	// marking of silent nodes, until the lead is lost (its context
+	// ends): another controller of the cluster's, e.g. PodMigrations'
+	// (cluster/migration). Its error is logged.
+	WhileLeading func(ctx context.Context) error
+
 	// Clock measures the grace periods; the real clock when nil.
 	Clock clock.WithTicker
 	// Logger; slog.Default() when nil.
@@ -308,6 +314,15 @@ func (c *Controller) lead(ctx context.Context) {
 	for range c.opts.Workers {
 		wg.Add(1)
 		go func() { defer wg.Done(); c.work(ctx, q) }()
+	}
+	if f := c.opts.WhileLeading; f != nil {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := f(ctx); err != nil && ctx.Err() == nil {
+				c.log.Warn("while leading", "err", err)
+			}
+		}()
 	}
 	c.enqueueAll()
 	t := c.clk.NewTicker(c.opts.SyncPeriod)

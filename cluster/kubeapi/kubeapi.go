@@ -361,6 +361,16 @@ func (c *Client) ListPodMigrations(ctx context.Context, opts metav1.ListOptions)
 	return &l, err
 }
 
+// GetPodMigration reads the PodMigration namespace/name.
+func (c *Client) GetPodMigration(ctx context.Context, namespace, name string) (*v1alpha1.PodMigration, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	var m v1alpha1.PodMigration
+	err := c.nodeshim.Get().Namespace(namespace).Resource("podmigrations").Name(name).Do(ctx).Into(&m)
+	return &m, err
+}
+
 // CreatePodMigration creates m in its namespace as fieldManager.
 func (c *Client) CreatePodMigration(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error) {
 	if c.nodeshim == nil {

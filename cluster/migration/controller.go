@@ -38,13 +38,6 @@ type API interface {
 	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 }
 
-// Transferer sends the pod checkpoint name from the shim of node source
-// to the shim of node target (shim/transfer); it returns once the target
-// stored it, or why not.
-type Transferer interface {
-	Transfer(ctx context.Context, source, target, name string) error
-}
-
 // FieldManager is the field manager of the controller's writes.
 const FieldManager = "nodeshim-controller"
 
@@ -66,9 +59,9 @@ const (
 	ReasonCheckpointing    = "Checkpointing"
 	ReasonCheckpointed     = "Checkpointed"
 	ReasonCheckpointFailed = "CheckpointFailed"
-	ReasonTransferring     = "Transferring"
-	ReasonTransferred      = "Transferred"
-	ReasonTransferFailed   = "TransferFailed"
+	ReasonTransferring     = v1alpha1.ReasonTransferring
+	ReasonTransferred      = v1alpha1.ReasonTransferred
+	ReasonTransferFailed   = v1alpha1.ReasonTransferFailed
 	ReasonRestoring        = "Restoring"
 	ReasonRestored         = "Restored"
 	ReasonRestoreFailed    = "RestoreFailed"
@@ -77,8 +70,7 @@ const (
 
 // Options configure a Controller.
 type Options struct {
-	API      API
-	Transfer Transferer
+	API API
 	// Logger; nil discards.
 	Logger *slog.Logger
 	// Now is the clock; nil means time.Now.
@@ -87,9 +79,11 @@ type Options struct {
 	// unfinished ones taken a step further; a second when zero.
 	Interval time.Duration
 	// CheckpointTimeout bounds the wait for the source node to store the
-	// pod checkpoint (its reporter or shim may be gone), RestoreTimeout
-	// the wait for the restored Pod to run; DefaultStepTimeout when zero.
-	CheckpointTimeout, RestoreTimeout time.Duration
+	// pod checkpoint (its reporter or shim may be gone), TransferTimeout
+	// the wait for the source's reporter to have it sent to the target
+	// (cluster/migrationsend), RestoreTimeout the wait for the restored
+	// Pod to run; DefaultStepTimeout when zero.
+	CheckpointTimeout, TransferTimeout, RestoreTimeout time.Duration
 }
 
 // DefaultStepTimeout bounds a step that waits on a node.
@@ -102,8 +96,8 @@ type Controller struct {
 
 // New returns a Controller for o.
 func New(o Options) (*Controller, error) {
-	if o.API == nil || o.Transfer == nil {
-		return nil, errors.New("migration: no API client or no transferer")
+	if o.API == nil {
+		return nil, errors.New("migration: no API client")
 	}
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
@@ -116,6 +110,9 @@ func New(o Options) (*Controller, error) {
 	}
 	if o.CheckpointTimeout <= 0 {
 		o.CheckpointTimeout = DefaultStepTimeout
+	}
+	if o.TransferTimeout <= 0 {
+		o.TransferTimeout = DefaultStepTimeout
 	}
 	if o.RestoreTimeout <= 0 {
 		o.RestoreTimeout = DefaultStepTimeout
@@ -185,18 +182,7 @@ func (c *Controller) Sync(ctx context.Context, m *v1alpha1.PodMigration) error {
 
 // set records conditions (and their Ready summary) in m's status.
 func (c *Controller) set(m *v1alpha1.PodMigration, conds ...condition.Condition) {
-	now := c.o.Now()
-	var s condition.Set
-	for _, x := range m.Status.Conditions {
-		s.Update(x, x.LastTransitionTime.Time)
-	}
-	for _, x := range conds {
-		x.ObservedGeneration = m.Generation
-		s.Update(x, now)
-	}
-	s.Update(condition.Summarize(condition.TypeReady, m.Generation, s.List()), now)
-	m.Status.Conditions = s.List()
-	m.Status.ObservedGeneration = m.Generation
+	m.SetConditions(c.o.Now(), conds...)
 }
 
 // fail ends m at step typ for reason.
@@ -449,13 +435,22 @@ func find(conds []condition.Condition, typ string) (condition.Condition, bool) {
 	return conds[i], true
 }
 
-// transfer sends the pod checkpoint, then creates the restored Pod.
+// transfer waits for the source node's reporter to have its shim send
+// the pod checkpoint to the target's (cluster/migrationsend: the
+// controller holds no node's certificate), then creates the restored
+// Pod.
 func (c *Controller) transfer(ctx context.Context, m *v1alpha1.PodMigration) error {
-	if err := c.o.Transfer.Transfer(ctx, m.Status.SourceNode, m.Status.TargetNode, m.Status.Checkpoint); err != nil {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		c.fail(m, v1alpha1.ConditionTransferred, ReasonTransferFailed, "send %s from node %s to node %s: %v", m.Status.Checkpoint, m.Status.SourceNode, m.Status.TargetNode, err)
+	tr, _ := find(m.Status.Conditions, v1alpha1.ConditionTransferred)
+	switch {
+	case tr.Status == condition.True:
+	case tr.Reason == ReasonTransferFailed:
+		c.fail(m, v1alpha1.ConditionTransferred, ReasonTransferFailed, "%s", tr.Message)
+		return nil
+	case c.overdue(m, v1alpha1.ConditionTransferred, c.o.TransferTimeout):
+		c.fail(m, v1alpha1.ConditionTransferred, ReasonTimeout, "%s not sent from node %s to node %s within %v (is the source's reporter running, with checkpoint.transfer.send on its shim?): the pod runs on there",
+			m.Status.Checkpoint, m.Status.SourceNode, m.Status.TargetNode, c.o.TransferTimeout)
+		return nil
+	default:
 		return nil
 	}
 	pc, err := c.o.API.GetPodCheckpoint(ctx, m.Namespace, m.Status.PodCheckpoint)
@@ -500,8 +495,7 @@ func (c *Controller) transfer(ctx context.Context, m *v1alpha1.PodMigration) err
 	}
 	m.Status.RestoredPod = p.Name
 	m.Status.Phase = v1alpha1.MigrationRestoring
-	c.set(m, done(v1alpha1.ConditionTransferred, ReasonTransferred, fmt.Sprintf("%s stored on node %s", m.Status.Checkpoint, m.Status.TargetNode)),
-		progress(v1alpha1.ConditionRestored, ReasonRestoring, fmt.Sprintf("pod %s created on node %s", p.Name, m.Status.TargetNode)))
+	c.set(m, progress(v1alpha1.ConditionRestored, ReasonRestoring, fmt.Sprintf("pod %s created on node %s", p.Name, m.Status.TargetNode)))
 	return nil
 }
 

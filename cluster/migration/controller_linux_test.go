@@ -4,13 +4,20 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"maps"
+	"net"
+	"net/http"
+	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"filippo.io/age"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -21,9 +28,15 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/cluster/kubectl"
+	"github.com/nodeshim/nodeshim/cluster/migrationsend"
 	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
+	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/deploy"
+	shimapi "github.com/nodeshim/nodeshim/shim/api"
+	"github.com/nodeshim/nodeshim/shim/client"
+	"github.com/nodeshim/nodeshim/shim/status"
 	"github.com/nodeshim/nodeshim/shim/transfer"
 	"github.com/nodeshim/nodeshim/shim/transfer/transfertest"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
@@ -53,23 +66,6 @@ type testingTB struct{ testing.TB }
 func (testingTB) Helper()                   {}
 func (testingTB) Fatal(a ...any)            { panic(fmt.Sprint(a...)) }
 func (testingTB) Fatalf(f string, a ...any) { panic(fmt.Sprintf(f, a...)) }
-
-// shims sends between the test's nodes as their shims do: the source's
-// certificate and signing key, the target's recipient, the target's real
-// receiver on its TLS listener.
-type shims struct {
-	t     *testing.T
-	nodes map[string]*transfertest.Node
-}
-
-func (s shims) Transfer(ctx context.Context, source, target, name string) error {
-	src, dst := s.nodes[source], s.nodes[target]
-	if src == nil || dst == nil {
-		return fmt.Errorf("no shim of node %s or %s", source, target)
-	}
-	_, err := transfer.Send(ctx, src.Dir, name, transfer.SendOptions{Client: src.Client(s.t), URL: dst.URL, Seal: src.SealTo(s.t, dst.Keys.Recipient)})
-	return err
-}
 
 type env struct {
 	*kubetest.Cluster
@@ -170,6 +166,10 @@ func TestPodMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.nodes["node-e"].Serve(t, untrusting, nil)
+	// The receivers' reporters publish where and to which key to send.
+	for _, name := range []string{"node-b", "node-c", "node-e"} {
+		e.receives(t, e.nodes[name])
+	}
 
 	// run runs f until the test ends or the returned stop is called.
 	run := func(t *testing.T, f func(ctx context.Context) error) (stop func()) {
@@ -193,7 +193,16 @@ func TestPodMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	run(t, h.Run)
-	c, err := New(Options{API: controllerAPI, Transfer: shims{t: t, nodes: e.nodes}, Interval: 50 * time.Millisecond})
+	// node-a's reporter sends through its shim's node socket (the route
+	// and access a reporter has), the shim with node-a's certificate and
+	// signing key, to the recipients of its configuration.
+	snd, err := migrationsend.New(migrationsend.Options{NodeName: "node-a", API: reporterAPI,
+		Shim: migrationsend.SocketShim{C: sendingShim(t, a, e.nodes["node-b"], e.nodes["node-c"], e.nodes["node-e"])}, Interval: 50 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	run(t, snd.Run)
+	c, err := New(Options{API: controllerAPI, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -202,6 +211,7 @@ func TestPodMigrations(t *testing.T) {
 	t.Run("refused before anything is frozen", func(t *testing.T) { testRefused(t, e) })
 	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
+	t.Run("target receives no transfers", func(t *testing.T) { testTargetReceivesNone(t, e, capable) })
 	// Last, with the controller above stopped: each subtest runs its own.
 	stop()
 	t.Run("every grant needed", func(t *testing.T) { testEveryGrantNeeded(t, e) })
@@ -214,7 +224,7 @@ func TestPodMigrations(t *testing.T) {
 func testTimeouts(t *testing.T, e *env, api API) {
 	runFor := func(t *testing.T, o Options, until func() error, what string) {
 		t.Helper()
-		o.API, o.Transfer, o.Interval = api, shims{t: t, nodes: e.nodes}, 50*time.Millisecond
+		o.API, o.Interval = api, 50*time.Millisecond
 		c, err := New(o)
 		if err != nil {
 			t.Fatal(err)
@@ -274,6 +284,81 @@ func testTimeouts(t *testing.T, e *env, api API) {
 	if p, err := e.admin.CoreV1().Pods("late").Get(context.Background(), "shop", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Errorf("the original: %v, deleting %v", err, p.DeletionTimestamp)
 	}
+}
+
+// receives labels n's Node as its reporter does when n's shim receives
+// transfers (reporter.TransferLabels of its GET /transfers), and gives it
+// the InternalIP of its listener, as its kubelet would.
+func (e *env) receives(t *testing.T, n *transfertest.Node) {
+	t.Helper()
+	ctx := context.Background()
+	u, err := url.Parse(n.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	port, _ := strconv.Atoi(u.Port())
+	in, err := transfer.NewInfo(u.Host, identities(t, n))
+	if err != nil || in.Port != port {
+		t.Fatalf("transfer info of %s: %+v, %v", n.Name, in, err)
+	}
+	node, err := e.admin.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	maps.Copy(node.Labels, reporter.TransferLabels(&in))
+	if node, err = e.admin.CoreV1().Nodes().Update(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: u.Hostname()}}
+	if _, err := e.admin.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func identities(t *testing.T, n *transfertest.Node) []age.Identity {
+	t.Helper()
+	ids, err := seal.LoadIdentities([]string{n.Keys.IdentityFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// sendingShim serves node src's node API on a unix socket, as serve does
+// with checkpoint.transfer.send: its send route with src's certificate,
+// CA and signing key, and the recipients of to as its configured ones, to
+// a caller with the reporter's access. It returns a client of it.
+func sendingShim(t *testing.T, src *transfertest.Node, to ...*transfertest.Node) *client.Client {
+	t.Helper()
+	key, err := seal.LoadSigningKey(src.Keys.SigningKeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []string
+	for _, n := range to {
+		specs = append(specs, n.Keys.Recipient)
+	}
+	recs, err := seal.ParseRecipients(specs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := transfer.SenderOptions{Dir: src.Dir, CertFile: src.CertFile, KeyFile: src.KeyFile, CAFile: src.CAFile,
+		Signer: &seal.Signer{Node: src.Name, Key: key}, Recipients: recs}
+	sock := filepath.Join(t.TempDir(), "nodeshim.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: shimapi.NewHandler(status.New(nil), shimapi.Options{
+		Auth:   func(*http.Request) (shimapi.Access, string) { return shimapi.PodCheckpoints, "reporter" },
+		Send:   transfer.SendHandler(func() (transfer.SenderOptions, error) { return o, nil }),
+		Logger: slog.New(slog.DiscardHandler)})}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close(); <-done })
+	c := client.New(sock)
+	t.Cleanup(c.Close)
+	return c
 }
 
 // pod creates a running pod of ns on node, as kubelet would report it.
@@ -495,6 +580,30 @@ func testTransferRefused(t *testing.T, e *env) {
 	}
 	if ents, _ := os.ReadDir(e.nodes["node-e"].Dir); len(ents) > 0 {
 		t.Errorf("node-e kept %v", ents)
+	}
+}
+
+// testTargetReceivesNone: a capable target whose reporter publishes no
+// transfer labels (its shim does not receive) fails the step with the
+// reason, before a byte is sent; the original runs on.
+func testTargetReceivesNone(t *testing.T, e *env, labels map[string]string) {
+	if _, err := e.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-f", Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.pod(t, "store", "cron", "node-a")
+	e.migrate(t, "store", "move-cron", v1alpha1.PodMigrationSpec{PodName: "cron", TargetNode: "node-f"})
+	testutil.Eventually(t, "PodMigration move-cron failed", func() error {
+		if m := e.get(t, "store", "move-cron"); m.Status.Phase != v1alpha1.MigrationFailed {
+			return fmt.Errorf("phase %q", m.Status.Phase)
+		}
+		return nil
+	})
+	tr := cond(t, e.get(t, "store", "move-cron"), v1alpha1.ConditionTransferred)
+	if tr.Reason != ReasonTransferFailed || !strings.Contains(tr.Message, "node node-f receives no transfers") {
+		t.Fatalf("Transferred %+v", tr)
+	}
+	if p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "cron", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the original: %v", err)
 	}
 }
 

@@ -16,7 +16,9 @@
 //     node's reporter takes it (cluster/podcheckpoint) and its shim
 //     stores the pod checkpoint.
 //  3. The pod checkpoint is sent from the source's shim to the target's
-//     (shim/transfer), through a Transferer.
+//     (shim/transfer): the source node's reporter has its shim send it
+//     (cluster/migrationsend) and records the Transferred condition; the
+//     controller, which holds no node's certificate or key, waits for it.
 //  4. The restored Pod is created on the target under the restoring
 //     RuntimeClass (cluster/kubectl.NewPod: the pod's labels,
 //     annotations and spec as checkpointed), named after the original

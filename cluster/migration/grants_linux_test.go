@@ -160,7 +160,7 @@ func testEveryGrantNeeded(t *testing.T, e *env) {
 			e.migrate(t, "grants", name, v1alpha1.PodMigrationSpec{PodName: pod, NodeSelector: map[string]string{"pool": "spare"}, DeleteOriginal: true})
 			defer e.adminAPI.DeletePodMigration(ctx, "grants", name) //nolint:errcheck // the next subtest's controller then skips it
 			api := &recordingAPI{API: kube, forbidden: map[string]bool{}}
-			c, err := New(Options{API: api, Transfer: shims{t: t, nodes: e.nodes}, Interval: 50 * time.Millisecond})
+			c, err := New(Options{API: api, Interval: 50 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +17,7 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/shim/client"
+	"github.com/nodeshim/nodeshim/shim/transfer"
 )
 
 // DefaultRestoreHandler is the runtime handler of the restoring
@@ -27,6 +29,44 @@ const DefaultRestoreHandler = "nodeshim"
 // error while the shim has not collected one.
 type ReportReader interface {
 	Report(ctx context.Context) (*capability.Report, error)
+}
+
+// TransferInfoReader reads what other nodes' shims need to send this
+// node a pod checkpoint (GET /transfers); nil and no error when the node
+// receives none.
+type TransferInfoReader interface {
+	TransferInfo(ctx context.Context) (*transfer.Info, error)
+}
+
+// TransferInfo reads GET /transfers; a shim that receives no transfers
+// (404) gives nil.
+func (c *SocketClient) TransferInfo(ctx context.Context) (*transfer.Info, error) {
+	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
+	defer cancel()
+	var in transfer.Info
+	err := c.c.GetJSON(ctx, "/transfers", &in)
+	var se *client.StatusError
+	if errors.As(err, &se) && se.Code == http.StatusNotFound {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &in, nil
+}
+
+// TransferLabels returns the labels by which other nodes send this node
+// pod checkpoints (v1alpha1.LabelTransferPort and
+// LabelTransferRecipient), from in; none when in is nil or names no
+// port or recipient that fits a label.
+func TransferLabels(in *transfer.Info) map[string]string {
+	out := map[string]string{}
+	if in == nil || in.Port <= 0 || len(in.Recipients) == 0 || len(validation.IsValidLabelValue(in.Recipients[0])) > 0 {
+		return out
+	}
+	out[v1alpha1.LabelTransferPort] = strconv.Itoa(in.Port)
+	out[v1alpha1.LabelTransferRecipient] = in.Recipients[0]
+	return out
 }
 
 // NodeLabeler writes the Node's capability labels; kubeapi.Client is one.
@@ -215,6 +255,14 @@ func (r *Reporter) writeLabels(ctx context.Context, nl NodeLabeler, shimErr erro
 		return fmt.Errorf("get node %s: %w", r.opts.NodeName, err)
 	}
 	want := CapabilityLabels(rep, node.Status.RuntimeHandlers, r.opts.RestoreHandler)
+	if tr, ok := r.opts.Report.(TransferInfoReader); ok && shimErr == nil {
+		in, err := tr.TransferInfo(rctx)
+		if err != nil {
+			r.m.failures.WithLabelValues(kindShim).Inc()
+			return fmt.Errorf("read the shim's transfer info: %w", err)
+		}
+		maps.Copy(want, TransferLabels(in))
+	}
 	patch := LabelPatch(node.Labels, want)
 	if len(patch) > 0 {
 		if err := nl.PatchNodeLabels(rctx, r.opts.NodeName, patch, Component); err != nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
 	"github.com/nodeshim/nodeshim/report"
+	"github.com/nodeshim/nodeshim/shim/transfer"
 	"github.com/nodeshim/nodeshim/testenv/criutest"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
 	nstestutil "github.com/nodeshim/nodeshim/testenv/testutil"
@@ -89,14 +90,19 @@ func testCapabilityLabels(t *testing.T, c *kubetest.Cluster, sa kubernetes.Inter
 	}
 
 	// A new report where criu check fails and the dirty tracking is
-	// unknown: criu and lazy pages turn false, pre-copy goes.
+	// unknown: criu and lazy pages turn false, pre-copy goes. The shim
+	// now receives transfers: where and to which key to send is
+	// published too.
 	verdicts["criu.check"], verdicts["criu.feature.mem_dirty_track"] = capability.Unsupported, capability.Unknown
 	rep = testReport(verdicts, map[string]string{"criu.version": "criu --version: 4.1.1"})
 	rep.GeneratedAt = time.Unix(1800000060, 0)
+	const recipient = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+	e.shim.SetTransfers(&transfer.Info{Port: 10443, Recipients: []string{recipient}})
 	e.shim.Model.SetReport(rep, nil)
 	e.waitLabels(map[string]string{
 		v1alpha1.LabelCRIU: "false", v1alpha1.LabelCRIUVersion: "4.1.1", v1alpha1.LabelLazyPages: "false",
 		v1alpha1.LabelRestoreRuntimeClass: "true", v1alpha1.LabelArch: "amd64",
+		v1alpha1.LabelTransferPort: "10443", v1alpha1.LabelTransferRecipient: recipient,
 	}, foreign)
 	if s := e.reporter.State().Labels; s[v1alpha1.LabelCRIU] != "false" {
 		t.Errorf("state labels %v", s)

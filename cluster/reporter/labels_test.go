@@ -8,6 +8,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/shim/transfer"
 )
 
 // testReport is a report with the CRIU findings the labels read.
@@ -126,6 +127,28 @@ func TestLabelPatch(t *testing.T) {
 				if !ok || (v == nil) != (g == nil) || (v != nil && *v != *g) {
 					t.Errorf("patch[%s] = %v, want %v", k, g, v)
 				}
+			}
+		})
+	}
+}
+
+func TestTransferLabels(t *testing.T) {
+	const rec = "age1ql3z7hjy54pw3hyww5ayyfg7zqgvc7w3j2elw8zmrj2kg5sfn9aqmcac8p"
+	for _, tt := range []struct {
+		name string
+		in   *transfer.Info
+		want map[string]string
+	}{
+		{"receives none", nil, map[string]string{}},
+		{"receives", &transfer.Info{Port: 10443, Recipients: []string{rec, "age1other"}},
+			map[string]string{v1alpha1.LabelTransferPort: "10443", v1alpha1.LabelTransferRecipient: rec}},
+		{"no port", &transfer.Info{Recipients: []string{rec}}, map[string]string{}},
+		{"no recipient", &transfer.Info{Port: 10443}, map[string]string{}},
+		{"a recipient no label holds", &transfer.Info{Port: 10443, Recipients: []string{rec + rec}}, map[string]string{}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := TransferLabels(tt.in); !maps.Equal(got, tt.want) {
+				t.Fatalf("TransferLabels(%+v) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
 	}

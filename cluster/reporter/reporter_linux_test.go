@@ -35,6 +35,7 @@ import (
 	"github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/daemon"
 	"github.com/nodeshim/nodeshim/shim/status"
+	"github.com/nodeshim/nodeshim/shim/transfer"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
 	nstestutil "github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -65,6 +66,16 @@ type testShim struct {
 	mu  sync.Mutex
 	srv *http.Server
 	ln  net.Listener
+	// transfers is GET /transfers' answer; nil answers 404, as a shim
+	// that receives none.
+	transfers *transfer.Info
+}
+
+// SetTransfers sets what GET /transfers answers.
+func (s *testShim) SetTransfers(in *transfer.Info) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.transfers = in
 }
 
 func startTestShim(t testing.TB) *testShim {
@@ -92,7 +103,15 @@ func (s *testShim) Start() {
 	s.ln = ln
 	s.srv = &http.Server{
 		// Root only, the API's default: the tests run as root.
-		Handler:     api.NewHandler(s.Model, api.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))}),
+		Handler: api.NewHandler(s.Model, api.Options{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			TransferInfo: transfer.InfoHandler(func() (transfer.Info, error) {
+				s.mu.Lock()
+				defer s.mu.Unlock()
+				if s.transfers == nil {
+					return transfer.Info{}, transfer.ErrNotEnabled
+				}
+				return *s.transfers, nil
+			})}),
 		ConnContext: api.ConnContext,
 	}
 	go s.srv.Serve(ln)

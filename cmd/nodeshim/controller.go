@@ -18,12 +18,14 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/nodeshim/nodeshim/cluster/controller"
+	"github.com/nodeshim/nodeshim/cluster/migration"
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 )
 
 func newControllerCommand() *cobra.Command {
 	var (
 		kubeconfig, metricsAddr string
+		podMigrations           bool
 		opts                    controller.Options
 	)
 	cmd := &cobra.Command{
@@ -76,6 +78,13 @@ ServiceAccount token).`,
 			opts.Client = api
 			opts.Metrics = controller.NewMetrics(reg)
 			opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+			if podMigrations {
+				mc, err := migration.New(migration.Options{API: api, Logger: opts.Logger.With("controller", "podmigrations")})
+				if err != nil {
+					return err
+				}
+				opts.WhileLeading = mc.Run
+			}
 			c, err := controller.New(opts)
 			if err != nil {
 				return err
@@ -96,6 +105,7 @@ ServiceAccount token).`,
 	f.StringVar(&opts.Identity, "identity", "", "this replica's identity in the election (default $POD_NAME or the host name, with a random suffix)")
 	f.StringVar(&opts.EventNamespace, "event-namespace", reporter.DefaultEventNamespace, "namespace of the Events about Nodes")
 	f.StringVar(&metricsAddr, "metrics-addr", ":9809", "address to serve Prometheus metrics and /healthz on")
+	f.BoolVar(&podMigrations, "pod-migrations", false, "while leading, also move pods as PodMigrations ask (cluster/migration; needs deploy/'s crd-podmigration.yaml and rbac-podmigration.yaml, and reporters run with --pod-migrations)")
 	f.DurationVar(&opts.GracePeriod, "grace-period", controller.DefaultGracePeriod, "how long a reporter's Lease may go unrenewed before its node's NodeShim conditions turn Unknown")
 	f.DurationVar(&opts.SyncPeriod, "sync-period", controller.DefaultSyncPeriod, "how often every node is looked at again")
 	f.DurationVar(&opts.LeaseDuration, "leader-elect-lease-duration", controller.DefaultLeaseDuration, "how long a standby waits before it takes over an unrenewed lead")

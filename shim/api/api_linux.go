@@ -116,6 +116,10 @@ type Options struct {
 	// sent by other nodes' shims (shim/transfer.Receiver, which accepts
 	// only a client certificate the TLS handshake verified).
 	Transfer http.Handler
+	// TransferInfo, when set, serves GET /transfers to every caller: what
+	// another node's shim needs to send this node a pod checkpoint
+	// (shim/transfer.InfoHandler; public keys and a port only).
+	TransferInfo http.Handler
 	// Send, when set, serves POST /transfers/{name}/send: this node's
 	// shim sends one of its pod checkpoints to another node's
 	// (shim/transfer.SendHandler); root and the PodCheckpoints callers
@@ -359,6 +363,9 @@ func NewHandler(src Source, opts Options) http.Handler {
 	})
 	if opts.Metrics != nil {
 		read.Handle("GET /metrics", opts.Metrics)
+	}
+	if opts.TransferInfo != nil {
+		read.Handle("GET /transfers", opts.TransferInfo)
 	}
 	full := http.NewServeMux()
 	full.Handle("/", read)

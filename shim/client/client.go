@@ -4,6 +4,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -129,9 +130,21 @@ func (b cancelOnClose) Close() error {
 }
 
 func (c *Client) do(ctx context.Context, method, path string) (io.ReadCloser, error) {
-	req, err := http.NewRequestWithContext(ctx, method, "http://nodeshim"+path, nil)
+	return c.doBody(ctx, method, path, nil)
+}
+
+// doBody is do with a JSON request body, when body is not nil.
+func (c *Client) doBody(ctx context.Context, method, path string, in []byte) (io.ReadCloser, error) {
+	var r io.Reader
+	if in != nil {
+		r = bytes.NewReader(in)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, "http://nodeshim"+path, r)
 	if err != nil {
 		return nil, fmt.Errorf("%s %s on %s: %w", method, path, c.socket, err)
+	}
+	if in != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -159,6 +172,27 @@ func (c *Client) do(ctx context.Context, method, path string) (io.ReadCloser, er
 // without a deadline gets the client's time-out.
 func (c *Client) GetJSON(ctx context.Context, path string, v any) error {
 	return c.decode(ctx, http.MethodGet, path, 0, v)
+}
+
+// PostJSON posts in, as JSON, to path and decodes the JSON answer into
+// out. A context without a deadline gets the client's time-out plus
+// wait.
+func (c *Client) PostJSON(ctx context.Context, path string, wait time.Duration, in, out any) error {
+	b, err := json.Marshal(in)
+	if err != nil {
+		return fmt.Errorf("POST %s: %w", path, err)
+	}
+	ctx, cancel := c.bound(ctx, wait)
+	defer cancel()
+	body, err := c.doBody(ctx, http.MethodPost, path, b)
+	if err != nil {
+		return err
+	}
+	defer body.Close()
+	if err := json.NewDecoder(io.LimitReader(body, maxBody)).Decode(out); err != nil {
+		return fmt.Errorf("decode POST %s from %s: %w", path, c.socket, err)
+	}
+	return nil
 }
 
 // decode sends the request with the client's time-out plus wait when ctx

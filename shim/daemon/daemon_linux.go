@@ -27,6 +27,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/bpf"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/kernel"
 	"github.com/nodeshim/nodeshim/kernel/capability"
@@ -199,7 +200,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	// checkpoints killed with a nodeshim, and apply retention at start.
 	d.ckpts.ApplyRetention() //nolint:errcheck // logged inside
 	d.apiOpts = api.Options{Logger: log, Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), Checkpoint: d.ckpts,
-		Transfer: transfer.Handler(d.transferOptions), Send: transfer.SendHandler(d.sendOptions)}
+		Transfer: transfer.Handler(d.transferOptions), Send: transfer.SendHandler(d.sendOptions),
+		TransferInfo: transfer.InfoHandler(d.transferInfo)}
 	if collect := d.reportCollector(); collect != nil {
 		d.apiOpts.RefreshReport = func(ctx context.Context) { d.model.SetReport(collect(ctx)) }
 	}
@@ -636,6 +638,30 @@ func (d *daemon) transferOptions() (transfer.ReceiverOptions, error) {
 		o.MinFreeBytes = q.Value()
 	}
 	return o, nil
+}
+
+// transferInfo is what other nodes' shims need to send this node a pod
+// checkpoint, read at every request: its TLS listener's port, as bound,
+// and its identities' recipients.
+func (d *daemon) transferInfo() (transfer.Info, error) {
+	a := d.cfg.Active()
+	if !a.Checkpoint.Transfer.Enabled {
+		return transfer.Info{}, transfer.ErrNotEnabled
+	}
+	ids, err := seal.LoadIdentities(a.Checkpoint.Encryption.Identities)
+	if err != nil {
+		return transfer.Info{}, fmt.Errorf("checkpoint.encryption.identities: %w", err)
+	}
+	d.mu.Lock()
+	addr := ""
+	if d.api != nil {
+		addr = d.api.tcpAddr()
+	}
+	d.mu.Unlock()
+	if addr == "" {
+		return transfer.Info{}, fmt.Errorf("no TLS listener (api.tcpAddress %q) serves the transfers yet", a.API.TCPAddress)
+	}
+	return transfer.NewInfo(addr, ids)
 }
 
 // sendOptions are read at every send of a pod checkpoint to another

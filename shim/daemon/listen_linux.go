@@ -70,6 +70,15 @@ func (d *daemon) startAPI(c config.API) (*apiGroup, error) {
 // socket is the unix socket's path.
 func (g *apiGroup) socket() string { return g.servers[0].addr }
 
+// tcpAddr is the TLS listener's bound address (its port chosen by the
+// kernel when api.tcpAddress asks for 0), "" when g has none.
+func (g *apiGroup) tcpAddr() string {
+	if len(g.servers) < 2 {
+		return ""
+	}
+	return g.servers[1].ln.Addr().String()
+}
+
 // removeSocket removes the unix socket's file if it is still the one g
 // created: a socket that another process put at the path is its own.
 func (g *apiGroup) removeSocket() error { return g.sock.Remove() }

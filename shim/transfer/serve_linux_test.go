@@ -204,3 +204,45 @@ func TestServeSends(t *testing.T) {
 		}
 	}
 }
+
+// TestServeTransferInfo: `nodeshim serve` answers GET /transfers on its
+// node socket with what a sender needs, its TLS listener's port and its
+// identity's recipient, when it receives transfers, and 404 when it does
+// not: what the reporter publishes as the Node's transfer labels.
+func TestServeTransferInfo(t *testing.T) {
+	testutil.RequireRoot(t)
+	root := t.TempDir()
+	ca := transfertest.NewCA(t, root, "cluster-ca")
+	a, b := transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b")
+	policy := filepath.Join(root, "node-b", "trust.yaml")
+	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	bURL, bSock, _ := serveWithSocket(t, root, b, "  trustPolicy: "+policy+"\n  encryption:\n    identities: ["+b.Keys.IdentityFile+"]\n  transfer:\n    enabled: true\n")
+	_, aSock, _ := serveWithSocket(t, root, a, "")
+	get := func(sock string) (int, string) {
+		t.Helper()
+		c := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return (&net.Dialer{}).DialContext(ctx, "unix", sock)
+		}}}
+		defer c.CloseIdleConnections()
+		resp, err := c.Get("http://nodeshim/transfers")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		out, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(out)
+	}
+	code, out := get(bSock)
+	var in transfer.Info
+	if err := json.Unmarshal([]byte(out), &in); code != http.StatusOK || err != nil {
+		t.Fatalf("node-b: %d %s (%v)", code, out, err)
+	}
+	if want := bURL[strings.LastIndex(bURL, ":")+1:]; fmt.Sprint(in.Port) != want || len(in.Recipients) != 1 || in.Recipients[0] != b.Keys.Recipient {
+		t.Fatalf("node-b's info %+v; want port %s and recipient %s", in, want, b.Keys.Recipient)
+	}
+	if code, out := get(aSock); code != http.StatusNotFound || !strings.Contains(out, "receives no transfers") {
+		t.Fatalf("node-a, which receives none: %d %s", code, out)
+	}
+}

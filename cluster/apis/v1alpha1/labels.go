@@ -31,6 +31,16 @@ const (
 	// names it: a checkpoint restores only on the architecture it was
 	// taken on.
 	LabelArch = LabelPrefix + "arch"
+	// LabelTransferPort is the port of the node's shim TLS listener when
+	// it receives pod checkpoints from other nodes' shims
+	// (checkpoint.transfer.enabled): a sender reaches it at the Node's
+	// InternalIP.
+	LabelTransferPort = LabelPrefix + "transfer-port"
+	// LabelTransferRecipient is the age recipient (age1..., 62
+	// characters) of the node's first identity: a pod checkpoint sent
+	// there is encrypted to it, and only the sender's configured
+	// recipients are accepted for it.
+	LabelTransferRecipient = LabelPrefix + "transfer-recipient"
 )
 
 // LabelTrue is the value of a boolean capability label that holds.

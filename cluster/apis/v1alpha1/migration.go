@@ -1,6 +1,8 @@
 package v1alpha1
 
 import (
+	"time"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
@@ -59,6 +61,32 @@ const (
 	// ConditionRestored is True once the restored Pod runs on the target.
 	ConditionRestored = "Restored"
 )
+
+// The reasons of the Transferred step, the one step the source node's
+// reporter records (the controller the others): the controller sets it
+// in progress (Transferring), the reporter ends it (Transferred, or
+// TransferFailed with the shim's error).
+const (
+	ReasonTransferring   = "Transferring"
+	ReasonTransferred    = "Transferred"
+	ReasonTransferFailed = "TransferFailed"
+)
+
+// SetConditions records conds, at now, and their Ready summary in m's
+// status, with m's generation observed.
+func (m *PodMigration) SetConditions(now time.Time, conds ...condition.Condition) {
+	var s condition.Set
+	for _, x := range m.Status.Conditions {
+		s.Update(x, x.LastTransitionTime.Time)
+	}
+	for _, x := range conds {
+		x.ObservedGeneration = m.Generation
+		s.Update(x, now)
+	}
+	s.Update(condition.Summarize(condition.TypeReady, m.Generation, s.List()), now)
+	m.Status.Conditions = s.List()
+	m.Status.ObservedGeneration = m.Generation
+}
 
 // AnnotationMigration is set on the Pod a PodMigration restores: the
 // PodMigration's name.

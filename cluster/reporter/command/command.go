@@ -19,6 +19,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
+	"github.com/nodeshim/nodeshim/cluster/migrationsend"
 	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/internal/metricsserver"
@@ -41,6 +42,12 @@ type Config struct {
 	// installed, and the shim must grant the reporter's uid
 	// api.podCheckpointUIDs.
 	PodCheckpoints bool
+	// PodMigrations has this node's shim send the pod checkpoints of the
+	// PodMigrations from this node to their targets
+	// (cluster/migrationsend); their definition and the reporters' rights
+	// (deploy/rbac-podmigration.yaml) must be installed, and the shim
+	// must send (checkpoint.transfer.send).
+	PodMigrations bool
 	// Options are the reporter's; Client, Shim, Version, Metrics and
 	// Logger are set by Run.
 	Options reporter.Options
@@ -55,6 +62,7 @@ func (c *Config) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; the in-cluster configuration when empty")
 	fs.StringVar(&c.Socket, "socket", DefaultSocket, "the shim's node API socket")
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", ":9808", "address to serve Prometheus metrics, /healthz and /readyz on")
+	fs.BoolVar(&c.PodMigrations, "pod-migrations", false, "send the pod checkpoints of the PodMigrations from this node (needs their definition and rights, and the shim's checkpoint.transfer.send)")
 	fs.BoolVar(&c.PodCheckpoints, "pod-checkpoints", false, "serve the PodCheckpoint objects of this node's pods (needs their CustomResourceDefinition, and the shim's api.podCheckpointUIDs)")
 	fs.DurationVar(&c.Options.PollInterval, "poll-interval", reporter.DefaultPollInterval, "how often to read the shim's status when it cannot be long polled")
 	fs.DurationVar(&c.Options.RenewInterval, "lease-renew-interval", reporter.DefaultRenewInterval, "how often to renew the heartbeat Lease (before jitter)")
@@ -105,22 +113,35 @@ func Run(ctx context.Context, c Config, version string, log *slog.Logger) error 
 	// The shim's metrics are relayed: a shim that cannot be read leaves
 	// the reporter's own metrics served.
 	metrics := promhttp.HandlerFor(prometheus.Gatherers{reg, shim}, promhttp.HandlerOpts{ErrorHandling: promhttp.ContinueOnError})
-	run := r.Run
-	if c.PodCheckpoints {
+	runs := []func(context.Context) error{r.Run}
+	if c.PodCheckpoints || c.PodMigrations {
 		ckpt := client.New(c.Socket)
 		defer ckpt.Close()
-		h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: opts.NodeName, API: kube, Shim: ckpt, Logger: log})
-		if err != nil {
-			return err
+		if c.PodCheckpoints {
+			h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: opts.NodeName, API: kube, Shim: ckpt, Logger: log})
+			if err != nil {
+				return err
+			}
+			runs = append(runs, h.Run)
 		}
-		run = func(ctx context.Context) error {
-			g, gctx := errgroup.WithContext(ctx)
-			g.Go(func() error { return r.Run(gctx) })
-			g.Go(func() error { return h.Run(gctx) })
-			return g.Wait()
+		if c.PodMigrations {
+			s, err := migrationsend.New(migrationsend.Options{NodeName: opts.NodeName, API: kube, Shim: migrationsend.SocketShim{C: ckpt},
+				Logger: log.With("handler", "podmigrations")})
+			if err != nil {
+				return err
+			}
+			runs = append(runs, s.Run)
 		}
 	}
-	log.Info("reporting", "node", opts.NodeName, "socket", c.Socket, "metrics", ln.Addr().String(), "apiServer", cfg.Host, "podCheckpoints", c.PodCheckpoints)
+	run := func(ctx context.Context) error {
+		g, gctx := errgroup.WithContext(ctx)
+		for _, f := range runs {
+			g.Go(func() error { return f(gctx) })
+		}
+		return g.Wait()
+	}
+	log.Info("reporting", "node", opts.NodeName, "socket", c.Socket, "metrics", ln.Addr().String(), "apiServer", cfg.Host,
+		"podCheckpoints", c.PodCheckpoints, "podMigrations", c.PodMigrations)
 	return metricsserver.Run(ctx, ln, metrics, func() error { return Ready(r.State()) }, run)
 }
 

@@ -1,0 +1,255 @@
+// Package migrationsend is the source node's reporter's half of
+// PodMigrations (cluster/migration is the controller's): once the
+// controller has a migration's pod checkpoint stored on this node and the
+// step Transferred in progress, the reporter asks its shim over the node
+// socket to send the pod checkpoint to the target node's shim
+// (shim/transfer: mutual TLS with the nodes' own certificates, encrypted
+// to the target, signed by this node), and records in the PodMigration's
+// status that the target stored it, or why not.
+//
+// The target is found by the labels its own reporter publishes on its
+// Node (v1alpha1.LabelTransferPort and LabelTransferRecipient) and its
+// InternalIP. Nothing the API server says is trusted for more than an
+// address: the shim sends only to a certificate that names the target
+// node, and encrypts only to a recipient of its own configuration.
+//
+// A send cut by a restart of the reporter is not resumed: the next
+// reporter sends again, and a target that stored the first answers that
+// it holds it (which fails the step; the controller then leaves the
+// original running).
+package migrationsend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/url"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/shim/client"
+	"github.com/nodeshim/nodeshim/shim/transfer"
+)
+
+// API is what the sender asks of the API server (kubeapi.Client).
+type API interface {
+	GetNode(ctx context.Context, name string) (*corev1.Node, error)
+	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
+	GetPodMigration(ctx context.Context, namespace, name string) (*v1alpha1.PodMigration, error)
+	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
+}
+
+// Shim sends one of this node's pod checkpoints to another node's shim
+// (POST /transfers/{name}/send).
+type Shim interface {
+	SendTransfer(ctx context.Context, name string, req transfer.SendRequest) (transfer.Sent, error)
+}
+
+// SocketShim is a Shim over the node socket's client.
+type SocketShim struct{ C *client.Client }
+
+// SendTransfer posts req to the shim's send route of name and waits for
+// its answer, bounded by transfer.DefaultTimeout on the shim's side.
+func (s SocketShim) SendTransfer(ctx context.Context, name string, req transfer.SendRequest) (transfer.Sent, error) {
+	var out transfer.Sent
+	err := s.C.PostJSON(ctx, "/transfers/"+url.PathEscape(name)+"/send", transfer.DefaultTimeout, req, &out)
+	return out, err
+}
+
+// FieldManager is the field manager of the sender's writes (the
+// reporter's).
+const FieldManager = "nodeshim-reporter"
+
+// Options configure a Sender.
+type Options struct {
+	// NodeName is this node: the sender takes the migrations whose
+	// status.sourceNode is this.
+	NodeName string
+	API      API
+	Shim     Shim
+	// Logger; nil discards.
+	Logger *slog.Logger
+	// Interval is how often the PodMigrations are listed; a second when
+	// zero.
+	Interval time.Duration
+	// Now is the clock; nil means time.Now.
+	Now func() time.Time
+}
+
+// Sender sends the pod checkpoints of this node's migrations.
+type Sender struct {
+	o Options
+	// mu guards busy: the migrations (by uid) whose send runs.
+	mu   sync.Mutex
+	busy map[types.UID]bool
+	wg   sync.WaitGroup
+}
+
+// New returns a Sender for o.
+func New(o Options) (*Sender, error) {
+	if o.NodeName == "" || o.API == nil || o.Shim == nil {
+		return nil, errors.New("migrationsend: no node name, API client or shim")
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Interval <= 0 {
+		o.Interval = time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Sender{o: o, busy: map[types.UID]bool{}}, nil
+}
+
+// Run lists the PodMigrations every Interval and starts the send of each
+// that waits on this node, until ctx is done; it returns once every send
+// it started has ended.
+func (s *Sender) Run(ctx context.Context) error {
+	defer s.wg.Wait()
+	t := time.NewTicker(s.o.Interval)
+	defer t.Stop()
+	for {
+		if err := s.SyncAll(ctx); err != nil && ctx.Err() == nil {
+			s.o.Logger.Warn("list pod migrations", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// SyncAll starts the send of every PodMigration that waits on this node
+// and is not being sent already.
+func (s *Sender) SyncAll(ctx context.Context) error {
+	l, err := s.o.API.ListPodMigrations(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	for i := range l.Items {
+		m := &l.Items[i]
+		if !Waiting(m, s.o.NodeName) {
+			continue
+		}
+		s.mu.Lock()
+		if s.busy[m.UID] {
+			s.mu.Unlock()
+			continue
+		}
+		s.busy[m.UID] = true
+		s.mu.Unlock()
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() {
+				s.mu.Lock()
+				delete(s.busy, m.UID)
+				s.mu.Unlock()
+			}()
+			s.send(ctx, m)
+		}()
+	}
+	return nil
+}
+
+// Waiting reports whether m waits for node's shim to send its pod
+// checkpoint: Transferring from node, its Transferred step in progress.
+func Waiting(m *v1alpha1.PodMigration, node string) bool {
+	if m.Status.Phase != v1alpha1.MigrationTransferring || m.Status.SourceNode != node || m.Status.Checkpoint == "" {
+		return false
+	}
+	for _, c := range m.Status.Conditions {
+		if c.Type == v1alpha1.ConditionTransferred {
+			return c.Status != condition.True && c.Reason == v1alpha1.ReasonTransferring
+		}
+	}
+	return false
+}
+
+// send sends m's pod checkpoint and records the outcome.
+func (s *Sender) send(ctx context.Context, m *v1alpha1.PodMigration) {
+	log := s.o.Logger.With("namespace", m.Namespace, "name", m.Name, "checkpoint", m.Status.Checkpoint, "target", m.Status.TargetNode)
+	req, err := s.request(ctx, m.Status.TargetNode)
+	var sent transfer.Sent
+	if err == nil {
+		log.Info("sending pod checkpoint", "url", req.URL)
+		sent, err = s.o.Shim.SendTransfer(ctx, m.Status.Checkpoint, req)
+	}
+	if ctx.Err() != nil {
+		return // the next reporter sends again
+	}
+	c := condition.Condition{Type: v1alpha1.ConditionTransferred, Status: condition.True, Reason: v1alpha1.ReasonTransferred,
+		Message: fmt.Sprintf("%s stored on node %s: %d bytes sent in %v", m.Status.Checkpoint, m.Status.TargetNode, sent.Sealed, sent.Duration.Round(time.Millisecond))}
+	if err != nil {
+		log.Warn("send pod checkpoint", "err", err)
+		c = condition.Condition{Type: v1alpha1.ConditionTransferred, Status: condition.False, Severity: condition.SeverityError,
+			Reason: v1alpha1.ReasonTransferFailed, Message: fmt.Sprintf("send %s from node %s to node %s: %v", m.Status.Checkpoint, s.o.NodeName, m.Status.TargetNode, err)}
+	} else {
+		log.Info("sent pod checkpoint", "bytes", sent.Sealed, "took", sent.Duration)
+	}
+	if err := s.record(ctx, m, c); err != nil && ctx.Err() == nil {
+		log.Warn("record the transfer in the pod migration", "err", err)
+	}
+}
+
+// request is the shim's send request to node: its certificate's name,
+// its InternalIP and the port and recipient its labels publish.
+func (s *Sender) request(ctx context.Context, node string) (transfer.SendRequest, error) {
+	n, err := s.o.API.GetNode(ctx, node)
+	if err != nil {
+		return transfer.SendRequest{}, fmt.Errorf("get node %s: %w", node, err)
+	}
+	return Request(n)
+}
+
+// Request is the send request to n, from its labels and InternalIP; an
+// error names what n lacks.
+func Request(n *corev1.Node) (transfer.SendRequest, error) {
+	port, rec := n.Labels[v1alpha1.LabelTransferPort], n.Labels[v1alpha1.LabelTransferRecipient]
+	if port == "" || rec == "" {
+		return transfer.SendRequest{}, fmt.Errorf("node %s receives no transfers: no %s or %s label (its shim's checkpoint.transfer.enabled)", n.Name, v1alpha1.LabelTransferPort, v1alpha1.LabelTransferRecipient)
+	}
+	ip := ""
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			ip = a.Address
+			break
+		}
+	}
+	if net.ParseIP(ip) == nil {
+		return transfer.SendRequest{}, fmt.Errorf("node %s has no InternalIP address to send to", n.Name)
+	}
+	return transfer.SendRequest{Node: n.Name, URL: "https://" + net.JoinHostPort(ip, port), Recipient: rec}, nil
+}
+
+// record writes c into m's status, read afresh, while m still waits on
+// this node; a conflict is retried a few times.
+func (s *Sender) record(ctx context.Context, m *v1alpha1.PodMigration, c condition.Condition) error {
+	var err error
+	for range 5 {
+		var cur *v1alpha1.PodMigration
+		cur, err = s.o.API.GetPodMigration(ctx, m.Namespace, m.Name)
+		if err != nil {
+			return err
+		}
+		if cur.UID != m.UID || !Waiting(cur, s.o.NodeName) {
+			return nil // deleted, or taken past this step meanwhile
+		}
+		cur.SetConditions(s.o.Now(), c)
+		if _, err = s.o.API.UpdatePodMigrationStatus(ctx, cur, FieldManager); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
