@@ -137,17 +137,25 @@ func stopCRIU(t *testing.T, dir string) []int {
 
 // fillFS allocates a file at path as large as its filesystem's free space.
 func fillFS(path string) error {
-	var st unix.Statfs_t
-	if err := unix.Statfs(filepath.Dir(path), &st); err != nil {
-		return fmt.Errorf("statfs %s: %w", filepath.Dir(path), err)
-	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*st.Bsize); err != nil && !errors.Is(err, unix.ENOSPC) {
-		return fmt.Errorf("fill %s: %w", path, err)
+	// In chunks, down to a page: tmpfs undoes the whole of an fallocate
+	// that runs out of room, and a writer beside this one (the archive)
+	// takes room between a statfs and the fallocate of what it showed.
+	var off int64
+	for chunk := int64(1 << 20); chunk >= 4096; {
+		err := unix.Fallocate(int(f.Fd()), 0, off, chunk)
+		switch {
+		case err == nil:
+			off += chunk
+		case errors.Is(err, unix.ENOSPC):
+			chunk /= 16
+		default:
+			return fmt.Errorf("fill %s: %w", path, err)
+		}
 	}
 	return nil
 }
