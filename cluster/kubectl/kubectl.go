@@ -63,6 +63,7 @@ const usage = `kubectl nodeshim: checkpoints of pods, taken and restored by node
   kubectl nodeshim get [NAME] [-n NS]
   kubectl nodeshim restore NAME [-n NS] [--pod NEWPOD] [--runtime-class nodeshim] [--wait=true]
   kubectl nodeshim delete NAME [-n NS]
+  kubectl nodeshim migrate POD (--to NODE | --selector K=V,...) [-n NS] [--name NAME] [--mode StopAndCopy] [--delete-original] [--wait=true]
 `
 
 // Run runs the plugin with args (without the program name).
@@ -88,8 +89,9 @@ func Run(ctx context.Context, args []string, env Env) error {
 	kubeconfig := fs.String("kubeconfig", "", "kubeconfig file (default $KUBECONFIG or ~/.kube/config)")
 	var (
 		name, image, pod, runtimeClass string
+		to, selector, mode             string
 		timeout                        time.Duration
-		wait                           bool
+		wait, deleteOriginal           bool
 	)
 	switch cmd {
 	case "checkpoint":
@@ -101,6 +103,13 @@ func Run(ctx context.Context, args []string, env Env) error {
 		fs.StringVar(&pod, "pod", "", "the new Pod's name (default NAME-restored)")
 		fs.StringVar(&runtimeClass, "runtime-class", DefaultRuntimeClass, "the restoring RuntimeClass")
 		fs.BoolVar(&wait, "wait", true, "wait until the new Pod runs")
+	case "migrate":
+		fs.StringVar(&name, "name", "", "the PodMigration's name (default POD-move-<time>)")
+		fs.StringVar(&to, "to", "", "the node to move the pod to")
+		fs.StringVar(&selector, "selector", "", "the labels (K=V,...) of the nodes to choose the target among, instead of --to")
+		fs.StringVar(&mode, "mode", string(v1alpha1.ModeStopAndCopy), "how the memory moves: StopAndCopy, PreCopy or Lazy")
+		fs.BoolVar(&deleteOriginal, "delete-original", false, "delete the original pod once the moved one runs")
+		fs.BoolVar(&wait, "wait", true, "wait until the pod runs on the target or the migration failed, printing its progress")
 	case "get", "delete":
 	default:
 		fmt.Fprint(env.Stderr, usage)
@@ -130,6 +139,15 @@ func Run(ctx context.Context, args []string, env Env) error {
 			return usagef("restore takes one NAME, got %d arguments", len(pos))
 		}
 		return restore(ctx, c, env, namespace, pos[0], pod, runtimeClass, wait)
+	case "migrate":
+		if len(pos) != 1 {
+			return usagef("migrate takes one POD, got %d arguments", len(pos))
+		}
+		spec, err := migrationSpec(pos[0], to, selector, mode, deleteOriginal)
+		if err != nil {
+			return err
+		}
+		return migrate(ctx, c, env, namespace, name, spec, wait)
 	default: // delete
 		if len(pos) != 1 {
 			return usagef("delete takes one NAME, got %d arguments", len(pos))
@@ -169,7 +187,7 @@ func interleaved(args []string) []string {
 
 func isBool(flag string) bool {
 	name := strings.TrimLeft(flag, "-")
-	return name == "wait" || name == "h" || name == "help"
+	return name == "wait" || name == "delete-original" || name == "h" || name == "help"
 }
 
 // connect returns a client for the kubeconfig (or env.Config) and the

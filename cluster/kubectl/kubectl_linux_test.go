@@ -15,8 +15,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
+	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
@@ -48,7 +50,8 @@ func (s *nodeShim) RemoveCheckpoint(_ context.Context, name string) error {
 func TestPlugin(t *testing.T) {
 	testutil.RequireRoot(t)
 	c := kubetest.Start(t)
-	for _, m := range []func() ([]byte, error){deploy.PodCheckpointDefinition, deploy.ReporterAccess} {
+	for _, m := range []func() ([]byte, error){deploy.PodCheckpointDefinition, deploy.ReporterAccess,
+		func() ([]byte, error) { return deploy.Manifests.ReadFile("crd-podmigration.yaml") }} {
 		b, err := m()
 		if err != nil {
 			t.Fatal(err)
@@ -160,7 +163,13 @@ func TestPlugin(t *testing.T) {
 		want  string
 	}{
 		{nil, true, "no command"},
-		{[]string{"migrate", "cart"}, true, "unknown command"},
+		{[]string{"drain", "node-a"}, true, "unknown command"},
+		{[]string{"migrate", "cart", "-n", "shop"}, true, "exactly one of --to NODE and --selector"},
+		{[]string{"migrate", "cart", "-n", "shop", "--to", "node-b", "--selector", "pool=spare"}, true, "exactly one of"},
+		{[]string{"migrate", "cart", "-n", "shop", "--selector", "pool"}, true, `--selector "pool"`},
+		{[]string{"migrate", "cart", "-n", "shop", "--to", "Node_B"}, true, `--to "Node_B"`},
+		{[]string{"migrate", "cart", "-n", "shop", "--to", "node-b", "--mode", "Teleport"}, true, `--mode "Teleport"`},
+		{[]string{"migrate", "-n", "shop", "--to", "node-b"}, true, "one POD"},
 		{[]string{"checkpoint"}, true, "one POD"},
 		{[]string{"checkpoint", "Bad_Pod", "-n", "shop"}, true, "pod \"Bad_Pod\""},
 		{[]string{"get", "-n", "Not-A-Namespace!"}, true, "namespace"},
@@ -181,5 +190,103 @@ func TestPlugin(t *testing.T) {
 	}
 	if _, err := admin.CoreV1().Pods("shop").Get(ctx, "ghost-1-restored", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a Pod was made for a pending checkpoint: %v", err)
+	}
+
+	testMigrate(t, c, run)
+}
+
+// testMigrate: `migrate` creates the PodMigration a user asks for and,
+// waiting, prints each step the controller records until the pod runs on
+// the target, or fails with the failed step's reason. The test writes the
+// status as the controller would (cluster/migration's TestPodMigrations
+// runs the real one, with the reporters and shims).
+func testMigrate(t *testing.T, c *kubetest.Cluster, run func(args ...string) (string, error)) {
+	ctx := context.Background()
+	api, err := kubeapi.ForConfig(c.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("migrate", "cart", "-n", "shop", "--to", "node-b", "--delete-original", "--wait=false")
+	if err != nil || !strings.Contains(out, "podmigration.nodeshim.io/cart-move-1800000000 created") {
+		t.Fatalf("migrate --wait=false: %v\n%s", err, out)
+	}
+	m, err := api.GetPodMigration(ctx, "shop", "cart-move-1800000000")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sp := m.Spec; sp.PodName != "cart" || sp.TargetNode != "node-b" || !sp.DeleteOriginal || sp.Mode != v1alpha1.ModeStopAndCopy || sp.NodeSelector != nil {
+		t.Errorf("spec %+v", sp)
+	}
+
+	// step writes the next status of ns/name once the plugin has seen the
+	// last (it prints each change).
+	step := func(name string, phase v1alpha1.MigrationPhase, conds ...condition.Condition) {
+		t.Helper()
+		testutil.Eventually(t, "PodMigration "+name+" "+string(phase), func() error {
+			m, err := api.GetPodMigration(ctx, "shop", name)
+			if err != nil {
+				return err
+			}
+			m.Status.Phase, m.Status.SourceNode, m.Status.TargetNode = phase, "node-a", "node-b"
+			if phase == v1alpha1.MigrationSucceeded {
+				m.Status.RestoredPod, m.Status.Downtime = "cart-3f2a9", &metav1.Duration{Duration: 1500 * time.Millisecond}
+			}
+			m.SetConditions(time.Now(), conds...)
+			_, err = api.UpdatePodMigrationStatus(ctx, m, "test")
+			return err
+		})
+		time.Sleep(150 * time.Millisecond) // three of the plugin's polls
+	}
+	type result struct {
+		out string
+		err error
+	}
+	follow := func(name string, args ...string) <-chan result {
+		ch := make(chan result, 1)
+		go func() {
+			out, err := run(append([]string{"migrate", "cart", "-n", "shop", "--name", name}, args...)...)
+			ch <- result{out, err}
+		}()
+		testutil.Eventually(t, "PodMigration "+name+" created", func() error {
+			_, err := api.GetPodMigration(ctx, "shop", name)
+			return err
+		})
+		return ch
+	}
+	progress := func(typ, reason, msg string) condition.Condition {
+		return condition.Condition{Type: typ, Status: condition.False, Severity: condition.SeverityInfo, Reason: reason, Message: msg}
+	}
+	ok := func(typ, reason, msg string) condition.Condition {
+		return condition.Condition{Type: typ, Status: condition.True, Reason: reason, Message: msg}
+	}
+
+	done := follow("move-web", "--selector", "pool=spare")
+	step("move-web", v1alpha1.MigrationCheckpointing, progress(v1alpha1.ConditionCheckpointed, "Checkpointing", "pod checkpoint move-web asked of node node-a"))
+	step("move-web", v1alpha1.MigrationTransferring, ok(v1alpha1.ConditionCheckpointed, "Checkpointed", "pod checkpoint c stored on node node-a"),
+		progress(v1alpha1.ConditionTransferred, v1alpha1.ReasonTransferring, "sending c from node node-a to node node-b"))
+	step("move-web", v1alpha1.MigrationRestoring, ok(v1alpha1.ConditionTransferred, v1alpha1.ReasonTransferred, "c stored on node node-b"),
+		progress(v1alpha1.ConditionRestored, "Restoring", "pod cart-3f2a9 created on node node-b"))
+	step("move-web", v1alpha1.MigrationSucceeded, ok(v1alpha1.ConditionRestored, "Restored", "pod cart-3f2a9 runs on node node-b"))
+	r := <-done
+	if r.err != nil {
+		t.Fatalf("migrate: %v\n%s", r.err, r.out)
+	}
+	for _, want := range []string{"Pending\t", "Checkpointing\tpod checkpoint move-web asked of node node-a", "Transferring\tsending c from node node-a to node node-b",
+		"Restoring\tpod cart-3f2a9 created on node node-b", "Succeeded\tpod cart-3f2a9 runs on node node-b",
+		"pod shop/cart runs on node node-b as cart-3f2a9; downtime 1.5s"} {
+		if !strings.Contains(r.out, want) {
+			t.Errorf("migrate printed\n%s\nwant %q", r.out, want)
+		}
+	}
+	if m, err := api.GetPodMigration(ctx, "shop", "move-web"); err != nil || m.Spec.NodeSelector["pool"] != "spare" || m.Spec.TargetNode != "" {
+		t.Errorf("move-web: %v %+v", err, m.Spec)
+	}
+
+	done = follow("move-refused", "--to", "node-b")
+	step("move-refused", v1alpha1.MigrationFailed, condition.Condition{Type: v1alpha1.ConditionTransferred, Status: condition.False,
+		Severity: condition.SeverityError, Reason: v1alpha1.ReasonTransferFailed, Message: "send c from node node-a to node node-b: 403"})
+	r = <-done
+	if r.err == nil || !strings.Contains(r.err.Error(), "PodMigration shop/move-refused failed: TransferFailed: send c from node node-a to node node-b: 403") {
+		t.Errorf("a failed migration: %v\n%s", r.err, r.out)
 	}
 }
