@@ -330,6 +330,36 @@ func (c *Client) putPodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoin
 	return &out, err
 }
 
+// CordonNode marks the Node name unschedulable (spec.unschedulable, as
+// `kubectl cordon` does) as fieldManager, with a JSON merge patch of that
+// field alone.
+func (c *Client) CordonNode(ctx context.Context, name, fieldManager string) error {
+	return c.core.Patch(types.MergePatchType).Resource("nodes").Name(name).Param("fieldManager", fieldManager).
+		Body([]byte(`{"spec":{"unschedulable":true}}`)).Do(ctx).Error()
+}
+
+// ListPods lists the Pods of every namespace that opts selects (e.g. the
+// field selector spec.nodeName=NODE).
+func (c *Client) ListPods(ctx context.Context, opts metav1.ListOptions) (*corev1.PodList, error) {
+	var l corev1.PodList
+	err := c.core.Get().Resource("pods").VersionedParams(&opts, c.params()).Timeout(timeout(opts)).Do(ctx).Into(&l)
+	return &l, err
+}
+
+// EvictPod asks the API server to evict the Pod namespace/name through
+// the eviction subresource (policy/v1 Eviction), which honours its
+// PodDisruptionBudgets: a 429 says one forbids it now, and is returned at
+// once (client-go would wait out its Retry-After, ten times over), for
+// the caller to ask again when it chooses.
+func (c *Client) EvictPod(ctx context.Context, namespace, name string) error {
+	body, err := json.Marshal(map[string]any{"apiVersion": "policy/v1", "kind": "Eviction",
+		"metadata": map[string]string{"name": name, "namespace": namespace}})
+	if err != nil {
+		return err
+	}
+	return c.core.Post().Namespace(namespace).Resource("pods").Name(name).SubResource("eviction").MaxRetries(0).Body(body).Do(ctx).Error()
+}
+
 // DeletePod deletes the Pod namespace/name, only if its uid is still uid
 // (a precondition: never a pod of the same name made since).
 func (c *Client) DeletePod(ctx context.Context, namespace, name string, uid types.UID) error {

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/cluster/drain"
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 )
 
@@ -64,6 +65,7 @@ const usage = `kubectl nodeshim: checkpoints of pods, taken and restored by node
   kubectl nodeshim restore NAME [-n NS] [--pod NEWPOD] [--runtime-class nodeshim] [--wait=true]
   kubectl nodeshim delete NAME [-n NS]
   kubectl nodeshim migrate POD (--to NODE | --selector K=V,...) [-n NS] [--name NAME] [--mode StopAndCopy] [--delete-original] [--wait=true]
+  kubectl nodeshim drain NODE [--timeout 10m]
 `
 
 // Run runs the plugin with args (without the program name).
@@ -110,6 +112,8 @@ func Run(ctx context.Context, args []string, env Env) error {
 		fs.StringVar(&mode, "mode", string(v1alpha1.ModeStopAndCopy), "how the memory moves: StopAndCopy, PreCopy or Lazy")
 		fs.BoolVar(&deleteOriginal, "delete-original", false, "delete the original pod once the moved one runs")
 		fs.BoolVar(&wait, "wait", true, "wait until the pod runs on the target or the migration failed, printing its progress")
+	case "drain":
+		fs.DurationVar(&timeout, "timeout", 10*time.Minute, "how long the pods may take to move or go")
 	case "get", "delete":
 	default:
 		fmt.Fprint(env.Stderr, usage)
@@ -148,6 +152,17 @@ func Run(ctx context.Context, args []string, env Env) error {
 			return err
 		}
 		return migrate(ctx, c, env, namespace, name, spec, wait)
+	case "drain":
+		if len(pos) != 1 {
+			return usagef("drain takes one NODE, got %d arguments", len(pos))
+		}
+		if timeout <= 0 {
+			return usagef("--timeout %v: want a positive duration", timeout)
+		}
+		dctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		_, err := drain.Run(dctx, drain.Options{Node: pos[0], API: c, FieldManager: FieldManager, Out: env.Stdout, Poll: env.Poll, Now: env.Now})
+		return err
 	default: // delete
 		if len(pos) != 1 {
 			return usagef("delete takes one NAME, got %d arguments", len(pos))

@@ -163,7 +163,10 @@ func TestPlugin(t *testing.T) {
 		want  string
 	}{
 		{nil, true, "no command"},
-		{[]string{"drain", "node-a"}, true, "unknown command"},
+		{[]string{"uncordon", "node-a"}, true, "unknown command"},
+		{[]string{"drain"}, true, "one NODE"},
+		{[]string{"drain", "node-a", "--timeout", "0s"}, true, "--timeout 0s"},
+		{[]string{"drain", "node-z"}, false, `nodes "node-z" not found`},
 		{[]string{"migrate", "cart", "-n", "shop"}, true, "exactly one of --to NODE and --selector"},
 		{[]string{"migrate", "cart", "-n", "shop", "--to", "node-b", "--selector", "pool=spare"}, true, "exactly one of"},
 		{[]string{"migrate", "cart", "-n", "shop", "--selector", "pool"}, true, `--selector "pool"`},

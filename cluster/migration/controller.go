@@ -337,7 +337,8 @@ func Missing(node *corev1.Node, want map[string]string) []string {
 }
 
 // chooseTarget returns the target node, or nil with the reason and
-// message of the refusal.
+// message of the refusal. A cordoned node (spec.unschedulable) takes no
+// pod, named or selected; an empty selector selects every node.
 func (c *Controller) chooseTarget(ctx context.Context, m *v1alpha1.PodMigration, source *corev1.Node) (*corev1.Node, string, string, error) {
 	wantTarget, wantBoth := Needs(m.Spec.Mode, source)
 	if miss := Missing(source, wantBoth); len(miss) > 0 {
@@ -370,6 +371,11 @@ func (c *Controller) chooseTarget(ctx context.Context, m *v1alpha1.PodMigration,
 		n := &candidates[i]
 		if n.Name == source.Name {
 			refusals = append(refusals, fmt.Sprintf("%s is the pod's node", n.Name))
+			continue
+		}
+		if n.Spec.Unschedulable {
+			// Cordoned for maintenance, or being drained itself.
+			refusals = append(refusals, fmt.Sprintf("node %s is cordoned", n.Name))
 			continue
 		}
 		if miss := Missing(n, wantTarget); len(miss) > 0 {

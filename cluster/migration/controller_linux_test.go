@@ -20,8 +20,10 @@ import (
 	"filippo.io/age"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
@@ -34,6 +36,7 @@ import (
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/deploy"
+	"github.com/nodeshim/nodeshim/internal/syncbuf"
 	shimapi "github.com/nodeshim/nodeshim/shim/api"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/status"
@@ -208,10 +211,16 @@ func TestPodMigrations(t *testing.T) {
 	}
 	stop := run(t, c.Run)
 
+	// node-g could take any pod, but is cordoned.
+	if _, err := e.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-g", Labels: capable},
+		Spec: corev1.NodeSpec{Unschedulable: true}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	t.Run("refused before anything is frozen", func(t *testing.T) { testRefused(t, e) })
 	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
 	t.Run("target receives no transfers", func(t *testing.T) { testTargetReceivesNone(t, e, capable) })
+	t.Run("drain moves the annotated pods and evicts the rest", func(t *testing.T) { testDrain(t, e) })
 	// Last, with the controller above stopped: each subtest runs its own.
 	stop()
 	t.Run("every grant needed", func(t *testing.T) { testEveryGrantNeeded(t, e) })
@@ -459,6 +468,7 @@ func testRefused(t *testing.T, e *env) {
 		{"lazy-not-built", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-e", Mode: v1alpha1.ModeLazy}, ReasonModeNotBuilt,
 			"Lazy migration is not built yet"},
 		{"same-node", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-a"}, ReasonTargetNotCapable, "node-a is the pod's node"},
+		{"cordoned", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-g"}, ReasonTargetNotCapable, "node node-g is cordoned"},
 		{"statefulset", v1alpha1.PodMigrationSpec{PodName: "db-0", TargetNode: "node-b"}, ReasonOwnedBy, "StatefulSet db's"},
 		{"no-pod", v1alpha1.PodMigrationSpec{PodName: "gone", TargetNode: "node-b"}, ReasonPodNotFound, "does not exist"},
 		{"taken", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-b"}, ReasonCheckpointFailed, "exists and is not this migration's"},
@@ -604,6 +614,110 @@ func testTargetReceivesNone(t *testing.T, e *env, labels map[string]string) {
 	}
 	if p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "cron", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the original: %v", err)
+	}
+}
+
+// testDrain: `kubectl nodeshim drain node-a` cordons node-a, moves its
+// annotated pod to node-b with its state through the controller, evicts a
+// ReplicaSet's pod once its PodDisruptionBudget allows it (asking again
+// while it refuses), and leaves the DaemonSet's pod. The test stands in
+// for the nodes' kubelets: the moved pod is reported running, a pod being
+// deleted on node-a is removed.
+func testDrain(t *testing.T, e *env) {
+	ctx := context.Background()
+	ledger := e.pod(t, "ops", "ledger", "node-a")
+	on := v1alpha1.DrainMigrate
+	if err := e.adminAPI.PatchPodAnnotations(ctx, "ops", "ledger", map[string]*string{v1alpha1.AnnotationOnDrain: &on}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	rs := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "worker-6b8", UID: "u-worker", Controller: ptr.To(true)}
+	worker := e.pod(t, "ops", "worker", "node-a", rs)
+	ds := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "DaemonSet", Name: "agent", UID: "u-agent", Controller: ptr.To(true)}
+	e.pod(t, "ops", "agent", "node-a", ds)
+	one := intstr.FromInt32(1)
+	if _, err := e.admin.PolicyV1().PodDisruptionBudgets("ops").Create(ctx, &policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Name: "worker"},
+		Spec: policyv1.PodDisruptionBudgetSpec{MinAvailable: &one, Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "worker"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	kctx, stopKubelets := context.WithCancel(ctx)
+	kubelets := make(chan struct{})
+	kube := e.AdminClient(t) // a client of their own: client-go's rate limit is per client
+	go func() {
+		defer close(kubelets)
+		for kctx.Err() == nil {
+			l, err := kube.CoreV1().Pods("").List(kctx, metav1.ListOptions{})
+			if err == nil {
+				for i := range l.Items {
+					p := &l.Items[i]
+					switch {
+					case p.Spec.NodeName == "node-a" && p.DeletionTimestamp != nil:
+						_ = kube.CoreV1().Pods(p.Namespace).Delete(kctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)})
+					case p.Namespace == "ops" && p.Spec.NodeName == "node-b" && p.Status.Phase != corev1.PodRunning:
+						p.Status.Phase = corev1.PodRunning
+						_, _ = kube.CoreV1().Pods(p.Namespace).UpdateStatus(kctx, p, metav1.UpdateOptions{})
+					}
+				}
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}()
+	defer func() { stopKubelets(); <-kubelets }()
+
+	var out syncbuf.Buffer
+	done := make(chan error, 1)
+	go func() {
+		done <- kubectl.Run(ctx, []string{"drain", "node-a", "--timeout", "2m"}, kubectl.Env{Stdout: &out, Stderr: &out, Config: e.AdminConfig(), Poll: 50 * time.Millisecond})
+	}()
+	// The budget refuses the eviction: the drain asks again and waits.
+	testutil.Eventually(t, "the migration of ledger done and the drain still waiting on worker", func() error {
+		if !strings.Contains(out.String(), "pod/ops/ledger moved to node node-b") {
+			return fmt.Errorf("output so far:\n%s", out.String())
+		}
+		return nil
+	})
+	select {
+	case err := <-done:
+		t.Fatalf("the drain ended while a PodDisruptionBudget forbids evicting worker: %v\n%s", err, out.String())
+	default:
+	}
+	if p, err := e.admin.CoreV1().Pods("ops").Get(ctx, "worker", metav1.GetOptions{}); err != nil || p.UID != worker.UID || p.DeletionTimestamp != nil {
+		t.Fatalf("worker while its budget forbids: %v", err)
+	}
+	if err := e.admin.PolicyV1().PodDisruptionBudgets("ops").Delete(ctx, "worker", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("drain: %v\n%s", err, out.String())
+	}
+	t.Logf("kubectl nodeshim drain node-a:\n%s", out.String())
+	for _, want := range []string{"node/node-a cordoned", "pod/ops/agent stays: a DaemonSet's pod", "pod/ops/ledger moving (podmigration.nodeshim.io/ledger-drain-",
+		"pod/ops/worker evicting", "pod/ops/worker evicted", "node/node-a drained"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("drain printed\n%s\nwant %q", out.String(), want)
+		}
+	}
+	if n, err := e.admin.CoreV1().Nodes().Get(ctx, "node-a", metav1.GetOptions{}); err != nil || !n.Spec.Unschedulable {
+		t.Errorf("node-a not cordoned: %v", err)
+	}
+	if _, err := e.admin.CoreV1().Pods("ops").Get(ctx, "agent", metav1.GetOptions{}); err != nil {
+		t.Errorf("the DaemonSet's pod: %v", err)
+	}
+	l, err := e.adminAPI.ListPodMigrations(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var moved *v1alpha1.PodMigration
+	for i := range l.Items {
+		if l.Items[i].Namespace == "ops" {
+			moved = &l.Items[i]
+		}
+	}
+	if moved == nil || moved.Spec.PodName != "ledger" || !moved.Spec.DeleteOriginal || moved.Status.TargetNode != "node-b" || moved.Status.PodUID != string(ledger.UID) {
+		t.Fatalf("the drain's PodMigration: %+v", moved)
+	}
+	if p, err := e.admin.CoreV1().Pods("ops").Get(ctx, moved.Status.RestoredPod, metav1.GetOptions{}); err != nil || p.Spec.NodeName != "node-b" {
+		t.Errorf("the moved pod: %v", err)
 	}
 }
 

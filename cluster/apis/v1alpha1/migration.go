@@ -92,6 +92,14 @@ func (m *PodMigration) SetConditions(now time.Time, conds ...condition.Condition
 // PodMigration's name.
 const AnnotationMigration = "migration.nodeshim.io/name"
 
+// AnnotationOnDrain on a Pod says what a drain of its node does with it
+// (cluster/drain): DrainMigrate moves it to another node with its state;
+// without it the pod is evicted, as `kubectl drain` would.
+const AnnotationOnDrain = "migration.nodeshim.io/on-drain"
+
+// DrainMigrate is the AnnotationOnDrain value that moves a pod.
+const DrainMigrate = "migrate"
+
 // PodMigration asks for one pod of its namespace to be moved to another
 // node with its state: checkpointed on its node, sent to the target's
 // shim, and restored there under the restoring RuntimeClass.
