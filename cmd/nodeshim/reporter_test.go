@@ -23,6 +23,7 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/reporter"
 	"github.com/nodeshim/nodeshim/deploy"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
+	"github.com/nodeshim/nodeshim/testenv/testproc"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
@@ -95,11 +96,11 @@ func startE2E(t testing.TB, thin bool) *e2e {
 	root := filepath.Join(dir, "root")
 	serve := exec.Command(bin, "serve", "--root-dir", root, "--lock-file", filepath.Join(dir, "nodeshim.lock"), "--host-root", filepath.Join(dir, "host"))
 	serve.Stdout, serve.Stderr = io.Discard, io.Discard
-	serve.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := serve.Start(); err != nil {
+	served, err := testproc.StartHeld(serve)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); serve.Wait() })
+	t.Cleanup(func() { serve.Process.Signal(syscall.SIGTERM); <-served })
 
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -115,13 +116,13 @@ func startE2E(t testing.TB, thin bool) *e2e {
 	e.reporter = exec.Command(reporterCmd[0], append(reporterCmd[1:], "--node-name", e.node, "--namespace", "nodeshim",
 		"--kubeconfig", kubeconfig, "--socket", filepath.Join(root, "nodeshim.sock"), "--metrics-addr", e.metrics)...)
 	e.reporter.Stdout, e.reporter.Stderr = logf, logf
-	e.reporter.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := e.reporter.Start(); err != nil {
+	reported, err := testproc.StartHeld(e.reporter)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		e.reporter.Process.Signal(syscall.SIGTERM)
-		err := e.reporter.Wait()
+		err := <-reported
 		logf.Close()
 		if err != nil {
 			t.Errorf("reporter exited with %v", err)

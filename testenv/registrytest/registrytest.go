@@ -38,6 +38,7 @@ import (
 	"oras.land/oras-go/v2/content/memory"
 	"oras.land/oras-go/v2/registry/remote"
 
+	"github.com/nodeshim/nodeshim/testenv/testproc"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
@@ -118,12 +119,12 @@ http:
 	defer logf.Close()
 	cmd := exec.Command(bin, "serve", cfgPath)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	done, err := testproc.StartHeld(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	r := &Registry{Host: host, Dir: dir, cmd: cmd, done: make(chan error, 1)}
-	go func() { r.done <- cmd.Wait() }()
+	go func() { r.done <- <-done }()
 	return r, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -37,16 +38,47 @@ func Start(dir, name, bin string, args ...string) (*Proc, error) {
 	defer f.Close()
 	cmd := exec.Command(bin, args...)
 	cmd.Stdout, cmd.Stderr = f, f
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
+	done, err := StartHeld(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", bin, err)
 	}
 	p := &Proc{Name: name, Log: logPath, cmd: cmd, exited: make(chan struct{})}
 	go func() {
-		p.err = cmd.Wait()
+		p.err = <-done
 		close(p.exited)
 	}()
 	return p, nil
+}
+
+// StartHeld starts cmd to be killed (Pdeathsig SIGKILL) if the test
+// binary dies first, and returns the channel that receives its Wait's
+// result: the caller waits there, never on cmd.Wait. Pdeathsig fires when
+// the thread that forked the child ends, not the process (golang/go#27505),
+// and the Go runtime ends a thread whenever a goroutine locked to it
+// returns (nodeshim's private mount namespaces do, criu.privateRun): a
+// peer forked from such a thread would be killed mid-test. So cmd is
+// started and waited for by a goroutine locked to its thread, which no
+// other goroutine can take, until the child has exited.
+func StartHeld(cmd *exec.Cmd) (<-chan error, error) {
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
+	}
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
+	started, done := make(chan error, 1), make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		done <- cmd.Wait()
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return done, nil
 }
 
 // Exited is closed when the process has exited.

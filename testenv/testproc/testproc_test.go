@@ -1,10 +1,15 @@
 package testproc
 
 import (
+	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -51,5 +56,73 @@ func TestWaitReadyFailsWhenTheProcessExits(t *testing.T) {
 func TestStartNamesTheMissingBinary(t *testing.T) {
 	if _, err := Start(t.TempDir(), "x", "/nonexistent/peer"); err == nil || !strings.Contains(err.Error(), "/nonexistent/peer") {
 		t.Errorf("Start = %v", err)
+	}
+}
+
+// endThreads ends n OS threads: each goroutine returns while locked to
+// its thread, which the runtime then terminates (as criu.privateRun's
+// does).
+func endThreads(n int) {
+	for range n {
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			runtime.LockOSThread()
+		}()
+		<-done
+	}
+}
+
+// TestStartHeldOutlivesThreads: a child with Pdeathsig is killed when the
+// thread that forked it ends, not the process (the first half shows it
+// with a thread ended on purpose); StartHeld's child lives on however many
+// threads end meanwhile.
+func TestStartHeldOutlivesThreads(t *testing.T) {
+	sleep := testutil.RequireBinary(t, "sleep")
+	bare := exec.Command(sleep, "60")
+	bare.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	forked := make(chan error, 1)
+	locked := make(chan struct{})
+	start := func() {
+		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		close(locked)
+		forked <- bare.Start()
+	}
+	go func() {
+		runtime.LockOSThread()
+		if syscall.Gettid() != os.Getpid() {
+			start()
+			return
+		}
+		// The main thread never ends: fork from another, which cannot be
+		// it while this goroutine holds it.
+		go start()
+		<-locked
+		runtime.UnlockOSThread()
+	}()
+	if err := <-forked; err != nil {
+		t.Fatal(err)
+	}
+	var ee *exec.ExitError
+	if err := bare.Wait(); !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("a child whose forking thread ended: %v; want it killed by its Pdeathsig", err)
+	}
+
+	held := exec.Command(sleep, "60")
+	done, err := StartHeld(held)
+	if err != nil {
+		t.Fatal(err)
+	}
+	endThreads(64)
+	select {
+	case err := <-done:
+		t.Fatalf("StartHeld's child ended while threads ended: %v", err)
+	case <-time.After(200 * time.Millisecond):
+	}
+	if err := held.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGTERM {
+		t.Errorf("StartHeld's child: %v; want it ended by the SIGTERM sent", err)
 	}
 }
