@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"net"
@@ -14,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -75,6 +77,8 @@ type env struct {
 	admin    kubernetes.Interface
 	adminAPI *kubeapi.Client
 	nodes    map[string]*transfertest.Node
+	// cut counts the streams node-h hung up on.
+	cut *atomic.Int32
 }
 
 func manifest(t *testing.T, path string) []byte {
@@ -149,6 +153,7 @@ func TestPodMigrations(t *testing.T) {
 		"node-b": with(map[string]string{"pool": "spare", v1alpha1.LabelPreCopy: "false"}),
 		"node-c": with(map[string]string{"pool": "spare"}, v1alpha1.LabelRestoreRuntimeClass),
 		"node-e": capable,
+		"node-h": capable,
 	} {
 		if _, err := e.admin.CoreV1().Nodes().Create(context.Background(), &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
@@ -169,6 +174,18 @@ func TestPodMigrations(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.nodes["node-e"].Serve(t, untrusting, nil)
+	// node-h hangs up in the middle of every stream.
+	e.cut = &atomic.Int32{}
+	e.nodes["node-h"].Serve(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.CopyN(io.Discard, r.Body, 16<<10)
+		conn, _, err := http.NewResponseController(w).Hijack()
+		if err != nil {
+			t.Errorf("hijack: %v", err)
+			return
+		}
+		conn.Close()
+		e.cut.Add(1)
+	}), nil)
 	// The receivers' reporters publish where and to which key to send.
 	for _, name := range []string{"node-b", "node-c", "node-e"} {
 		e.receives(t, e.nodes[name])
@@ -200,7 +217,7 @@ func TestPodMigrations(t *testing.T) {
 	// and access a reporter has), the shim with node-a's certificate and
 	// signing key, to the recipients of its configuration.
 	snd, err := migrationsend.New(migrationsend.Options{NodeName: "node-a", API: reporterAPI,
-		Shim: migrationsend.SocketShim{C: sendingShim(t, a, e.nodes["node-b"], e.nodes["node-c"], e.nodes["node-e"])}, Interval: 50 * time.Millisecond})
+		Shim: migrationsend.SocketShim{C: sendingShim(t, a, e.nodes["node-b"], e.nodes["node-c"], e.nodes["node-e"], e.nodes["node-h"])}, Interval: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,6 +237,7 @@ func TestPodMigrations(t *testing.T) {
 	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
 	t.Run("target receives no transfers", func(t *testing.T) { testTargetReceivesNone(t, e, capable) })
+	t.Run("target lost mid-transfer", func(t *testing.T) { testTargetLost(t, e) })
 	t.Run("drain moves the annotated pods and evicts the rest", func(t *testing.T) { testDrain(t, e) })
 	// Last, with the controller above stopped: each subtest runs its own.
 	stop()
@@ -614,6 +632,35 @@ func testTargetReceivesNone(t *testing.T, e *env, labels map[string]string) {
 	}
 	if p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "cron", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
 		t.Fatalf("the original: %v", err)
+	}
+}
+
+// testTargetLost: a target whose shim goes away in the middle of the
+// stream (node-h hangs up after the first bytes, as a node that dies or
+// loses its network does) fails the step with the cut; the original pod
+// runs on and no restored pod is made.
+func testTargetLost(t *testing.T, e *env) {
+	ctx := context.Background()
+	e.receives(t, e.nodes["node-h"])
+	e.pod(t, "store", "queue", "node-a")
+	e.migrate(t, "store", "move-queue", v1alpha1.PodMigrationSpec{PodName: "queue", TargetNode: "node-h", DeleteOriginal: true})
+	testutil.Eventually(t, "PodMigration move-queue failed", func() error {
+		if m := e.get(t, "store", "move-queue"); m.Status.Phase != v1alpha1.MigrationFailed {
+			return fmt.Errorf("phase %q", m.Status.Phase)
+		}
+		return nil
+	})
+	m := e.get(t, "store", "move-queue")
+	tr := cond(t, m, v1alpha1.ConditionTransferred)
+	if tr.Reason != ReasonTransferFailed || !strings.Contains(tr.Message, "send "+m.Status.Checkpoint+" from node node-a to node node-h") || e.cut.Load() == 0 {
+		t.Fatalf("Transferred %+v (%d streams cut)", tr, e.cut.Load())
+	}
+	t.Logf("Transferred: %s", tr.Message)
+	if p, err := e.admin.CoreV1().Pods("store").Get(ctx, "queue", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning {
+		t.Fatalf("the original: %v", err)
+	}
+	if _, err := e.admin.CoreV1().Pods("store").Get(ctx, RestoredName(m), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a restored pod exists: %v", err)
 	}
 }
 
