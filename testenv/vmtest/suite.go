@@ -82,6 +82,7 @@ func HostSuite() []Decision {
 		{"cluster/apis/v1alpha1", true, "portable: the PodCheckpoint types against deploy/'s CustomResourceDefinition"},
 		{"cluster/podcheckpoint", false, "every test runs the handler against a kube-apiserver with etcd"},
 		{"cluster/migration", false, "its test runs the controller against a kube-apiserver with etcd, which the guest does not carry"},
+		{"deploy/krew", false, "krew installs the plugin it builds with go, neither of which the guest carries"},
 		{"cluster/drain", true, "portable: what a drain does with each kind of pod"},
 		{"cluster/migrationsend", true, "portable: the send request from a Node's labels and which migrations wait"},
 		{"cluster/kubectl", false, "the kubectl plugin against a kube-apiserver with etcd"},
