@@ -92,21 +92,16 @@ func TestKrewInstalls(t *testing.T) {
 	}
 
 	// An archive that is not the one the manifest names is refused.
-	if err := os.WriteFile(archive, append(readAll(t, archive), 0), 0o644); err != nil {
+	b, err := os.ReadFile(archive)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(archive, append(b, 0), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := krew("install", "--manifest="+manifest, "--archive="+archive); err == nil || !strings.Contains(strings.ToLower(out), "checksum") {
 		t.Errorf("krew install of a changed archive: %v\n%s", err, out)
 	}
-}
-
-func readAll(t *testing.T, path string) []byte {
-	t.Helper()
-	b, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
 }
 
 // TestArchive: one entry, the executable, with a fixed time: the same

@@ -83,6 +83,21 @@ func serveWithSocket(t *testing.T, root string, n *transfertest.Node, checkpoint
 	return "", "", nil
 }
 
+// trustingNodes makes node-a and node-b under a new root, with
+// certificates from one CA, and node-b's trust policy file, which trusts
+// node-a's signing key.
+func trustingNodes(t *testing.T) (root string, ca *transfertest.CA, a, b *transfertest.Node, policy string) {
+	t.Helper()
+	root = t.TempDir()
+	ca = transfertest.NewCA(t, root, "cluster-ca")
+	a, b = transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b")
+	policy = filepath.Join(root, "node-b", "trust.yaml")
+	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return root, ca, a, b, policy
+}
+
 // TestServeReceives runs two `nodeshim serve` instances, each with its own
 // root and checkpoint directory and its node's certificate: node-b's
 // configuration receives transfers (checkpoint.transfer) from the nodes
@@ -91,13 +106,7 @@ func serveWithSocket(t *testing.T, root string, n *transfertest.Node, checkpoint
 // to node-a are refused, and leave nothing.
 func TestServeReceives(t *testing.T) {
 	testutil.RequireRoot(t)
-	root := t.TempDir()
-	ca := transfertest.NewCA(t, root, "cluster-ca")
-	a, b := transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b")
-	policy := filepath.Join(root, "node-b", "trust.yaml")
-	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	root, _, a, b, policy := trustingNodes(t)
 	bURL, bLogs := serve(t, root, b, "  trustPolicy: "+policy+"\n  encryption:\n    identities: ["+b.Keys.IdentityFile+"]\n"+
 		"  transfer:\n    enabled: true\n    maxBytes: 4Mi\n")
 	aURL, _ := serve(t, root, a, "")
@@ -144,13 +153,8 @@ func TestServeReceives(t *testing.T) {
 // certificate does not name the node asked for; neither sends a byte.
 func TestServeSends(t *testing.T) {
 	testutil.RequireRoot(t)
-	root := t.TempDir()
-	ca := transfertest.NewCA(t, root, "cluster-ca")
-	a, b, c := transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b"), transfertest.NewNode(t, root, ca, "node-c")
-	policy := filepath.Join(root, "node-b", "trust.yaml")
-	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	root, ca, a, b, policy := trustingNodes(t)
+	c := transfertest.NewNode(t, root, ca, "node-c")
 	bURL, _ := serve(t, root, b, "  trustPolicy: "+policy+"\n  encryption:\n    identities: ["+b.Keys.IdentityFile+"]\n  transfer:\n    enabled: true\n")
 	_, aSock, aLogs := serveWithSocket(t, root, a, "  signing:\n    keyFile: "+a.Keys.SigningKeyFile+"\n    nodeName: node-a\n"+
 		"  encryption:\n    recipients: ["+b.Keys.Recipient+"]\n  transfer:\n    send: true\n")
@@ -211,13 +215,7 @@ func TestServeSends(t *testing.T) {
 // not: what the reporter publishes as the Node's transfer labels.
 func TestServeTransferInfo(t *testing.T) {
 	testutil.RequireRoot(t)
-	root := t.TempDir()
-	ca := transfertest.NewCA(t, root, "cluster-ca")
-	a, b := transfertest.NewNode(t, root, ca, "node-a"), transfertest.NewNode(t, root, ca, "node-b")
-	policy := filepath.Join(root, "node-b", "trust.yaml")
-	if err := os.WriteFile(policy, []byte(fmt.Sprintf("keys:\n- keyID: %s\n  node: node-a\n", seal.KeyID(a.Keys.Public))), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	root, _, a, b, policy := trustingNodes(t)
 	bURL, bSock, _ := serveWithSocket(t, root, b, "  trustPolicy: "+policy+"\n  encryption:\n    identities: ["+b.Keys.IdentityFile+"]\n  transfer:\n    enabled: true\n")
 	_, aSock, _ := serveWithSocket(t, root, a, "")
 	get := func(sock string) (int, string) {
