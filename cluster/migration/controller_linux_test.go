@@ -238,6 +238,7 @@ func TestPodMigrations(t *testing.T) {
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
 	t.Run("target receives no transfers", func(t *testing.T) { testTargetReceivesNone(t, e, capable) })
 	t.Run("target lost mid-transfer", func(t *testing.T) { testTargetLost(t, e) })
+	t.Run("source restarted mid-checkpoint", func(t *testing.T) { testSourceRestarted(t, e, reporterAPI, capable) })
 	t.Run("drain moves the annotated pods and evicts the rest", func(t *testing.T) { testDrain(t, e) })
 	// Last, with the controller above stopped: each subtest runs its own.
 	stop()
@@ -660,6 +661,73 @@ func testTargetLost(t *testing.T, e *env) {
 		t.Fatalf("the original: %v", err)
 	}
 	if _, err := e.admin.CoreV1().Pods("store").Get(ctx, RestoredName(m), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("a restored pod exists: %v", err)
+	}
+}
+
+// blockedShim is a source node's shim whose pod checkpoint runs until its
+// caller gives up: the reporter is stopped in the middle of it.
+type blockedShim struct{ started chan struct{} }
+
+func (s blockedShim) CheckpointPod(ctx context.Context, _, _ string, _ time.Duration, _ string) (string, error) {
+	close(s.started)
+	<-ctx.Done()
+	return "", ctx.Err()
+}
+
+func (blockedShim) RemoveCheckpoint(context.Context, string) error { return nil }
+
+// testSourceRestarted: node-s's reporter is stopped while its shim
+// checkpoints the pod, and a new one started, as when the DaemonSet's pod
+// restarts: the new reporter marks the PodCheckpoint Interrupted (its
+// outcome on the node unknown), and the migration fails at that step with
+// the original running on and nothing made on the target.
+func testSourceRestarted(t *testing.T, e *env, reporterAPI *kubeapi.Client, labels map[string]string) {
+	ctx := context.Background()
+	if _, err := e.admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-s", Labels: labels}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	shim := blockedShim{started: make(chan struct{})}
+	first, err := podcheckpoint.New(podcheckpoint.Options{NodeName: "node-s", API: reporterAPI, Shim: shim, Retry: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fctx, stopFirst := context.WithCancel(ctx)
+	firstDone := make(chan error, 1)
+	go func() { firstDone <- first.Run(fctx) }()
+	e.pod(t, "late", "report", "node-s")
+	e.migrate(t, "late", "move-report", v1alpha1.PodMigrationSpec{PodName: "report", TargetNode: "node-b", DeleteOriginal: true})
+	select {
+	case <-shim.started:
+	case err := <-firstDone:
+		t.Fatalf("node-s's reporter ended before its shim checkpointed: %v", err)
+	}
+	stopFirst()
+	if err := <-firstDone; err != nil && !errors.Is(err, context.Canceled) {
+		t.Fatalf("node-s's first reporter: %v", err)
+	}
+	second, err := podcheckpoint.New(podcheckpoint.Options{NodeName: "node-s", API: reporterAPI, Shim: nodeShim{e.nodes["node-a"]}, Retry: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sctx, stopSecond := context.WithCancel(ctx)
+	secondDone := make(chan error, 1)
+	go func() { secondDone <- second.Run(sctx) }()
+	defer func() { stopSecond(); <-secondDone }()
+	testutil.Eventually(t, "PodMigration move-report failed", func() error {
+		if m := e.get(t, "late", "move-report"); m.Status.Phase != v1alpha1.MigrationFailed {
+			return fmt.Errorf("phase %q", m.Status.Phase)
+		}
+		return nil
+	})
+	m := e.get(t, "late", "move-report")
+	if ck := cond(t, m, v1alpha1.ConditionCheckpointed); ck.Reason != ReasonCheckpointFailed || !strings.Contains(ck.Message, "failed on node node-s: the reporter restarted during the checkpoint") {
+		t.Fatalf("Checkpointed %+v", ck)
+	}
+	if p, err := e.admin.CoreV1().Pods("late").Get(ctx, "report", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("the original: %v", err)
+	}
+	if _, err := e.admin.CoreV1().Pods("late").Get(ctx, RestoredName(m), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a restored pod exists: %v", err)
 	}
 }
