@@ -191,23 +191,6 @@ func TestPodMigrations(t *testing.T) {
 		e.receives(t, e.nodes[name])
 	}
 
-	// run runs f until the test ends or the returned stop is called.
-	run := func(t *testing.T, f func(ctx context.Context) error) (stop func()) {
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- f(ctx) }()
-		var once sync.Once
-		stop = func() {
-			once.Do(func() {
-				cancel()
-				if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
-					t.Errorf("run: %v", err)
-				}
-			})
-		}
-		t.Cleanup(stop)
-		return stop
-	}
 	h, err := podcheckpoint.New(podcheckpoint.Options{NodeName: "node-a", API: reporterAPI, Shim: nodeShim{a}, Retry: 100 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
@@ -246,6 +229,25 @@ func TestPodMigrations(t *testing.T) {
 	t.Run("steps that time out", func(t *testing.T) { testTimeouts(t, e, controllerAPI) })
 }
 
+// run runs f until t ends or the returned stop is called; an error of
+// f's but its context's end fails t.
+func run(t *testing.T, f func(ctx context.Context) error) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil && !errors.Is(err, context.Canceled) {
+				t.Errorf("run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
 // testTimeouts: a source node whose reporter never stores the checkpoint,
 // and a restored pod that never runs, fail the migration after their
 // bound; the original runs on, and the restored pod is deleted.
@@ -257,10 +259,7 @@ func testTimeouts(t *testing.T, e *env, api API) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		defer func() { cancel(); <-done }()
+		defer run(t, c.Run)()
 		testutil.Eventually(t, what, until)
 	}
 	failed := func(name string) func() error {
@@ -710,10 +709,7 @@ func testSourceRestarted(t *testing.T, e *env, reporterAPI *kubeapi.Client, labe
 	if err != nil {
 		t.Fatal(err)
 	}
-	sctx, stopSecond := context.WithCancel(ctx)
-	secondDone := make(chan error, 1)
-	go func() { secondDone <- second.Run(sctx) }()
-	defer func() { stopSecond(); <-secondDone }()
+	defer run(t, second.Run)()
 	testutil.Eventually(t, "PodMigration move-report failed", func() error {
 		if m := e.get(t, "late", "move-report"); m.Status.Phase != v1alpha1.MigrationFailed {
 			return fmt.Errorf("phase %q", m.Status.Phase)

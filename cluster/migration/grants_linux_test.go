@@ -164,10 +164,7 @@ func testEveryGrantNeeded(t *testing.T, e *env) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rctx, cancel := context.WithCancel(ctx)
-			done := make(chan error, 1)
-			go func() { done <- c.Run(rctx) }()
-			defer func() { cancel(); <-done }()
+			defer run(t, c.Run)()
 			testutil.Eventually(t, "the controller refused "+key, func() error {
 				// Stand in for the target's kubelet: the restored pod runs.
 				if p, err := e.admin.CoreV1().Pods("grants").Get(ctx, RestoredName(e.get(t, "grants", name)), metav1.GetOptions{}); err == nil && p.Status.Phase != corev1.PodRunning {
