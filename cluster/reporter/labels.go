@@ -41,18 +41,7 @@ type TransferInfoReader interface {
 // TransferInfo reads GET /transfers; a shim that receives no transfers
 // (404) gives nil.
 func (c *SocketClient) TransferInfo(ctx context.Context) (*transfer.Info, error) {
-	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
-	defer cancel()
-	var in transfer.Info
-	err := c.c.GetJSON(ctx, "/transfers", &in)
-	var se *client.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusNotFound {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	return &in, nil
+	return getOrNil[transfer.Info](ctx, c, "/transfers", http.StatusNotFound)
 }
 
 // TransferLabels returns the labels by which other nodes send this node
@@ -79,18 +68,24 @@ type NodeLabeler interface {
 // Report reads GET /report; a shim that has not collected its report yet
 // (503) gives nil.
 func (c *SocketClient) Report(ctx context.Context) (*capability.Report, error) {
+	return getOrNil[capability.Report](ctx, c, "/report", http.StatusServiceUnavailable)
+}
+
+// getOrNil reads the shim's path into a new T; an answer of status code
+// absent (the shim has none to give) is nil and no error.
+func getOrNil[T any](ctx context.Context, c *SocketClient, path string, absent int) (*T, error) {
 	ctx, cancel := context.WithTimeout(ctx, requestTimeout)
 	defer cancel()
-	var rep capability.Report
-	err := c.c.GetJSON(ctx, "/report", &rep)
+	var v T
+	err := c.c.GetJSON(ctx, path, &v)
 	var se *client.StatusError
-	if errors.As(err, &se) && se.Code == http.StatusServiceUnavailable {
+	if errors.As(err, &se) && se.Code == absent {
 		return nil, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return &rep, nil
+	return &v, nil
 }
 
 // CapabilityLabels returns the capability labels (v1alpha1.Label*) that
