@@ -182,25 +182,20 @@ func (c *Client) PostJSON(ctx context.Context, path string, wait time.Duration, 
 	if err != nil {
 		return fmt.Errorf("POST %s: %w", path, err)
 	}
-	ctx, cancel := c.bound(ctx, wait)
-	defer cancel()
-	body, err := c.doBody(ctx, http.MethodPost, path, b)
-	if err != nil {
-		return err
-	}
-	defer body.Close()
-	if err := json.NewDecoder(io.LimitReader(body, maxBody)).Decode(out); err != nil {
-		return fmt.Errorf("decode POST %s from %s: %w", path, c.socket, err)
-	}
-	return nil
+	return c.decodeBody(ctx, http.MethodPost, path, b, wait, out)
 }
 
 // decode sends the request with the client's time-out plus wait when ctx
 // has no deadline, and decodes the answer into v.
 func (c *Client) decode(ctx context.Context, method, path string, wait time.Duration, v any) error {
+	return c.decodeBody(ctx, method, path, nil, wait, v)
+}
+
+// decodeBody is decode with a JSON request body, when in is not nil.
+func (c *Client) decodeBody(ctx context.Context, method, path string, in []byte, wait time.Duration, v any) error {
 	ctx, cancel := c.bound(ctx, wait)
 	defer cancel()
-	body, err := c.do(ctx, method, path)
+	body, err := c.doBody(ctx, method, path, in)
 	if err != nil {
 		return err
 	}
