@@ -1,10 +1,12 @@
-// Package clustertest runs a real single-node Kubernetes cluster for tests:
-// the etcd and kube-apiserver of testenv/kubetest, kube-controller-manager,
+// Package clustertest runs a real Kubernetes cluster for tests: the etcd
+// and kube-apiserver of testenv/kubetest, kube-controller-manager,
 // kube-scheduler and a kubelet whose container runtime is the containerd
 // 1.6 (CRI) of testenv/runtimetest, or its containerd 2.x
-// (Env.Containerd2). This machine registers as the Node,
-// named after its hostname, and goes Ready with kubelet's own conditions
-// and Lease; pods run in containerd with the pause image of runtimetest.
+// (Env.Containerd2). This machine registers as the Node, named after its
+// hostname, and goes Ready with kubelet's own conditions and Lease; pods
+// run in containerd with the pause image of runtimetest. Env.Node joins
+// more nodes, each in a network namespace of its own with its own
+// containerd 2.x and kubelet (see Node).
 //
 // One Env serves a whole test package, so that the cluster starts once:
 //
@@ -146,6 +148,7 @@ type Env struct {
 	rt      runtimetest.Env
 	cluster *Cluster
 	err     error
+	nodes   []*Node // joined by Node, closed before the cluster
 }
 
 // Cluster is the running single-node cluster.
@@ -167,10 +170,11 @@ type Cluster struct {
 	// Timings of the start.
 	Timings Timings
 
-	lock    *os.File
-	sysctls map[string]string
-	created []string // host directories that did not exist at start
-	procs   []*testproc.Proc
+	lock       *os.File
+	kubeconfig string // the admin's, which every component uses
+	sysctls    map[string]string
+	created    []string // host directories that did not exist at start
+	procs      []*testproc.Proc
 }
 
 // Cluster returns the Env's cluster, starting it on first use. It gates t
@@ -210,6 +214,10 @@ func (e *Env) Close() error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	var errs []error
+	for i := len(e.nodes) - 1; i >= 0; i-- {
+		errs = append(errs, e.nodes[i].close())
+	}
+	e.nodes = nil
 	if e.cluster != nil {
 		errs = append(errs, e.cluster.close())
 		e.cluster = nil
@@ -280,6 +288,7 @@ func start(bins nodeBinaries, ctrd *runtimetest.Containerd, img *runtimetest.Ima
 	if err != nil {
 		return c, fmt.Errorf("clustertest: %w", err)
 	}
+	c.kubeconfig = kubeconfig
 
 	cm, err := c.startProc("kube-controller-manager", bins.kcm,
 		"--kubeconfig="+kubeconfig,
@@ -311,7 +320,8 @@ func start(bins nodeBinaries, ctrd *runtimetest.Containerd, img *runtimetest.Ima
 		return c, err
 	}
 	cfg := filepath.Join(dir, "kubelet.yaml")
-	if err := os.WriteFile(cfg, []byte(c.kubeletConfig(port)), 0o600); err != nil {
+	k := kubelet{address: "127.0.0.1", port: port, endpoint: c.Containerd.Address, cgroupRoot: c.CgroupRoot, podLogsDir: filepath.Join(dir, "pod-logs")}
+	if err := os.WriteFile(cfg, []byte(kubeletConfig(k)), 0o600); err != nil {
 		return c, fmt.Errorf("clustertest: %w", err)
 	}
 	begin = time.Now()
@@ -326,18 +336,30 @@ func start(bins nodeBinaries, ctrd *runtimetest.Containerd, img *runtimetest.Ima
 	if err != nil {
 		return c, err
 	}
-	if err := c.waitReady(cm, sched, kubelet); err != nil {
+	if err := c.waitReady(c.NodeName, dir, cm, sched, kubelet); err != nil {
 		return c, err
 	}
 	c.Timings.NodeReady = time.Since(begin)
 	return c, nil
 }
 
-// kubeletConfig is the KubeletConfiguration of this machine's kubelet.
-func (c *Cluster) kubeletConfig(port int) string {
+// kubelet is what differs between the KubeletConfigurations of the
+// cluster's nodes.
+type kubelet struct {
+	// address and port are where kubelet serves.
+	address string
+	port    int
+	// endpoint is the CRI socket's path.
+	endpoint string
+	// cgroupRoot holds the node's pods; podLogsDir their logs.
+	cgroupRoot, podLogsDir string
+}
+
+// kubeletConfig is the KubeletConfiguration of a kubelet on this machine.
+func kubeletConfig(k kubelet) string {
 	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
 kind: KubeletConfiguration
-address: 127.0.0.1
+address: %[5]s
 port: %[1]d
 readOnlyPort: 0
 healthzPort: 0
@@ -368,12 +390,12 @@ evictionHard:
   nodefs.inodesFree: 1%%
 syncFrequency: 10s
 fileCheckFrequency: 5s
-`, port, c.Containerd.Address, c.CgroupRoot, filepath.Join(c.Dir, "pod-logs"))
+`, k.port, k.endpoint, k.cgroupRoot, k.podLogsDir, k.address)
 }
 
-// waitReady waits for the Node's Ready condition, failing as soon as one
-// of procs exits.
-func (c *Cluster) waitReady(procs ...*testproc.Proc) error {
+// waitReady waits for Node node's Ready condition, failing as soon as one
+// of procs exits; dir holds its kubelet's log.
+func (c *Cluster) waitReady(node, dir string, procs ...*testproc.Proc) error {
 	cs, err := kubernetes.NewForConfig(c.API.AdminConfig())
 	if err != nil {
 		return fmt.Errorf("clustertest: %w", err)
@@ -388,13 +410,13 @@ func (c *Cluster) waitReady(procs ...*testproc.Proc) error {
 			}
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		n, err := cs.CoreV1().Nodes().Get(ctx, c.NodeName, metav1.GetOptions{})
+		n, err := cs.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		cancel()
 		if err == nil && Ready(n) {
 			return nil
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("clustertest: node %s not Ready within %v (last error %v); kubelet log:\n%s", c.NodeName, readyTimeout, err, testproc.Tail(filepath.Join(c.Dir, "kubelet.log"), 40))
+			return fmt.Errorf("clustertest: node %s not Ready within %v (last error %v); kubelet log:\n%s", node, readyTimeout, err, testproc.Tail(filepath.Join(dir, "kubelet.log"), 40))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}

@@ -4,16 +4,14 @@ import (
 	"testing"
 
 	"sigs.k8s.io/yaml"
-
-	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 )
 
 // TestKubeletConfig: the KubeletConfiguration is valid YAML and carries
 // what this kind of machine needs (see the package doc).
 func TestKubeletConfig(t *testing.T) {
-	c := &Cluster{Dir: "/tmp/nsct-x", CgroupRoot: "/nsrt-0/kubelet", Containerd: &runtimetest.Containerd{Address: "/tmp/nsrt-0/containerd.sock"}}
+	k := kubelet{address: "127.0.0.1", port: 10250, endpoint: "/tmp/nsrt-0/containerd.sock", cgroupRoot: "/nsrt-0/kubelet", podLogsDir: "/tmp/nsct-x/pod-logs"}
 	var cfg map[string]any
-	if err := yaml.Unmarshal([]byte(c.kubeletConfig(10250)), &cfg); err != nil {
+	if err := yaml.Unmarshal([]byte(kubeletConfig(k)), &cfg); err != nil {
 		t.Fatal(err)
 	}
 	for key, want := range map[string]any{

@@ -42,9 +42,15 @@ func DeletePod(t testing.TB, cs kubernetes.Interface, name string) {
 // the count; go test's -timeout bounds the wait.
 func (c *Cluster) Count(t testing.TB, pod, ctr string, n int) int {
 	t.Helper()
+	return countIn(t, c.Containerd, pod, ctr, n)
+}
+
+// countIn is Count in the runtime rt.
+func countIn(t testing.TB, rt *runtimetest.Containerd, pod, ctr string, n int) int {
+	t.Helper()
 	ctx := context.Background()
 	for {
-		list, err := c.Containerd.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+		list, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
 			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
 			LabelSelector: map[string]string{runtimetest.LabelPodName: pod, runtimetest.LabelContainerName: ctr},
 		}})
@@ -52,12 +58,41 @@ func (c *Cluster) Count(t testing.TB, pod, ctr string, n int) int {
 			t.Fatal(err)
 		}
 		for _, lc := range list.Containers {
-			resp, err := c.Containerd.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
+			resp, err := rt.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
 			if err != nil || resp.ExitCode != 0 {
 				continue
 			}
 			if v, err := strconv.Atoi(strings.TrimSpace(string(resp.Stdout))); err == nil && v > n {
 				return v
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// ReadFile waits until the running container ctr of Pod pod has the file
+// path, and returns its content; go test's -timeout bounds the wait.
+func (c *Cluster) ReadFile(t testing.TB, pod, ctr, path string) string {
+	t.Helper()
+	return readIn(t, c.Containerd, pod, ctr, path)
+}
+
+// readIn is ReadFile in the runtime rt.
+func readIn(t testing.TB, rt *runtimetest.Containerd, pod, ctr, path string) string {
+	t.Helper()
+	ctx := context.Background()
+	for {
+		list, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
+			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
+			LabelSelector: map[string]string{runtimetest.LabelPodName: pod, runtimetest.LabelContainerName: ctr},
+		}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, lc := range list.Containers {
+			resp, err := rt.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", path}, Timeout: 10})
+			if err == nil && resp.ExitCode == 0 && len(resp.Stdout) > 0 {
+				return string(resp.Stdout)
 			}
 		}
 		time.Sleep(50 * time.Millisecond)

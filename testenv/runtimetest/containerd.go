@@ -57,6 +57,7 @@ type Containerd struct {
 
 	flavor   containerdFlavor
 	handlers []Handler
+	netns    string // the network namespace containerd runs in; empty for this one
 	bin, ctr string
 	cmd      *exec.Cmd
 	exited   chan struct{}
@@ -181,7 +182,7 @@ func (e *Env) startContainerd(bins containerdBins, img *Images, f containerdFlav
 		sandbox:    map[string]bool{},
 	}
 	if f.v2 {
-		c.handlers = e.Handlers2
+		c.handlers, c.netns = e.Handlers2, e.NetNS
 	}
 	for _, h := range c.handlers {
 		if err := os.MkdirAll(filepath.Join(dir, h.Name), 0o700); err != nil {
@@ -463,6 +464,11 @@ func (c *Containerd) start() error {
 	}
 	defer logf.Close()
 	c.cmd = exec.Command(c.bin, "--config", c.Config)
+	if c.netns != "" {
+		// nsenter enters the namespace and execs containerd: the
+		// process started is containerd's.
+		c.cmd = exec.Command("nsenter", "--net="+c.netns, "--", c.bin, "--config", c.Config)
+	}
 	if c.flavor.path != "" {
 		c.cmd.Env = append(os.Environ(), "PATH="+c.flavor.path)
 	}

@@ -203,6 +203,11 @@ type Env struct {
 	// binaries Containerd2 runs instead of NODESHIM_CONTAINERD2's (another
 	// 2.x release); set it before the first use.
 	Containerd2Dir string
+	// NetNS, when set, is the path of the network namespace (a
+	// /run/netns file) that Containerd2 runs in, with its shims and CNI
+	// bridge: another node's network on this machine. Set it before the
+	// first use.
+	NetNS string
 
 	podman    *Podman
 	podmanErr error

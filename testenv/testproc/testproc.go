@@ -108,6 +108,21 @@ func (p *Proc) Stop() {
 	}
 }
 
+// Kill kills the process with SIGKILL, as a crash or an OOM kill would,
+// and waits for its exit. A nil or exited Proc is left alone.
+func (p *Proc) Kill() {
+	if p == nil {
+		return
+	}
+	select {
+	case <-p.exited:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
 // WaitReady polls ready every 100 ms until it holds, or fails as soon as p
 // exits, with the end of its log: a server that crashed on start must not
 // leave the test waiting.

@@ -76,8 +76,9 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 }
 
 // NodeCert issues node's certificate (CommonName system:node:NODE, for
-// 127.0.0.1, server and client use) into dir and returns its files.
-func (c *CA) NodeCert(t testing.TB, dir, node string) (certFile, keyFile string) {
+// 127.0.0.1 and ips, server and client use) into dir and returns its
+// files.
+func (c *CA) NodeCert(t testing.TB, dir, node string, ips ...net.IP) (certFile, keyFile string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -90,7 +91,7 @@ func (c *CA) NodeCert(t testing.TB, dir, node string) (certFile, keyFile string)
 	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
 		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		IPAddresses: append([]net.IP{net.IPv4(127, 0, 0, 1)}, ips...)}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, c.Cert, &key.PublicKey, c.key)
 	if err != nil {
 		t.Fatal(err)
@@ -120,15 +121,15 @@ type Node struct {
 }
 
 // NewNode makes node name under root: its checkpoint directory, its seal
-// keys and its certificate from ca.
-func NewNode(t testing.TB, root string, ca *CA, name string) *Node {
+// keys and its certificate from ca, for 127.0.0.1 and ips.
+func NewNode(t testing.TB, root string, ca *CA, name string, ips ...net.IP) *Node {
 	t.Helper()
 	n := &Node{Name: name, Dir: filepath.Join(root, name, "checkpoints"), CAFile: ca.File}
 	if err := os.MkdirAll(n.Dir, 0o700); err != nil {
 		t.Fatal(err)
 	}
 	n.Keys = sealtest.NodeKeys(t, filepath.Join(root, name, "keys"), name)
-	n.CertFile, n.KeyFile = ca.NodeCert(t, filepath.Join(root, name, "keys"), name)
+	n.CertFile, n.KeyFile = ca.NodeCert(t, filepath.Join(root, name, "keys"), name, ips...)
 	return n
 }
 
