@@ -414,6 +414,20 @@ func (c *Client) CreatePodMigration(ctx context.Context, m *v1alpha1.PodMigratio
 	return &out, err
 }
 
+// UpdatePodMigration writes m's metadata and spec (its finalizers) as
+// fieldManager and returns what the API server stored.
+func (c *Client) UpdatePodMigration(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	in := m.DeepCopy()
+	in.TypeMeta = metav1.TypeMeta{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodMigration"}
+	var out v1alpha1.PodMigration
+	err := c.nodeshim.Put().Namespace(in.Namespace).Resource("podmigrations").Name(in.Name).
+		Param("fieldManager", fieldManager).Body(in).Do(ctx).Into(&out)
+	return &out, err
+}
+
 // UpdatePodMigrationStatus writes m's status as fieldManager and returns
 // what the API server stored.
 func (c *Client) UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error) {

@@ -13,6 +13,12 @@
 // address: the shim sends only to a certificate that names the target
 // node, and encrypts only to a recipient of its own configuration.
 //
+// Before it sends, the reporter holds the PodMigration with
+// v1alpha1.FinalizerTransferredFiles; the target node's reporter, which
+// runs a Sender too, removes the copy its shim stored once the migration
+// is deleted, then the finalizer. A target whose Node is gone holds
+// nothing: the source's reporter then removes the finalizer.
+//
 // A send cut by a restart of the reporter is not resumed: the next
 // reporter sends again, and a target that stored the first answers that
 // it holds it (which fails the step; the controller then leaves the
@@ -26,6 +32,7 @@ import (
 	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"sync"
 	"time"
 
@@ -45,13 +52,16 @@ type API interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
 	GetPodMigration(ctx context.Context, namespace, name string) (*v1alpha1.PodMigration, error)
+	UpdatePodMigration(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 }
 
 // Shim sends one of this node's pod checkpoints to another node's shim
-// (POST /transfers/{name}/send).
+// (POST /transfers/{name}/send), and removes one this node stored (DELETE
+// /checkpoints/{name}; one already gone is no error).
 type Shim interface {
 	SendTransfer(ctx context.Context, name string, req transfer.SendRequest) (transfer.Sent, error)
+	RemoveCheckpoint(ctx context.Context, name string) error
 }
 
 // SocketShim is a Shim over the node socket's client.
@@ -63,6 +73,11 @@ func (s SocketShim) SendTransfer(ctx context.Context, name string, req transfer.
 	var out transfer.Sent
 	err := s.C.PostJSON(ctx, "/transfers/"+url.PathEscape(name)+"/send", transfer.DefaultTimeout, req, &out)
 	return out, err
+}
+
+// RemoveCheckpoint asks the shim to remove the checkpoint name.
+func (s SocketShim) RemoveCheckpoint(ctx context.Context, name string) error {
+	return s.C.RemoveCheckpoint(ctx, name)
 }
 
 // FieldManager is the field manager of the sender's writes (the
@@ -131,7 +146,8 @@ func (s *Sender) Run(ctx context.Context) error {
 }
 
 // SyncAll starts the send of every PodMigration that waits on this node
-// and is not being sent already.
+// and is not being sent already, and releases every deleted one this node
+// holds files of.
 func (s *Sender) SyncAll(ctx context.Context) error {
 	l, err := s.o.API.ListPodMigrations(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -139,6 +155,14 @@ func (s *Sender) SyncAll(ctx context.Context) error {
 	}
 	for i := range l.Items {
 		m := &l.Items[i]
+		if m.DeletionTimestamp != nil {
+			if slices.Contains(m.Finalizers, v1alpha1.FinalizerTransferredFiles) {
+				if err := s.release(ctx, m); err != nil && ctx.Err() == nil {
+					s.o.Logger.Warn("release a deleted pod migration", "namespace", m.Namespace, "name", m.Name, "err", err)
+				}
+			}
+			continue
+		}
 		if !Waiting(m, s.o.NodeName) {
 			continue
 		}
@@ -180,6 +204,14 @@ func Waiting(m *v1alpha1.PodMigration, node string) bool {
 // send sends m's pod checkpoint and records the outcome.
 func (s *Sender) send(ctx context.Context, m *v1alpha1.PodMigration) {
 	log := s.o.Logger.With("namespace", m.Namespace, "name", m.Name, "checkpoint", m.Status.Checkpoint, "target", m.Status.TargetNode)
+	if err := s.hold(ctx, m); err != nil {
+		// Nothing is sent that the migration's deletion would not
+		// remove; the next round tries again.
+		if ctx.Err() == nil {
+			log.Warn("hold the pod migration with its finalizer", "err", err)
+		}
+		return
+	}
 	req, err := s.request(ctx, m.Status.TargetNode)
 	var sent transfer.Sent
 	if err == nil {
@@ -201,6 +233,65 @@ func (s *Sender) send(ctx context.Context, m *v1alpha1.PodMigration) {
 	if err := s.record(ctx, m, c); err != nil && ctx.Err() == nil {
 		log.Warn("record the transfer in the pod migration", "err", err)
 	}
+}
+
+// errDeleted: the migration is gone or being deleted.
+var errDeleted = errors.New("the pod migration is deleted")
+
+// hold adds FinalizerTransferredFiles to m, read afresh, unless it has it
+// or is being deleted (errDeleted); a conflict is retried a few times.
+func (s *Sender) hold(ctx context.Context, m *v1alpha1.PodMigration) error {
+	var err error
+	for range 5 {
+		var cur *v1alpha1.PodMigration
+		cur, err = s.o.API.GetPodMigration(ctx, m.Namespace, m.Name)
+		if apierrors.IsNotFound(err) {
+			return errDeleted
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case cur.UID != m.UID || cur.DeletionTimestamp != nil:
+			return errDeleted
+		case slices.Contains(cur.Finalizers, v1alpha1.FinalizerTransferredFiles):
+			return nil
+		}
+		cur.Finalizers = append(cur.Finalizers, v1alpha1.FinalizerTransferredFiles)
+		if _, err = s.o.API.UpdatePodMigration(ctx, cur, FieldManager); !apierrors.IsConflict(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// release lets the deleted migration m go once this node holds nothing of
+// it: as its target, the pod checkpoint its shim stored is removed first;
+// as its source, only when the target's Node is gone (nobody else would).
+// Another node's migration is left to its nodes.
+func (s *Sender) release(ctx context.Context, m *v1alpha1.PodMigration) error {
+	switch node := s.o.NodeName; {
+	case m.Status.TargetNode == node:
+		if m.Status.Checkpoint != "" {
+			if err := s.o.Shim.RemoveCheckpoint(ctx, m.Status.Checkpoint); err != nil {
+				return fmt.Errorf("remove %s from node %s: %w", m.Status.Checkpoint, node, err)
+			}
+		}
+	case m.Status.SourceNode == node && m.Status.TargetNode != "":
+		if _, err := s.o.API.GetNode(ctx, m.Status.TargetNode); !apierrors.IsNotFound(err) {
+			return err // the target's own reporter releases it
+		}
+	case m.Status.SourceNode == node:
+	default:
+		return nil
+	}
+	m = m.DeepCopy()
+	m.Finalizers = slices.DeleteFunc(m.Finalizers, func(f string) bool { return f == v1alpha1.FinalizerTransferredFiles })
+	if _, err := s.o.API.UpdatePodMigration(ctx, m, FieldManager); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the finalizer: %w", err)
+	}
+	s.o.Logger.Info("released a deleted pod migration", "namespace", m.Namespace, "name", m.Name, "checkpoint", m.Status.Checkpoint)
+	return nil
 }
 
 // request is the shim's send request to node: its certificate's name,

@@ -1,10 +1,13 @@
 package migrationsend
 
 import (
+	"context"
+	"errors"
 	"strings"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
@@ -74,6 +77,93 @@ func TestWaiting(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			if got := Waiting(tt.m, "node-a"); got != tt.want {
 				t.Fatalf("Waiting = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
+// releaseAPI is the API of TestRelease: one Node that may exist, and the
+// PodMigration updates it was asked for.
+type releaseAPI struct {
+	API
+	targetExists bool
+	updated      []*v1alpha1.PodMigration
+}
+
+func (a *releaseAPI) GetNode(_ context.Context, name string) (*corev1.Node, error) {
+	if !a.targetExists {
+		return nil, apierrors.NewNotFound(corev1.Resource("nodes"), name)
+	}
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, nil
+}
+
+func (a *releaseAPI) UpdatePodMigration(_ context.Context, m *v1alpha1.PodMigration, _ string) (*v1alpha1.PodMigration, error) {
+	a.updated = append(a.updated, m)
+	return m, nil
+}
+
+// releaseShim records the removals asked of it, failing them with err.
+type releaseShim struct {
+	Shim
+	removed []string
+	err     error
+}
+
+func (s *releaseShim) RemoveCheckpoint(_ context.Context, name string) error {
+	s.removed = append(s.removed, name)
+	return s.err
+}
+
+// TestRelease: a deleted migration is let go by the node that holds its
+// files, the target, once its shim removed them; by the source only when
+// the target's Node is gone; never by another node, nor when the removal
+// failed. (The whole path runs in e2e/migration between two real nodes.)
+func TestRelease(t *testing.T) {
+	for _, tt := range []struct {
+		name, node   string
+		targetExists bool
+		shimErr      error
+		wantRemoved  bool
+		wantReleased bool
+		says         string
+	}{
+		{name: "target removes its copy", node: "node-b", targetExists: true, wantRemoved: true, wantReleased: true},
+		{name: "target's removal fails", node: "node-b", targetExists: true, shimErr: errors.New("busy"), wantRemoved: true, says: "remove checkpoint-x from node node-b: busy"},
+		{name: "source leaves it to the target", node: "node-a", targetExists: true},
+		{name: "source releases it when the target is gone", node: "node-a", wantReleased: true},
+		{name: "another node's", node: "node-c"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			api, shim := &releaseAPI{targetExists: tt.targetExists}, &releaseShim{err: tt.shimErr}
+			s, err := New(Options{NodeName: tt.node, API: api, Shim: shim})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := &v1alpha1.PodMigration{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "move", Finalizers: []string{"other", v1alpha1.FinalizerTransferredFiles}},
+				Status:     v1alpha1.PodMigrationStatus{SourceNode: "node-a", TargetNode: "node-b", Checkpoint: "checkpoint-x"},
+			}
+			err = s.release(context.Background(), m)
+			if tt.says != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.says) {
+					t.Fatalf("release: %v, want an error saying %q", err, tt.says)
+				}
+			} else if err != nil {
+				t.Fatal(err)
+			}
+			if got := len(shim.removed) > 0; got != tt.wantRemoved {
+				t.Errorf("removed %v, want a removal %v", shim.removed, tt.wantRemoved)
+			}
+			if got := len(api.updated) > 0; got != tt.wantReleased {
+				t.Fatalf("updates %d, want a release %v", len(api.updated), tt.wantReleased)
+			}
+			if tt.wantReleased {
+				if f := api.updated[0].Finalizers; len(f) != 1 || f[0] != "other" {
+					t.Errorf("finalizers after the release %v, want [other]", f)
+				}
+				if len(m.Finalizers) != 2 {
+					t.Errorf("the listed object was changed: %v", m.Finalizers)
+				}
 			}
 		})
 	}

@@ -32,6 +32,13 @@ func AddToScheme(s *runtime.Scheme) error {
 // produced, so that deleting the object deletes the files.
 const FinalizerCheckpointFiles = "nodeshim.io/checkpoint-files"
 
+// FinalizerTransferredFiles is set on a PodMigration by its source node's
+// reporter before the pod checkpoint is sent, and removed by its target
+// node's reporter once that node's shim has removed the copy it stored,
+// so that deleting the migration deletes the files on the target too (the
+// source's go with the PodCheckpoint the migration owns).
+const FinalizerTransferredFiles = "nodeshim.io/transferred-files"
+
 // Phase is where a PodCheckpoint stands.
 type Phase string
 
