@@ -277,6 +277,15 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	if res.Removed = workentry.Sweep(dir, workentry.Owners{LockDir: o.LockDir}); len(res.Removed) > 0 {
 		o.Logger.Info("removed work files of an interrupted checkpoint", "dir", dir, "entries", res.Removed)
 	}
+	if o.LockDir != "" {
+		thawed, err := workentry.ThawLeftFrozen(o.LockDir)
+		if len(thawed) > 0 {
+			o.Logger.Warn("thawed cgroups that a killed checkpoint left frozen", "cgroups", thawed)
+		}
+		if err != nil {
+			o.Logger.Warn("thaw cgroups that a killed checkpoint left frozen", "err", err)
+		}
+	}
 	workName, err := workentry.NewName(workentry.WorkPrefix, "")
 	if err != nil {
 		return res, err
@@ -361,10 +370,21 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 	} else {
 		var frozenAt time.Time
 		var preDump func()
+		var record *workentry.FrozenRecord
 		if cg := t.Container.FreezeCgroup; cg != "" && !frozenBefore {
 			// At CRIU's pre-dump notification CRIU has started and not
 			// yet frozen anything: its start-up stays out of the freeze.
 			preDump = func() {
+				if o.LockDir != "" {
+					// A nodeshim killed from here to the thaw leaves
+					// the record, and the next one thaws the cgroup.
+					r, err := workentry.RecordFrozen(o.LockDir, []string{cg})
+					if err != nil {
+						o.Logger.Debug("freezer cgroup not recorded; CRIU freezes it", "cgroup", cg, "err", err)
+						return
+					}
+					record = r
+				}
 				freezeStart := time.Now()
 				if at, ok := preFreeze(cg, time.Second); ok {
 					frozenAt, res.Freezing = at, at.Sub(freezeStart)
@@ -386,10 +406,16 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		if !frozenAt.IsZero() {
 			if err := thawCgroup(t.Container.FreezeCgroup); err != nil {
 				derr = errors.Join(derr, fmt.Errorf("thaw %s: %w", t.Container.FreezeCgroup, err))
+			} else if err := record.Thawed(); err != nil {
+				o.Logger.Warn("remove the record of a thawed cgroup", "cgroup", t.Container.FreezeCgroup, "err", err)
 			}
 			// CRIU's frozen_time starts after the freeze and ends before
 			// the thaw; the tree was stopped for this long.
 			res.Frozen = time.Since(frozenAt)
+		} else if err := record.Thawed(); err != nil {
+			// Not frozen by us: preFreeze gave it to CRIU, which
+			// thaws it itself.
+			o.Logger.Warn("remove the record of an unfrozen cgroup", "cgroup", t.Container.FreezeCgroup, "err", err)
 		}
 	}
 	res.Dump = time.Since(dumpStart)
@@ -855,16 +881,4 @@ func cgroupFrozen(dir string) bool {
 }
 
 // thawCgroup thaws the freezer cgroup dir (v1 or v2).
-func thawCgroup(dir string) error {
-	p, v := filepath.Join(dir, "freezer.state"), "THAWED"
-	if _, err := os.Stat(p); err != nil {
-		p, v = filepath.Join(dir, "cgroup.freeze"), "0"
-	}
-	// O_TRUNC as a shell's echo >: cgroupfs ignores it, a plain file needs it.
-	f, err := os.OpenFile(p, os.O_WRONLY|os.O_TRUNC, 0)
-	if err != nil {
-		return err
-	}
-	_, werr := f.WriteString(v)
-	return errors.Join(werr, f.Close())
-}
+func thawCgroup(dir string) error { return workentry.Thaw(dir) }

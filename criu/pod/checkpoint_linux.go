@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/criu/archive/seal"
 	"github.com/nodeshim/nodeshim/criu/image"
+	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/internal/atomicfile"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
@@ -258,10 +260,17 @@ func dumpFrozen(ctx context.Context, p Pod, o Options, work string, m *Manifest,
 	for _, t := range p.Containers {
 		cgroups = append(cgroups, t.Container.FreezeCgroup)
 	}
+	// A nodeshim killed from the freeze to the thaw leaves this record
+	// behind, and the next one thaws the pod (workentry.ThawLeftFrozen).
+	record, err := workentry.RecordFrozen(o.Criu.LockDir, append(slices.Clone(cgroups), p.FreezeCgroup))
+	if err != nil {
+		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
 	freezeStart := time.Now()
 	frozenAt, err := freezePod(ctx, p.FreezeCgroup, cgroups, o.FreezeTimeout)
 	if err != nil {
-		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		// freezePod thawed what it froze.
+		return errors.Join(fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err), record.Thawed())
 	}
 	res.Freezing = frozenAt.Sub(freezeStart)
 	m.FrozenAt = frozenAt.UTC()
@@ -270,6 +279,11 @@ func dumpFrozen(ctx context.Context, p Pod, o Options, work string, m *Manifest,
 		// return path, an aborted dump's included.
 		terr := thawPod(p.FreezeCgroup, cgroups, o.FreezeTimeout)
 		thawedAt := time.Now()
+		if terr == nil {
+			if rerr := record.Thawed(); rerr != nil {
+				err = errors.Join(err, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, rerr))
+			}
+		}
 		res.Frozen = thawedAt.Sub(frozenAt)
 		m.ThawedAt = thawedAt.UTC()
 		if terr != nil {

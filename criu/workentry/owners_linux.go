@@ -166,7 +166,8 @@ func Sweep(dir string, o Owners) []string {
 }
 
 // Remove removes the work entry name of dir, judged left over: a tmpfs
-// mounted on it is unmounted first (see Sweep).
+// mounted on it, or on a work entry within it (a pod checkpoint's holds
+// its containers'), is unmounted first (see Sweep).
 func Remove(dir, name string) error {
 	if _, ok := Parse(name); !ok || filepath.Base(name) != name {
 		return fmt.Errorf("remove %q: not a work entry's name", name)
@@ -174,6 +175,22 @@ func Remove(dir, name string) error {
 	p := filepath.Join(dir, name)
 	if err := unmountTmpfs(dir, p); err != nil {
 		return err
+	}
+	// A pod checkpoint's work directory holds its containers' own work
+	// entries, each maybe an encrypted checkpoint's tmpfs: they go first,
+	// or the removal below would stop at a mount.
+	if fi, err := os.Lstat(p); err == nil && fi.IsDir() {
+		ents, err := os.ReadDir(p)
+		if err != nil {
+			return fmt.Errorf("remove leftover %s: %w", p, err)
+		}
+		for _, e := range ents {
+			if _, ok := Parse(e.Name()); ok && e.IsDir() {
+				if err := Remove(p, e.Name()); err != nil {
+					return err
+				}
+			}
+		}
 	}
 	if err := os.RemoveAll(p); err != nil {
 		return fmt.Errorf("remove leftover %s: %w", p, err)

@@ -413,3 +413,36 @@ func TestSweepUnmountsTmpfs(t *testing.T) {
 		t.Error("Remove took a name that is no work entry")
 	}
 }
+
+// TestSweepUnmountsNestedTmpfs: a pod checkpoint's work directory, left by
+// a killed maker, holds a container's work entry with an encrypted
+// checkpoint's tmpfs on it; the sweep takes the tmpfs down and removes
+// both.
+func TestSweepUnmountsNestedTmpfs(t *testing.T) {
+	testutil.RequireRoot(t)
+	dir := t.TempDir()
+	pod := filepath.Join(dir, WorkPrefix+strconv.Itoa(gonePid(t))+"-cc")
+	inner := filepath.Join(pod, WorkPrefix+strconv.Itoa(gonePid(t))+"-dd")
+	if err := os.MkdirAll(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Mount(TmpfsSource, inner, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "mode=0700"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(inner, unix.MNT_DETACH) })
+	if err := os.WriteFile(filepath.Join(inner, "pages-1.img"), make([]byte, 1<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(pod, "manifest.json"), nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if removed := Sweep(dir, Owners{}); len(removed) != 1 || removed[0] != filepath.Base(pod) {
+		t.Errorf("removed %v, want the pod's work directory", removed)
+	}
+	if _, err := os.Lstat(pod); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the pod's work directory is still there: %v", err)
+	}
+	if mounts, err := os.ReadFile("/proc/thread-self/mountinfo"); err != nil || strings.Contains(string(mounts), inner) {
+		t.Errorf("the tmpfs on %s is still mounted (%v)", inner, err)
+	}
+}

@@ -189,7 +189,7 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 	last := -1
 	o := pod.Options{
 		Dir:  set.Dir,
-		Criu: criu.Options{Binary: bin, ProcRoot: s.opts.ProcRoot, Logger: s.opts.Logger, Seal: sealing},
+		Criu: criu.Options{Binary: bin, ProcRoot: s.opts.ProcRoot, Logger: s.opts.Logger, Seal: sealing, LockDir: s.lockDir(set)},
 		Now:  s.opts.Now,
 		Room: func(est int64) error {
 			plan, err := PlanSpace(est, set.Dir, set.Dir)

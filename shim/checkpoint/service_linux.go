@@ -196,8 +196,10 @@ func (s *Service) busyExcept(self criu.ContainerRef) func(retention.Archive) boo
 	return func(a retention.Archive) bool { return keys[a.Container] }
 }
 
-// ApplyRetention finishes removals a crash interrupted and applies the
-// configured retention to the checkpoint directory: the daemon calls it at
+// ApplyRetention thaws what a checkpoint killed mid-dump left frozen
+// (workentry.ThawLeftFrozen), finishes removals a crash interrupted and
+// applies the configured retention to the checkpoint directory: the
+// daemon calls it at
 // start, and every checkpoint calls it when it ends. Archives of
 // containers being checkpointed, and archives another process holds
 // (retention.Hold: a restore, an image being built), are kept. Each
@@ -213,6 +215,15 @@ func (s *Service) applyRetention(set Settings, self criu.ContainerRef) (retentio
 	}
 	s.pruneMu.Lock()
 	defer s.pruneMu.Unlock()
+	// A checkpoint killed while its workload was frozen (nodeshim
+	// killed mid-dump) left it frozen: thaw it before anything else.
+	thawed, terr := workentry.ThawLeftFrozen(s.lockDir(set))
+	if len(thawed) > 0 {
+		s.opts.Logger.Warn("thawed cgroups that a killed checkpoint left frozen", "cgroups", thawed)
+	}
+	if terr != nil {
+		s.opts.Logger.Warn("thaw cgroups that a killed checkpoint left frozen", "err", terr)
+	}
 	res, err := retention.Apply(set.Dir, set.Retention, s.opts.Now(), s.applyOptions(set, self))
 	s.reportRetention(set, res, err)
 	return res, err
