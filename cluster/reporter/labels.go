@@ -205,8 +205,9 @@ type labelState struct {
 }
 
 // syncLabels keeps the Node's capability labels in step with the shim's
-// report: when the report's digest or the shim's reachability changed,
-// or once every ResyncPeriod. It reads the report and the Node (its
+// report and transfer listener: when the report's digest, the shim's
+// instance or active configuration (which decide its transfer port and
+// recipient) or its reachability changed, or once every ResyncPeriod. It reads the report and the Node (its
 // labels and runtime handlers), and sends a JSON merge patch of the
 // labels alone, through the status subresource the reporter may already
 // patch, naming only labels under v1alpha1.LabelPrefix. A failure is
@@ -216,7 +217,7 @@ func (r *Reporter) syncLabels(ctx context.Context, doc Snapshot, shimErr error) 
 	if r.opts.Report == nil || !ok {
 		return
 	}
-	key := ReportDigest(doc.Report)
+	key := labelsKey(doc)
 	if shimErr != nil {
 		key = "unreachable"
 	}
@@ -231,6 +232,17 @@ func (r *Reporter) syncLabels(ctx context.Context, doc Snapshot, shimErr error) 
 		return
 	}
 	r.labels.key, r.labels.at = key, now
+}
+
+// labelsKey is what the capability and transfer labels of doc's shim
+// depend on: its report, the process it is (a restarted shim listens on
+// another port) and its active configuration (which names its keys).
+func labelsKey(doc Snapshot) string {
+	key := ReportDigest(doc.Report) + "|" + doc.Shim.StartedAt.UTC().Format(time.RFC3339Nano) + "|" + strconv.Itoa(doc.Shim.PID)
+	if doc.Config != nil && doc.Config.Active != nil {
+		key += "|" + doc.Config.Active.UID
+	}
+	return key
 }
 
 func (r *Reporter) writeLabels(ctx context.Context, nl NodeLabeler, shimErr error) error {

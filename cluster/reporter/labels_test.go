@@ -1,13 +1,16 @@
 package reporter
 
 import (
+	"encoding/json"
 	"maps"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/kernel/capability"
+	"github.com/nodeshim/nodeshim/shim/config/configstatus"
 	"github.com/nodeshim/nodeshim/shim/transfer"
 )
 
@@ -151,5 +154,35 @@ func TestTransferLabels(t *testing.T) {
 				t.Fatalf("TransferLabels(%+v) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
+	}
+}
+
+// TestLabelsKey: the labels are written again when the shim's report, its
+// process (a restarted shim listens for transfers on another port) or its
+// active configuration (its keys) changes, and only then.
+func TestLabelsKey(t *testing.T) {
+	base := func() Snapshot {
+		var s Snapshot
+		s.Report = json.RawMessage(`{"verdicts":{"supported":3}}`)
+		s.Shim.StartedAt, s.Shim.PID = time.Date(2026, 11, 28, 13, 0, 0, 0, time.UTC), 4242
+		s.Config = &configstatus.NodeConfigStatus{Active: &configstatus.SourceRef{UID: "a1"}}
+		s.Generation = 7
+		return s
+	}
+	same := base()
+	same.Generation = 9 // another status change alone
+	if labelsKey(base()) != labelsKey(same) {
+		t.Error("the key changed with the status generation alone")
+	}
+	for name, change := range map[string]func(*Snapshot){
+		"report":    func(s *Snapshot) { s.Report = json.RawMessage(`{"verdicts":{"supported":2}}`) },
+		"restarted": func(s *Snapshot) { s.Shim.StartedAt = s.Shim.StartedAt.Add(time.Second); s.Shim.PID = 4343 },
+		"config":    func(s *Snapshot) { s.Config.Active.UID = "b2" },
+	} {
+		s := base()
+		change(&s)
+		if labelsKey(s) == labelsKey(base()) {
+			t.Errorf("%s: the key did not change", name)
+		}
 	}
 }
