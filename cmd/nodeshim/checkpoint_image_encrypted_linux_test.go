@@ -22,13 +22,13 @@ import (
 func TestEncryptedCheckpointImageCLI(t *testing.T) {
 	p := rt.Podman(t)
 	criutest.RequireOnPath(t)
-	a := node{p: p}
+	a := node{P: p}
 	keys := t.TempDir()
 	nodeA := sealtest.NodeKeys(t, keys, "node-a")
 	keyB := sealtest.NewJWEKey(t, keys, "node-b", false)
 	const name, ref = "nodeshim-enc-image", "localhost/nodeshim-enc-image:checkpoint"
 
-	if res := a.p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
+	if res := a.P.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
 		"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.05; done"}}); res.ExitCode != 0 {
 		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
 	}

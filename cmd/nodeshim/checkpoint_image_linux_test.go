@@ -5,64 +5,31 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/downtime"
 	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
 
-// node is a podman storage root: the rt podman's, or a second one on the
-// same machine that shares nothing with it but the files it is given.
-type node struct {
-	p     *runtimetest.Podman
-	flags []string // --root, --runroot of a second node
-}
-
-func (n node) cmd(args ...string) *exec.Cmd {
-	// podman's persistent flags: the last --root and --runroot win.
-	return n.p.Command(append(append([]string{}, n.flags...), args...)...)
-}
+// node is a podman storage root (testenv/downtime's Root): the rt
+// podman's, or a second one on the same machine that shares nothing with
+// it but the files it is given.
+type node downtime.Root
 
 func (n node) run(t testing.TB, args ...string) string {
 	t.Helper()
-	out, err := n.cmd(args...).CombinedOutput()
-	if err != nil {
-		t.Fatalf("podman %s: %v: %s", strings.Join(args, " "), err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
-// count reads /count in container name; ok is false while it cannot.
-func (n node) count(name string) (int, bool) {
-	out, err := n.cmd("exec", name, "cat", "/count").Output()
-	if err != nil {
-		return 0, false
-	}
-	c, err := strconv.Atoi(strings.TrimSpace(string(out)))
-	return c, err == nil
+	return downtime.Root(n).Run(t, args...)
 }
 
 // waitCount waits until name has counted past min, and returns the count.
 func (n node) waitCount(t testing.TB, name string, min int) int {
 	t.Helper()
-	var c int
-	testutil.Eventually(t, fmt.Sprintf("container %s counts past %d", name, min), func() error {
-		var ok bool
-		if c, ok = n.count(name); !ok {
-			return errors.New("its /count cannot be read")
-		}
-		if c <= min {
-			return fmt.Errorf("it counts %d", c)
-		}
-		return nil
-	})
-	return c
+	return downtime.Root(n).WaitCount(t, name, min)
 }
 
 // waitAnswers waits until name's /count can be read, and returns it: on a
@@ -73,7 +40,7 @@ func (n node) waitAnswers(t testing.TB, name string) int {
 	var c int
 	testutil.Eventually(t, fmt.Sprintf("container %s answers", name), func() error {
 		var ok bool
-		if c, ok = n.count(name); !ok {
+		if c, ok = downtime.Root(n).Count(name); !ok {
 			return errors.New("its /count cannot be read")
 		}
 		return nil
@@ -82,29 +49,10 @@ func (n node) waitAnswers(t testing.TB, name string) int {
 }
 
 // secondNode makes a second podman storage root beside p's, with the base
-// image loaded from p through an OCI archive, and cleans it up after t.
+// image loaded from p, and cleans it up after t.
 func secondNode(t testing.TB, p *runtimetest.Podman) node {
 	t.Helper()
-	dir, err := os.MkdirTemp(p.Dir, "node-b-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := node{p: p, flags: []string{"--root", filepath.Join(dir, "root"), "--runroot", filepath.Join(dir, "run")}}
-	t.Cleanup(func() {
-		if out, err := b.cmd("rm", "--all", "--force", "--time", "0").CombinedOutput(); err != nil {
-			t.Errorf("podman rm on the second node: %v: %s", err, out)
-		}
-		if err := runtimetest.RemoveAll(dir); err != nil {
-			t.Errorf("remove the second node: %v", err)
-		}
-	})
-	base := filepath.Join(dir, "base.tar")
-	node{p: p}.run(t, "save", "--format", "oci-archive", "-o", base, runtimetest.BusyboxImage)
-	b.run(t, "load", "-i", base)
-	if err := b.cmd("image", "exists", runtimetest.BusyboxImage).Run(); err != nil {
-		t.Fatalf("the second node has no %s after loading it: %v", runtimetest.BusyboxImage, err)
-	}
-	return b
+	return node(downtime.SecondRoot(t, p))
 }
 
 // moveByImage runs a counting container name on a, has makeImage
@@ -113,7 +61,7 @@ func secondNode(t testing.TB, p *runtimetest.Podman) node {
 // continues on b. It returns the image file.
 func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file string) (checkpointOutput, checkpointImageOutput)) string {
 	t.Helper()
-	if res := a.p.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
+	if res := a.P.Run(t, runtimetest.RunOptions{Name: name, Detach: true, Runtime: runtimetest.RuntimeRunc, Command: []string{
 		"sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /count; sleep 0.05; done"}}); res.ExitCode != 0 {
 		t.Fatalf("podman run: exit %d: %s", res.ExitCode, res.Stderr)
 	}
@@ -130,7 +78,7 @@ func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file 
 	b.run(t, "load", "-i", file)
 	tLoad := time.Since(start)
 	start = time.Now()
-	restoreOut := b.run(t, "--runtime", a.p.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
+	restoreOut := b.run(t, "--runtime", a.P.RuntimePath(runtimetest.RuntimeRunc), "container", "restore", ref)
 	tRestore := time.Since(start)
 	t.Logf("podman container restore on node B: %s", restoreOut)
 	restored := b.waitAnswers(t, name)
@@ -152,7 +100,7 @@ func moveByImage(t *testing.T, a, b node, name, ref string, makeImage func(file 
 func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 	p := rt.Podman(t)
 	criutest.RequireOnPath(t)
-	a := node{p: p}
+	a := node{P: p}
 	b := secondNode(t, p)
 	const ref = "localhost/nodeshim-move:checkpoint"
 	file := moveByImage(t, a, b, "nodeshim-move", ref, func(file string) (checkpointOutput, checkpointImageOutput) {
@@ -195,7 +143,7 @@ func TestCheckpointImageMovesAPodmanContainer(t *testing.T) {
 func TestCheckpointToImageInOneStep(t *testing.T) {
 	p := rt.Podman(t)
 	criutest.RequireOnPath(t)
-	a := node{p: p}
+	a := node{P: p}
 	b := secondNode(t, p)
 	const name, ref = "nodeshim-move-1", "localhost/nodeshim-move-1:checkpoint"
 	moveByImage(t, a, b, name, ref, func(file string) (checkpointOutput, checkpointImageOutput) {
