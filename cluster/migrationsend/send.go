@@ -31,6 +31,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"net/url"
 	"slices"
 	"sync"
@@ -75,9 +76,14 @@ func (s SocketShim) SendTransfer(ctx context.Context, name string, req transfer.
 	return out, err
 }
 
-// RemoveCheckpoint asks the shim to remove the checkpoint name.
+// RemoveCheckpoint asks the shim to remove the checkpoint name. A shim
+// without checkpoints (404: checkpoint.enabled off) holds none to remove.
 func (s SocketShim) RemoveCheckpoint(ctx context.Context, name string) error {
-	return s.C.RemoveCheckpoint(ctx, name)
+	err := s.C.RemoveCheckpoint(ctx, name)
+	if se := (*client.StatusError)(nil); errors.As(err, &se) && se.Code == http.StatusNotFound {
+		return nil
+	}
+	return err
 }
 
 // FieldManager is the field manager of the sender's writes (the
@@ -204,17 +210,17 @@ func Waiting(m *v1alpha1.PodMigration, node string) bool {
 // send sends m's pod checkpoint and records the outcome.
 func (s *Sender) send(ctx context.Context, m *v1alpha1.PodMigration) {
 	log := s.o.Logger.With("namespace", m.Namespace, "name", m.Name, "checkpoint", m.Status.Checkpoint, "target", m.Status.TargetNode)
-	if err := s.hold(ctx, m); err != nil {
-		// Nothing is sent that the migration's deletion would not
-		// remove; the next round tries again.
-		if ctx.Err() == nil {
-			log.Warn("hold the pod migration with its finalizer", "err", err)
-		}
-		return
-	}
 	req, err := s.request(ctx, m.Status.TargetNode)
 	var sent transfer.Sent
 	if err == nil {
+		if herr := s.hold(ctx, m); herr != nil {
+			// Nothing is sent that the migration's deletion would not
+			// remove; the next round tries again.
+			if ctx.Err() == nil {
+				log.Warn("hold the pod migration with its finalizer", "err", herr)
+			}
+			return
+		}
 		log.Info("sending pod checkpoint", "url", req.URL)
 		sent, err = s.o.Shim.SendTransfer(ctx, m.Status.Checkpoint, req)
 	}
