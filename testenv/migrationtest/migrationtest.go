@@ -78,6 +78,9 @@ type Node struct {
 	IP string
 	// NetNS, when set, is the network namespace its serve runs in.
 	NetNS string
+	// TrustPolicy is its trust policy file: the keys it takes transfers
+	// and restores from.
+	TrustPolicy string
 	// Runtime is its containerd.
 	Runtime *runtimetest.Containerd
 	// Serve and Reporter are its processes.
@@ -85,6 +88,12 @@ type Node struct {
 
 	bins       string
 	checkpoint string // its configuration's checkpoint section, after enabled and dir
+	// defaultCheckpoint is the section Start gave it, once RestartServe
+	// has changed it.
+	defaultCheckpoint string
+	// cleanup is the Cleanup of Start's test: a serve restarted in a
+	// subtest outlives it.
+	cleanup func(func())
 }
 
 // Socket is the node API socket of n's serve.
@@ -166,8 +175,9 @@ func Start(t testing.TB, bins string) *Pair {
 	}
 	c.API.MustApply(t, y)
 
-	p.Source.trusting(t, p.Target)
+	p.Source.TrustPolicy = p.Source.trusting(t, p.Target)
 	policy := p.Target.trusting(t, p.Source)
+	p.Target.TrustPolicy = policy
 	p.Source.checkpoint = "  signing:\n    keyFile: " + p.Source.Keys.SigningKeyFile + "\n    nodeName: " + p.Source.Name + "\n" +
 		"  encryption:\n    recipients: [" + p.Target.Keys.Recipient + "]\n  transfer:\n    send: true\n"
 	p.Target.checkpoint = "  trustPolicy: " + policy + "\n  encryption:\n    identities: [" + p.Target.Keys.IdentityFile + "]\n" +
@@ -231,7 +241,7 @@ func installHandler(t testing.TB, root, bins, name string) string {
 func newNode(t testing.TB, root string, ca *transfertest.CA, name, ip, handlerBin, bins string) *Node {
 	t.Helper()
 	n := &Node{Node: transfertest.NewNode(t, root, ca, name, net.ParseIP(ip)), Root: filepath.Join(root, name, "serve"),
-		IP: ip, HandlerBin: handlerBin, bins: bins}
+		IP: ip, HandlerBin: handlerBin, bins: bins, cleanup: t.Cleanup}
 	if err := os.MkdirAll(n.Root, 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -269,9 +279,25 @@ func (n *Node) trusting(t testing.TB, from ...*Node) string {
 	return path
 }
 
+// RestartServe stops n's serve (SIGTERM; a killed one is left as it is)
+// and starts it again with checkpoint as its configuration's checkpoint
+// section, or the one Start gave it when checkpoint is empty.
+func (n *Node) RestartServe(t testing.TB, checkpoint string) {
+	t.Helper()
+	n.Serve.Stop()
+	if n.defaultCheckpoint == "" {
+		n.defaultCheckpoint = n.checkpoint
+	}
+	n.checkpoint = n.defaultCheckpoint
+	if checkpoint != "" {
+		n.checkpoint = checkpoint
+	}
+	n.StartServe(t)
+}
+
 // StartServe starts n's `nodeshim serve` (in its network namespace when
-// it has one) and waits until its node socket answers; the test's end
-// stops it.
+// it has one) and waits until its node socket answers; the end of the
+// test that started the Pair stops it.
 func (n *Node) StartServe(t testing.TB) {
 	t.Helper()
 	src := filepath.Join(filepath.Dir(n.Root), "config")
@@ -296,7 +322,7 @@ func (n *Node) StartServe(t testing.TB) {
 		t.Fatal(err)
 	}
 	n.Serve = p
-	t.Cleanup(p.Stop)
+	n.cleanup(p.Stop)
 	c := reporter.NewSocketClient(n.Socket())
 	defer c.Close()
 	if err := p.WaitReady(func() bool {
@@ -309,9 +335,22 @@ func (n *Node) StartServe(t testing.TB) {
 	}
 }
 
+// TransferPort is the port n's serve receives transfers on, as it says
+// (GET /transfers).
+func (n *Node) TransferPort(t testing.TB) int {
+	t.Helper()
+	c := reporter.NewSocketClient(n.Socket())
+	defer c.Close()
+	in, err := c.TransferInfo(context.Background())
+	if err != nil || in == nil {
+		t.Fatalf("transfer info of %s: %+v, %v", n.Name, in, err)
+	}
+	return in.Port
+}
+
 // StartReporter starts n's `nodeshim reporter` as the reporters'
 // ServiceAccount, serving PodCheckpoints and sending PodMigrations; the
-// test's end stops it.
+// end of the test that started the Pair stops it.
 func (n *Node) StartReporter(t testing.TB, c *clustertest.Cluster) {
 	t.Helper()
 	kc := c.API.Kubeconfig(t, "reporter-"+n.Name, c.API.ServiceAccountConfig(t, "nodeshim", "nodeshim-reporter"))
@@ -322,7 +361,7 @@ func (n *Node) StartReporter(t testing.TB, c *clustertest.Cluster) {
 		t.Fatal(err)
 	}
 	n.Reporter = p
-	t.Cleanup(p.Stop)
+	n.cleanup(p.Stop)
 }
 
 // Logs returns the ends of the logs of n's serve and reporter, for a

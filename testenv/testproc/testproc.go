@@ -81,6 +81,9 @@ func StartHeld(cmd *exec.Cmd) (<-chan error, error) {
 	return done, nil
 }
 
+// Pid is the process's id.
+func (p *Proc) Pid() int { return p.cmd.Process.Pid }
+
 // Exited is closed when the process has exited.
 func (p *Proc) Exited() <-chan struct{} { return p.exited }
 
