@@ -46,6 +46,7 @@ func HostSuite() []Decision {
 		{"internal/errdefs", true, "portable: no kernel dependency"},
 		{"e2e/podrestore", false, "its test is a Pod restored from a checkpoint image through kubelet on the single-node cluster"},
 		{"e2e/runtimeclass", false, "its test is a Pod restored under nodeshim's RuntimeClass through kubelet on the single-node cluster"},
+		{"testenv/downtime", false, "its tests watch the benchmarks' counting workload and podman's moves on the host; the benchmarks that use it run on the host"},
 		{"e2e/migration", false, "its test moves a Pod between two nodes of one cluster on the host (two kubelets, two containerds, a network namespace)"},
 		{"e2e/fleet", false, "its benchmark is a fleet of reporters against a kube-apiserver with etcd; " +
 			"its parser tests are portable and run on the host"},
