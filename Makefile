@@ -124,10 +124,12 @@ lint: deps $(STATICCHECK)
 # more than -race adds to the others (cmd/nodeshim 19 s -> 27 s, deploy
 # 17 s under -race), and no package is left out of the race detector. Skips need no check here: every skip goes through
 # testenv/testutil, which fails it under NODESHIM_REQUIRE_PRIVILEGED=1
-# (TestEverySkipGoesThroughTheGate holds the tree to that).
+# (TestEverySkipGoesThroughTheGate holds the tree to that). A package's
+# time includes its wait for the machine's one cluster (clustertest's lock)
+# while another package's runs, hence 30 minutes rather than go test's 10.
 test: lint $(TEST_DEPS)
 	@mkdir -p $(CACHE)
-	$(GO) test -count=1 -race -v ./... 2>&1 | tee $(CACHE)/test.log | grep -E '^(---|===|ok|FAIL|PASS|panic|WARNING: DATA RACE|\s+\S+_test\.go)' | grep -v '^=== ' || true
+	$(GO) test -count=1 -race -v -timeout 30m ./... 2>&1 | tee $(CACHE)/test.log | grep -E '^(---|===|ok|FAIL|PASS|panic|WARNING: DATA RACE|\s+\S+_test\.go)' | grep -v '^=== ' || true
 	@if grep -qE '^(FAIL|--- FAIL|panic:|WARNING: DATA RACE)' $(CACHE)/test.log; then grep -vE '^(=== |\s*--- PASS|PASS$$)' $(CACHE)/test.log | tail -300; echo "tests failed: see $(CACHE)/test.log"; exit 1; fi
 	$(MAKE) --no-print-directory vmtest vmtest-faults KERNELS="$(TEST_KERNELS)"
 	$(MAKE) --no-print-directory vmtest-node

@@ -44,7 +44,16 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// TestPodMovedBetweenNodes: a two-container Pod with counters runs on
+// TestPodMigrations runs the moves below on one two-node cluster.
+func TestPodMigrations(t *testing.T) {
+	p := migrationtest.Start(t, bins)
+	t.Run("moved between nodes", func(t *testing.T) { testPodMovedBetweenNodes(t, p) })
+	t.Run("source's shim killed mid-checkpoint", func(t *testing.T) { testSourceKilled(t, p) })
+	t.Run("target's shim killed mid-transfer", func(t *testing.T) { testTargetKilled(t, p) })
+	t.Run("target's key not the source's to encrypt to", func(t *testing.T) { testTargetKeyRefused(t, p) })
+}
+
+// testPodMovedBetweenNodes: a two-container Pod with counters runs on
 // this machine's node; `kubectl nodeshim migrate` moves it to the second
 // node. The source's serve takes the pod checkpoint, signs it and sends
 // it encrypted to the target's key over mutual TLS from one network
@@ -53,8 +62,7 @@ func run(m *testing.M) int {
 // target's kubelet runs with both containers' tokens kept and counters
 // going on; the original is gone. Deleting the PodMigration removes the
 // checkpoint's files from both nodes.
-func TestPodMovedBetweenNodes(t *testing.T) {
-	p := migrationtest.Start(t, bins)
+func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
 	ctx := t.Context()
 	src, dst := p.Source, p.Target
 
