@@ -442,13 +442,9 @@ func (c *Cluster) Log(name string) string {
 // saveHost records the sysctls kubelet sets and which of the host
 // directories it creates exist already.
 func (c *Cluster) saveHost() error {
-	c.sysctls = map[string]string{}
-	for _, s := range kubeletSysctls {
-		b, err := os.ReadFile(sysctlPath(s))
-		if err != nil {
-			return fmt.Errorf("clustertest: sysctl %s: %w", s, err)
-		}
-		c.sysctls[s] = strings.TrimSpace(string(b))
+	var err error
+	if c.sysctls, err = readSysctls(); err != nil {
+		return err
 	}
 	for _, d := range hostDirs {
 		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
@@ -456,6 +452,30 @@ func (c *Cluster) saveHost() error {
 		}
 	}
 	return nil
+}
+
+// readSysctls reads the sysctls kubelet sets.
+func readSysctls() (map[string]string, error) {
+	out := map[string]string{}
+	for _, s := range kubeletSysctls {
+		b, err := os.ReadFile(sysctlPath(s))
+		if err != nil {
+			return nil, fmt.Errorf("clustertest: sysctl %s: %w", s, err)
+		}
+		out[s] = strings.TrimSpace(string(b))
+	}
+	return out, nil
+}
+
+// restoreSysctls writes back what readSysctls read.
+func restoreSysctls(saved map[string]string) error {
+	var errs []error
+	for name, v := range saved {
+		if err := os.WriteFile(sysctlPath(name), []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("clustertest: restore sysctl %s=%s: %w", name, v, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 func sysctlPath(name string) string {
@@ -476,11 +496,7 @@ func (c *Cluster) close() error {
 	if c.API != nil {
 		c.API.Stop()
 	}
-	for name, v := range c.sysctls {
-		if err := os.WriteFile(sysctlPath(name), []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("clustertest: restore sysctl %s=%s: %w", name, v, err))
-		}
-	}
+	errs = append(errs, restoreSysctls(c.sysctls))
 	for i := len(c.created) - 1; i >= 0; i-- {
 		if err := os.RemoveAll(c.created[i]); err != nil {
 			errs = append(errs, fmt.Errorf("clustertest: %w", err))

@@ -181,13 +181,9 @@ func (c *Cluster) startKubelet(n *Node, nsenter, kubeletBin string) error {
 	// kubelet sets the machine's sysctls again; put back what the
 	// cluster's kubelet set when this one stops, before the cluster
 	// restores the machine's own.
-	n.sysctls = map[string]string{}
-	for _, s := range kubeletSysctls {
-		b, err := os.ReadFile(sysctlPath(s))
-		if err != nil {
-			return fmt.Errorf("clustertest: sysctl %s: %w", s, err)
-		}
-		n.sysctls[s] = strings.TrimSpace(string(b))
+	var err error
+	if n.sysctls, err = readSysctls(); err != nil {
+		return err
 	}
 	cfg := filepath.Join(n.Dir, "kubelet.yaml")
 	k := kubelet{address: n.IP, port: 10250, endpoint: n.Containerd.Address, cgroupRoot: n.CgroupRoot, podLogsDir: filepath.Join(n.Dir, "pod-logs")}
@@ -241,11 +237,7 @@ func (n *Node) close() error {
 	if n.relay != nil {
 		n.relay.Close()
 	}
-	for name, v := range n.sysctls {
-		if err := os.WriteFile(sysctlPath(name), []byte(v), 0o644); err != nil {
-			errs = append(errs, fmt.Errorf("clustertest: restore sysctl %s=%s: %w", name, v, err))
-		}
-	}
+	errs = append(errs, restoreSysctls(n.sysctls))
 	// Deleting the namespace deletes the pair's other end with it.
 	if out, err := exec.Command(n.ip, "netns", "delete", n.nsName).CombinedOutput(); err != nil && !strings.Contains(string(out), "No such file") {
 		errs = append(errs, fmt.Errorf("clustertest: ip netns delete %s: %w: %s", n.nsName, err, strings.TrimSpace(string(out))))

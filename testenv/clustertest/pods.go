@@ -48,26 +48,13 @@ func (c *Cluster) Count(t testing.TB, pod, ctr string, n int) int {
 // countIn is Count in the runtime rt.
 func countIn(t testing.TB, rt *runtimetest.Containerd, pod, ctr string, n int) int {
 	t.Helper()
-	ctx := context.Background()
-	for {
-		list, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
-			State:         &runtimeapi.ContainerStateValue{State: runtimeapi.ContainerState_CONTAINER_RUNNING},
-			LabelSelector: map[string]string{runtimetest.LabelPodName: pod, runtimetest.LabelContainerName: ctr},
-		}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, lc := range list.Containers {
-			resp, err := rt.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", "/count"}, Timeout: 10})
-			if err != nil || resp.ExitCode != 0 {
-				continue
-			}
-			if v, err := strconv.Atoi(strings.TrimSpace(string(resp.Stdout))); err == nil && v > n {
-				return v
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	var v int
+	catUntil(t, rt, pod, ctr, "/count", func(out []byte) bool {
+		c, err := strconv.Atoi(strings.TrimSpace(string(out)))
+		v = c
+		return err == nil && c > n
+	})
+	return v
 }
 
 // ReadFile waits until the running container ctr of Pod pod has the file
@@ -80,6 +67,19 @@ func (c *Cluster) ReadFile(t testing.TB, pod, ctr, path string) string {
 // readIn is ReadFile in the runtime rt.
 func readIn(t testing.TB, rt *runtimetest.Containerd, pod, ctr, path string) string {
 	t.Helper()
+	var content string
+	catUntil(t, rt, pod, ctr, path, func(out []byte) bool {
+		content = string(out)
+		return len(out) > 0
+	})
+	return content
+}
+
+// catUntil reads the file path of the running container ctr of Pod pod
+// (found through CRI by kubelet's labels) every 50 ms until done takes
+// what it read; go test's -timeout bounds the wait.
+func catUntil(t testing.TB, rt *runtimetest.Containerd, pod, ctr, path string, done func(out []byte) bool) {
+	t.Helper()
 	ctx := context.Background()
 	for {
 		list, err := rt.Runtime.ListContainers(ctx, &runtimeapi.ListContainersRequest{Filter: &runtimeapi.ContainerFilter{
@@ -91,8 +91,8 @@ func readIn(t testing.TB, rt *runtimetest.Containerd, pod, ctr, path string) str
 		}
 		for _, lc := range list.Containers {
 			resp, err := rt.Runtime.ExecSync(ctx, &runtimeapi.ExecSyncRequest{ContainerId: lc.Id, Cmd: []string{"cat", path}, Timeout: 10})
-			if err == nil && resp.ExitCode == 0 && len(resp.Stdout) > 0 {
-				return string(resp.Stdout)
+			if err == nil && resp.ExitCode == 0 && done(resp.Stdout) {
+				return
 			}
 		}
 		time.Sleep(50 * time.Millisecond)
