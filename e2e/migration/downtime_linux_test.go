@@ -64,8 +64,10 @@ const proc = "/proc"
 //     between two storage roots on this machine (downtime.MoveContainer:
 //     checkpoint --export, restore --import), measured the same way.
 //
-// Reproduce (as root, with the NODESHIM_* tool paths the Makefile
-// exports):
+// The figures and how to read them are in BENCHMARKS.md, "Downtime:
+// moving a pod between two nodes". Reproduce (as root, with the
+// NODESHIM_* tool paths the Makefile exports; `make bench` runs one
+// iteration of each size):
 //
 //	cd e2e/migration && go test -run '^$' -bench BenchmarkPodMigrationDowntime -benchtime 2x -timeout 40m .
 func BenchmarkPodMigrationDowntime(b *testing.B) {
