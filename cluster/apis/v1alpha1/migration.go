@@ -14,9 +14,10 @@ type MigrationMode string
 
 // The modes of a PodMigration.
 const (
-	// ModeStopAndCopy checkpoints the whole pod once, sends it, and
-	// restores it: the pod's downtime is the whole checkpoint, transfer
-	// and restore. The default.
+	// ModeStopAndCopy checkpoints the whole pod once (frozen for the
+	// checkpoint), sends it, and restores it. The original runs on from
+	// its thaw until the restored pod runs, and what it does meanwhile is
+	// not carried over. The default.
 	ModeStopAndCopy MigrationMode = "StopAndCopy"
 	// ModePreCopy would copy memory in rounds while the pod runs
 	// (LabelPreCopy on both nodes); refused: not built for pods yet.
