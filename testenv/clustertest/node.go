@@ -218,11 +218,6 @@ func (n *Node) ReadFile(t testing.TB, pod, ctr, path string) string {
 	return readIn(t, n.Containerd, pod, ctr, path)
 }
 
-// Log returns the last lines of n's kubelet log.
-func (n *Node) Log() string {
-	return testproc.Tail(filepath.Join(n.Dir, "kubelet.log"), 60)
-}
-
 // close stops n's kubelet, removes its pods and runtime, puts back the
 // sysctls and removes its namespace, veth pair and directory.
 func (n *Node) close() error {
