@@ -11,7 +11,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
@@ -371,23 +370,7 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 
 	// Between runs: the PodMigration goes, and with it its PodCheckpoint
 	// and the checkpoint's files on both nodes; then the restored Pod.
-	if err := p.Admin.DeletePodMigration(ctx, "default", mname); err != nil {
-		b.Fatal(err)
-	}
-	testutil.Eventually(b, "PodMigration "+mname+", its PodCheckpoint and the files on both nodes gone", func() error {
-		if _, err := p.Admin.GetPodMigration(ctx, "default", mname); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("PodMigration: %v", err)
-		}
-		if _, err := p.Admin.GetPodCheckpoint(ctx, "default", pc.Name); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("PodCheckpoint %s: %v", pc.Name, err)
-		}
-		for _, n := range []*migrationtest.Node{p.Source, p.Target} {
-			if got := n.Checkpoints(b); len(got) > 0 {
-				return fmt.Errorf("node %s keeps %v", n.Name, got)
-			}
-		}
-		return nil
-	})
+	p.DeleteMigration(b, mname)
 	clustertest.DeletePod(b, p.Clients, mig.Status.RestoredPod)
 	return m
 }

@@ -13,7 +13,6 @@ import (
 
 	"filippo.io/age"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
@@ -22,27 +21,8 @@ import (
 	"github.com/nodeshim/nodeshim/criu/workentry"
 	"github.com/nodeshim/nodeshim/testenv/clustertest"
 	"github.com/nodeshim/nodeshim/testenv/migrationtest"
-	"github.com/nodeshim/nodeshim/testenv/runtimetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
-
-// heldScript holds %d MiB of random bytes in a shell variable (anonymous
-// memory, which the dump and the transfer carry page by page), then
-// counts in /count ten times a second.
-const heldScript = "x=$(head -c %d /dev/urandom | tr '\\000' a); i=0; " +
-	"while true; do i=$((i+1)); echo $i > /count.new; mv /count.new /count; sleep 0.1; done"
-
-// heldPod is a Pod of one container holding mib MiB and counting, bound
-// to node.
-func heldPod(name, node string, mib int) *corev1.Pod {
-	var grace int64
-	return &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default", Labels: map[string]string{"app": name}},
-		Spec: corev1.PodSpec{NodeName: node, TerminationGracePeriodSeconds: &grace,
-			Containers: []corev1.Container{{Name: "counter", Image: runtimetest.BusyboxImage, ImagePullPolicy: corev1.PullNever,
-				Command: []string{"sh", "-c", fmt.Sprintf(heldScript, mib<<20)}}}},
-	}
-}
 
 // The failures below (TestPodMigrations runs them): a migration that fails
 // between two real nodes leaves the original pod running on the source,
@@ -84,17 +64,17 @@ func failedAt(t *testing.T, p *migrationtest.Pair, name string) condition.Condit
 	return condition.Condition{}
 }
 
-// runsOn checks that the original pod still runs on the source and
-// counts on, and that no restored pod exists.
-func runsOn(t *testing.T, p *migrationtest.Pair, pod, migration string) {
+// runsOn checks that the original pod still runs on the source and its
+// container ctr counts on, and that no restored pod exists.
+func runsOn(t *testing.T, p *migrationtest.Pair, pod, ctr, migration string) {
 	t.Helper()
 	ctx := context.Background()
 	got, err := p.Clients.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
 	if err != nil || got.DeletionTimestamp != nil || got.Status.Phase != corev1.PodRunning {
 		t.Fatalf("the original pod %s: %v (deleting %v, phase %s)", pod, err, got.DeletionTimestamp, got.Status.Phase)
 	}
-	n := p.Cluster.Count(t, pod, "counter", 0)
-	p.Cluster.Count(t, pod, "counter", n) // it advances: not left frozen
+	n := p.Cluster.Count(t, pod, ctr, 0)
+	p.Cluster.Count(t, pod, ctr, n) // it advances: not left frozen
 	pods, err := p.Clients.CoreV1().Pods("default").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -104,27 +84,6 @@ func runsOn(t *testing.T, p *migrationtest.Pair, pod, migration string) {
 			t.Errorf("a restored pod %s exists on %s", q.Name, q.Spec.NodeName)
 		}
 	}
-}
-
-// clean deletes the PodMigration name and waits until both nodes hold
-// no pod checkpoint.
-func clean(t *testing.T, p *migrationtest.Pair, name string) {
-	t.Helper()
-	ctx := context.Background()
-	if err := p.Admin.DeletePodMigration(ctx, "default", name); err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "PodMigration "+name+" gone, nothing left on either node", func() error {
-		if _, err := p.Admin.GetPodMigration(ctx, "default", name); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("PodMigration: %v", err)
-		}
-		for _, n := range []*migrationtest.Node{p.Source, p.Target} {
-			if got := n.Checkpoints(t); len(got) > 0 {
-				return fmt.Errorf("node %s keeps %v", n.Name, got)
-			}
-		}
-		return nil
-	})
 }
 
 // criuUnder returns the pid of a CRIU process that descends from pid, or
@@ -196,9 +155,9 @@ func parent(pid int) int {
 // pod. The migration fails at its checkpoint; the pod runs on, thawed;
 // the restarted serve leaves nothing of the dump behind.
 func testSourceKilled(t *testing.T, p *migrationtest.Pair) {
-	pod := heldPod("ledger", p.Source.Name, 128)
+	pod := workloadPod("ledger", p.Source.Name, 128)
 	p.RunPod(t, pod)
-	p.Cluster.Count(t, pod.Name, "counter", 2)
+	p.Cluster.Count(t, pod.Name, workContainer, 2)
 	migrateAsync(t, p, pod.Name, "ledger-move")
 	var dumper int
 	poll(t, "CRIU dumping under the source's serve", func() bool {
@@ -213,8 +172,8 @@ func testSourceKilled(t *testing.T, p *migrationtest.Pair) {
 		t.Errorf("failed at %s, want %s", c.Type, v1alpha1.ConditionCheckpointed)
 	}
 	p.Source.RestartServe(t, "")
-	runsOn(t, p, pod.Name, "ledger-move")
-	clean(t, p, "ledger-move")
+	runsOn(t, p, pod.Name, workContainer, "ledger-move")
+	p.DeleteMigration(t, "ledger-move")
 	clustertest.DeletePod(t, p.Clients, pod.Name)
 }
 
@@ -223,9 +182,9 @@ func testSourceKilled(t *testing.T, p *migrationtest.Pair) {
 // transfer; the pod runs on at the source; the restarted target holds
 // nothing of the cut stream.
 func testTargetKilled(t *testing.T, p *migrationtest.Pair) {
-	pod := heldPod("till", p.Source.Name, 128)
+	pod := workloadPod("till", p.Source.Name, 128)
 	p.RunPod(t, pod)
-	p.Cluster.Count(t, pod.Name, "counter", 2)
+	p.Cluster.Count(t, pod.Name, workContainer, 2)
 	migrateAsync(t, p, pod.Name, "till-move")
 	poll(t, "the target receiving into its work entry", func() bool {
 		for _, name := range p.Target.Checkpoints(t) {
@@ -242,9 +201,9 @@ func testTargetKilled(t *testing.T, p *migrationtest.Pair) {
 	if c.Type != v1alpha1.ConditionTransferred {
 		t.Errorf("failed at %s, want %s", c.Type, v1alpha1.ConditionTransferred)
 	}
-	runsOn(t, p, pod.Name, "till-move")
+	runsOn(t, p, pod.Name, workContainer, "till-move")
 	p.Target.RestartServe(t, "")
-	clean(t, p, "till-move")
+	p.DeleteMigration(t, "till-move")
 	clustertest.DeletePod(t, p.Clients, pod.Name)
 	waitLabel(t, p, v1alpha1.LabelTransferPort, strconv.Itoa(p.Target.TransferPort(t)))
 }
@@ -276,8 +235,8 @@ func testTargetKeyRefused(t *testing.T, p *migrationtest.Pair) {
 	if c.Type != v1alpha1.ConditionTransferred || !strings.Contains(c.Message, "is not among this node's checkpoint.encryption.recipients") {
 		t.Errorf("failed at %s: %s", c.Type, c.Message)
 	}
-	runsOn(t, p, pod.Name, "kiosk-move")
-	clean(t, p, "kiosk-move")
+	runsOn(t, p, pod.Name, migrationtest.Containers[0], "kiosk-move")
+	p.DeleteMigration(t, "kiosk-move")
 	clustertest.DeletePod(t, p.Clients, pod.Name)
 }
 

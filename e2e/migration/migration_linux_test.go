@@ -121,23 +121,7 @@ func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
 			t.Fatalf("%s not on node %s: %v", name, n.Name, n.Checkpoints(t))
 		}
 	}
-	if err := p.Admin.DeletePodMigration(ctx, "default", "shop-move"); err != nil {
-		t.Fatal(err)
-	}
-	testutil.Eventually(t, "the PodMigration, its PodCheckpoint and the files on both nodes gone", func() error {
-		if _, err := p.Admin.GetPodMigration(ctx, "default", "shop-move"); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("PodMigration: %v", err)
-		}
-		if _, err := p.Admin.GetPodCheckpoint(ctx, "default", m.Status.PodCheckpoint); !apierrors.IsNotFound(err) {
-			return fmt.Errorf("PodCheckpoint %s: %v", m.Status.PodCheckpoint, err)
-		}
-		for _, n := range []*migrationtest.Node{src, dst} {
-			if got := n.Checkpoints(t); len(got) > 0 {
-				return fmt.Errorf("node %s keeps %v", n.Name, got)
-			}
-		}
-		return nil
-	})
+	p.DeleteMigration(t, "shop-move")
 	// The restored pod outlives the objects: it was made of the
 	// checkpoint, and needs it no more.
 	if _, err := p.Clients.CoreV1().Pods("default").Get(ctx, restored, metav1.GetOptions{}); err != nil {

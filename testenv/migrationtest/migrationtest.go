@@ -32,6 +32,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -389,6 +390,40 @@ func (n *Node) Checkpoints(t testing.TB) []string {
 		names = append(names, e.Name())
 	}
 	return names
+}
+
+// DeleteMigration deletes the PodMigration default/name and waits until
+// it is gone, with its PodCheckpoint (when it made one) and every pod
+// checkpoint on both nodes.
+func (p *Pair) DeleteMigration(t testing.TB, name string) {
+	t.Helper()
+	ctx := context.Background()
+	m, err := p.Admin.GetPodMigration(ctx, "default", name)
+	if apierrors.IsNotFound(err) {
+		return
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Admin.DeletePodMigration(ctx, "default", name); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "PodMigration "+name+", its PodCheckpoint and the pod checkpoints on both nodes gone", func() error {
+		if _, err := p.Admin.GetPodMigration(ctx, "default", name); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("PodMigration: %v", err)
+		}
+		if pc := m.Status.PodCheckpoint; pc != "" {
+			if _, err := p.Admin.GetPodCheckpoint(ctx, "default", pc); !apierrors.IsNotFound(err) {
+				return fmt.Errorf("PodCheckpoint %s: %v", pc, err)
+			}
+		}
+		for _, n := range []*Node{p.Source, p.Target} {
+			if got := n.Checkpoints(t); len(got) > 0 {
+				return fmt.Errorf("node %s keeps %v", n.Name, got)
+			}
+		}
+		return nil
+	})
 }
 
 // Containers are the two containers of CounterPod.
