@@ -92,6 +92,9 @@ type Options struct {
 	// server is ready, and Checkpoint returns when the memory is fetched.
 	// Needs what CheckLazyPages checks.
 	Lazy *PageServer
+	// PageServerTLS, when set, serves a Lazy checkpoint's memory over
+	// mutual TLS (TLS): then an encrypted checkpoint may be lazy too.
+	PageServerTLS *TLS
 	// PreDump, if positive, is the number of rounds of `criu pre-dump`
 	// (iterative pre-copy) run before the dump, while the tree runs on:
 	// the first round writes all its memory, each later one and then the
@@ -238,8 +241,13 @@ func Checkpoint(ctx context.Context, t Target, o Options) (res Result, err error
 		return res, fmt.Errorf("checkpoint pid %d: %w (pid %d)", t.Pid, ErrTargetTraced, before.TracerPid)
 	}
 	frozenBefore := cgroupFrozen(t.Container.FreezeCgroup)
-	if o.Lazy != nil && len(o.Seal.Recipients) > 0 {
-		return res, fmt.Errorf("checkpoint pid %d --lazy: encryption is configured and the page server sends memory in the clear", t.Pid)
+	if o.Lazy != nil && len(o.Seal.Recipients) > 0 && o.PageServerTLS == nil {
+		return res, fmt.Errorf("checkpoint pid %d --lazy: encryption is configured and the page server sends memory in the clear (no page server TLS)", t.Pid)
+	}
+	if o.PageServerTLS != nil {
+		if err := o.PageServerTLS.validate(); err != nil {
+			return res, fmt.Errorf("checkpoint pid %d --lazy: %w: %w", t.Pid, err, errdefs.ErrInvalidArgument)
+		}
 	}
 	if o.PreDump < 0 || o.PreDump > MaxPreDump {
 		return res, errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("checkpoint pid %d: %d pre-dump rounds, want 0 to %d", t.Pid, o.PreDump, MaxPreDump))
@@ -539,6 +547,10 @@ func dump(ctx context.Context, t Target, o Options, work, images string, statusF
 		opts.LeaveRunning = proto.Bool(false)
 		opts.Ps = &rpc.CriuPageServerInfo{Address: proto.String(o.Lazy.Address), Port: proto.Int32(int32(o.Lazy.Port))}
 		opts.StatusFd = proto.Int32(int32(statusFd))
+		if t := o.PageServerTLS; t != nil {
+			opts.Tls = proto.Bool(true)
+			opts.TlsCacert, opts.TlsCert, opts.TlsKey = proto.String(t.CACert), proto.String(t.Cert), proto.String(t.Key)
+		}
 	}
 
 	reqType := round.apply(opts)

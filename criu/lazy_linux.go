@@ -53,6 +53,37 @@ func ParsePageServer(s string) (PageServer, error) {
 
 func (p PageServer) String() string { return net.JoinHostPort(p.Address, strconv.Itoa(p.Port)) }
 
+// TLS are the PEM files of a page server connection's mutual TLS (CRIU's
+// --tls, --tls-cacert, --tls-cert and --tls-key): each side presents Cert
+// and Key and accepts only a peer whose certificate CACert signed; the
+// restoring side also checks that the page server's certificate names
+// the address it connects to. With TLS a lazy migration's memory never
+// crosses the network in the clear.
+type TLS struct {
+	CACert, Cert, Key string
+}
+
+// validate checks that every file is named and readable.
+func (t *TLS) validate() error {
+	for _, f := range []struct{ what, path string }{{"CA certificate", t.CACert}, {"certificate", t.Cert}, {"key", t.Key}} {
+		if f.path == "" {
+			return fmt.Errorf("page server TLS: no %s file", f.what)
+		}
+		if _, err := os.Stat(f.path); err != nil {
+			return fmt.Errorf("page server TLS %s: %w", f.what, err)
+		}
+	}
+	return nil
+}
+
+// args are CRIU's command-line options for t; none for nil.
+func (t *TLS) args() []string {
+	if t == nil {
+		return nil
+	}
+	return []string{"--tls", "--tls-cacert", t.CACert, "--tls-cert", t.Cert, "--tls-key", t.Key}
+}
+
 // LazyPipeBytes is the pipe size CRIU 4.1's page server asks for
 // (page-pipe.c: F_SETPIPE_SZ of PIPE_MAX_SIZE, 1024 pages) when it serves
 // pages to a lazy restore. Above fs.pipe-max-size that needs
@@ -171,30 +202,55 @@ func (s *statusPipe) close() {
 	s.w.Close()
 }
 
-// lazyDaemon is a running `criu lazy-pages`: it fetches a lazily restored
+// LazyPages is a running `criu lazy-pages`: it fetches a lazily restored
 // tree's memory from the page server, on the tree's page faults first and
 // the rest in the background, and exits when it has all of it.
-type lazyDaemon struct {
+type LazyPages struct {
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
+	log  string
 }
 
-// startLazyDaemon starts the daemon for the images in work/checkpoint and
-// waits until it listens on work/lazy-pages.socket, where the restore
-// finds it.
-func startLazyDaemon(ctx context.Context, o RestoreOptions, work string) (*lazyDaemon, error) {
+// LazyPagesOptions say where a `criu lazy-pages` daemon fetches from and
+// where the restore it serves finds it.
+type LazyPagesOptions struct {
+	Binary Binary
+	// From is the page server; TLS, when set, secures the connection.
+	From PageServer
+	TLS  *TLS
+	// ImagesDir holds the lazy checkpoint's images; WorkDir is the
+	// restore's work directory, where the daemon listens on
+	// lazy-pages.socket and writes LazyPagesLog.
+	ImagesDir, WorkDir string
+	// HardwareBreakpoints: see Options.HardwareBreakpoints.
+	HardwareBreakpoints bool
+	// ExtraFiles are passed to the daemon after its status pipe (fd 4
+	// on): a lock the daemon must hold for as long as it runs, say.
+	ExtraFiles []*os.File
+}
+
+// StartLazyPages starts the daemon of o and waits until it listens in
+// o.WorkDir, where the restore finds it. It runs in its own process
+// group.
+func StartLazyPages(ctx context.Context, o LazyPagesOptions) (*LazyPages, error) {
+	if o.TLS != nil {
+		if err := o.TLS.validate(); err != nil {
+			return nil, err
+		}
+	}
 	st, err := newStatusPipe()
 	if err != nil {
 		return nil, err
 	}
 	defer st.close()
-	d := &lazyDaemon{done: make(chan struct{})}
-	d.cmd = exec.Command(o.Binary.Path, "lazy-pages", "--page-server",
-		"--address", o.LazyFrom.Address, "--port", strconv.Itoa(o.LazyFrom.Port),
-		"--images-dir", filepath.Join(work, ImagesDir), "--work-dir", work,
-		"--log-file", LazyPagesLog, "-v4", "--status-fd", "3")
-	d.cmd.ExtraFiles = []*os.File{st.w}
+	d := &LazyPages{done: make(chan struct{}), log: filepath.Join(o.WorkDir, LazyPagesLog)}
+	args := []string{"lazy-pages", "--page-server",
+		"--address", o.From.Address, "--port", strconv.Itoa(o.From.Port),
+		"--images-dir", o.ImagesDir, "--work-dir", o.WorkDir,
+		"--log-file", LazyPagesLog, "-v4", "--status-fd", "3"}
+	d.cmd = exec.Command(o.Binary.Path, append(args, o.TLS.args()...)...)
+	d.cmd.ExtraFiles = append([]*os.File{st.w}, o.ExtraFiles...)
 	if !o.HardwareBreakpoints {
 		d.cmd.Env = append(os.Environ(), noBreakpointsEnv)
 	}
@@ -208,27 +264,32 @@ func startLazyDaemon(ctx context.Context, o RestoreOptions, work string) (*lazyD
 	}()
 	st.w.Close()
 	if err := st.wait(ctx, d.done); err != nil {
-		d.kill()
-		return nil, fmt.Errorf("criu lazy-pages: %w; %s: %s", err, LazyPagesLog, logErrors(filepath.Join(work, LazyPagesLog)))
+		d.Kill()
+		return nil, fmt.Errorf("criu lazy-pages from %s: %w; %s: %s", o.From, err, LazyPagesLog, logErrors(d.log))
 	}
 	return d, nil
 }
 
-// wait waits until the daemon has fetched all the memory and exited.
-func (d *lazyDaemon) wait(ctx context.Context, work string) error {
+// Pid is the daemon's pid.
+func (d *LazyPages) Pid() int { return d.cmd.Process.Pid }
+
+// Wait waits until the daemon has fetched all the memory and exited; an
+// ended ctx kills it.
+func (d *LazyPages) Wait(ctx context.Context) error {
 	select {
 	case <-d.done:
 	case <-ctx.Done():
-		d.kill()
+		d.Kill()
 		return fmt.Errorf("criu lazy-pages: %w", ctx.Err())
 	}
 	if d.err != nil {
-		return fmt.Errorf("criu lazy-pages: %w; %s: %s", d.err, LazyPagesLog, logErrors(filepath.Join(work, LazyPagesLog)))
+		return fmt.Errorf("criu lazy-pages: %w; %s: %s", d.err, LazyPagesLog, logErrors(d.log))
 	}
 	return nil
 }
 
-func (d *lazyDaemon) kill() {
+// Kill kills the daemon's process group and waits a little for it.
+func (d *LazyPages) Kill() {
 	_ = unix.Kill(-d.cmd.Process.Pid, unix.SIGKILL)
 	select {
 	case <-d.done:

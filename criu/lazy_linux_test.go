@@ -2,7 +2,14 @@ package criu
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -264,4 +271,150 @@ func BenchmarkLazyMigration(b *testing.B) {
 			b.ReportMetric(float64(size)/(1<<20)/n, "archive-MiB")
 		})
 	}
+}
+
+// testTLS writes a CA and, for each name, a certificate it issued for
+// 127.0.0.1 (server and client use) into dir, and returns the TLS files
+// of each name.
+func testTLS(t testing.TB, dir string, names ...string) map[string]*TLS {
+	t.Helper()
+	write := func(path, typ string, der []byte) {
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	write(caFile, "CERTIFICATE", caDER)
+	out := map[string]*TLS{}
+	for i, n := range names {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: n},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &TLS{CACert: caFile, Cert: filepath.Join(dir, n+".crt"), Key: filepath.Join(dir, n+".key")}
+		write(f.Cert, "CERTIFICATE", der)
+		write(f.Key, "PRIVATE KEY", kder)
+		out[n] = f
+	}
+	return out
+}
+
+// TestLazyMigrationTLS moves a counting tree lazily with its memory over
+// mutual TLS: a restorer whose certificate another CA issued gets no
+// page and the original is left as it was; one of the same CA moves it.
+func TestLazyMigrationTLS(t *testing.T) {
+	bin := requireCriu(t)
+	if _, err := os.Stat("/proc/sys/vm/unprivileged_userfaultfd"); err != nil {
+		testutil.Skip(t, "kernel without userfaultfd: %v", err)
+	}
+	certs := testTLS(t, t.TempDir(), "source", "target")
+	stranger := testTLS(t, t.TempDir(), "stranger")["stranger"]
+	pid, count := startInPidNS(t, 16)
+	tg, err := PIDTarget("/proc", pid, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("stranger refused", func(t *testing.T) {
+		ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		published := make(chan string, 1)
+		ckErr := make(chan error, 1)
+		go func() {
+			_, err := Checkpoint(ctx, tg, Options{Binary: bin, RootDir: t.TempDir(), Lazy: &ps, PageServerTLS: certs["source"],
+				Published: func(p string) { published <- p }})
+			ckErr <- err
+		}()
+		var archive string
+		select {
+		case archive = <-published:
+		case err := <-ckErr:
+			t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
+		}
+		rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+		_, rerr := Restore(rctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps, LazyTLS: stranger})
+		rcancel()
+		if rerr == nil {
+			t.Fatal("a restorer with another CA's certificate restored the tree")
+		}
+		t.Logf("refused: %v", rerr)
+		cancel()
+		if err := <-ckErr; err == nil {
+			t.Error("the lazy checkpoint succeeded although no restore fetched its memory")
+		}
+		// The original is left running, as it was.
+		before := waitCount(t, count)
+		testutil.Eventually(t, fmt.Sprintf("the original pid %d counts past %d", pid, before), func() error {
+			if n, err := readCount(count); err != nil || n <= before {
+				return fmt.Errorf("count %d, %v", n, err)
+			}
+			return nil
+		})
+	})
+
+	t.Run("same CA", func(t *testing.T) {
+		ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		published := make(chan string, 1)
+		ckErr := make(chan error, 1)
+		go func() {
+			_, err := Checkpoint(ctx, tg, Options{Binary: bin, RootDir: t.TempDir(), Lazy: &ps, PageServerTLS: certs["source"],
+				Published: func(p string) { published <- p }})
+			ckErr <- err
+		}()
+		var archive string
+		select {
+		case archive = <-published:
+		case err := <-ckErr:
+			t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
+		}
+		rst, rerr := Restore(ctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps, LazyTLS: certs["target"]})
+		if err := <-ckErr; err != nil || rerr != nil {
+			t.Fatalf("lazy move over TLS: checkpoint: %v; restore: %v", err, rerr)
+		}
+		t.Cleanup(func() {
+			_ = syscall.Kill(rst.Pid, syscall.SIGKILL)
+			var ws syscall.WaitStatus
+			_, _ = syscall.Wait4(rst.Pid, &ws, 0, nil)
+		})
+		before := waitCount(t, count)
+		if st, err := ReadProcState("/proc", pid); err == nil && !st.Gone() {
+			t.Errorf("the original pid %d is still there (%s) after its memory was fetched", pid, st)
+		}
+		testutil.Eventually(t, fmt.Sprintf("the restored tree (pid %d) counts past %d", rst.Pid, before), func() error {
+			if n, err := readCount(count); err != nil || n <= before {
+				return fmt.Errorf("count %d, %v", n, err)
+			}
+			return nil
+		})
+	})
 }

@@ -48,6 +48,8 @@ type RestoreOptions struct {
 	// (userfaultfd) and in the background. Restore returns once all of
 	// the memory is here. Needs what CheckLazyPages checks.
 	LazyFrom *PageServer
+	// LazyTLS, when set, secures the connection to LazyFrom (TLS).
+	LazyTLS *TLS
 	// Open says how the archive's signature is verified and how it is
 	// decrypted (package seal): both happen before anything is unpacked.
 	// The zero value reads plain archives and checks no signature.
@@ -164,14 +166,16 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 
 	rstart := time.Now()
 	o.Progress(Progress{Phase: PhaseRestoring})
-	var daemon *lazyDaemon
+	var daemon *LazyPages
 	if o.LazyFrom != nil {
 		if raised, err := PrepareLazyPages(""); err != nil {
 			return res, fmt.Errorf("restore %s --lazy-from: %w", archive, err)
 		} else if raised {
 			o.Logger.Info("raised fs.pipe-max-size for CRIU's page transfer", "bytes", LazyPipeBytes)
 		}
-		if daemon, err = startLazyDaemon(ctx, o, work); err != nil {
+		daemon, err = StartLazyPages(ctx, LazyPagesOptions{Binary: o.Binary, From: *o.LazyFrom, TLS: o.LazyTLS,
+			ImagesDir: filepath.Join(work, ImagesDir), WorkDir: work, HardwareBreakpoints: o.HardwareBreakpoints})
+		if err != nil {
 			return res, fmt.Errorf("restore %s: %w", archive, err)
 		}
 	}
@@ -179,13 +183,13 @@ func Restore(ctx context.Context, archive string, o RestoreOptions) (res Restore
 	res.Restore = time.Since(rstart)
 	if err != nil {
 		if daemon != nil {
-			daemon.kill()
+			daemon.Kill()
 		}
 		return res, fmt.Errorf("restore %s: %w", archive, err)
 	}
 	if daemon != nil {
 		fstart := time.Now()
-		err := daemon.wait(ctx, work)
+		err := daemon.Wait(ctx)
 		res.Fetch = time.Since(fstart)
 		if err != nil {
 			// The tree runs and faults on pages nobody serves any more.
