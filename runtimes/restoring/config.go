@@ -69,6 +69,23 @@ type Config struct {
 	// the checkpoint against without running CRIU; DefaultReportCache
 	// when empty.
 	ReportCache string `json:"reportCache,omitempty"`
+	// LazyTLS are the files with which this node fetches a lazy pod
+	// checkpoint's memory from the source node's CRIU page server over
+	// mutual TLS (a manifest container's pageServer). Without it a lazy
+	// checkpoint is refused: its memory never crosses the network in the
+	// clear.
+	LazyTLS *LazyTLS `json:"lazyTLS,omitempty"`
+}
+
+// LazyTLS are the PEM files of this node's side of a lazy migration's
+// page transfer (CRIU's --tls-cacert, --tls-cert, --tls-key): the cluster
+// CA that issued the source nodes' page-server certificates, and this
+// node's certificate and key, which the source's page server checks
+// against the same CA.
+type LazyTLS struct {
+	CACert string `json:"caCert"`
+	Cert   string `json:"cert"`
+	Key    string `json:"key"`
 }
 
 // ConfigPath is the config file of the wrapper installed at exe: exe
@@ -123,6 +140,14 @@ func LoadConfig(path, exe string) (Config, error) {
 		paths = append(paths, struct{ what, v string }{"criu", c.Criu})
 		if filepath.Base(c.Criu) != "criu" {
 			return c, fmt.Errorf("%w: criu %q: the runtime finds CRIU on PATH by the name criu; name a file called criu", ErrConfig, c.Criu)
+		}
+	}
+	if t := c.LazyTLS; t != nil {
+		for _, f := range []struct{ what, v string }{{"lazyTLS.caCert", t.CACert}, {"lazyTLS.cert", t.Cert}, {"lazyTLS.key", t.Key}} {
+			if f.v == "" {
+				return c, fmt.Errorf("%w: %s is empty; a lazy restore needs the CA certificate, this node's certificate and its key", ErrConfig, f.what)
+			}
+			paths = append(paths, f)
 		}
 	}
 	for _, id := range c.Identities {
