@@ -84,6 +84,30 @@ type Options struct {
 	// named ImageRef(container name), written into the pod checkpoint as
 	// "<archive name without .tar>.oci.tar" (criu/image).
 	ImageRef func(container string) string
+	// Lazy, when set, makes the checkpoint the first half of a lazy pod
+	// migration (see Lazy); not with ImageRef.
+	Lazy *Lazy
+}
+
+// Lazy makes a pod checkpoint the first half of a lazy pod migration:
+// CRIU dumps every container but its memory, and serves each
+// container's memory from a page server of its own (criu.Options.Lazy),
+// over mutual TLS, while the pod stays frozen, until a restore has
+// fetched all of it; then CRIU kills the containers' trees, which run on
+// where they were restored.
+type Lazy struct {
+	// Address is the host the page servers listen on (the node's IP),
+	// and what the manifest names as each container's page server.
+	Address string
+	// Port returns a free TCP port for one container's page server.
+	Port func() (int, error)
+	// TLS is required: the memory never crosses the network in the
+	// clear.
+	TLS *criu.TLS
+	// Published, if set, is called with the pod checkpoint's path once
+	// it is published and every page server is ready, while the page
+	// servers wait for the restore.
+	Published func(path string)
 }
 
 // Result describes a published pod checkpoint.
@@ -111,6 +135,15 @@ type Result struct {
 // never visible half-written. On error nothing is left in o.Dir, but a
 // work directory that a crash interrupted, which the sweep of leftovers
 // removes.
+//
+// With o.Lazy, every container is dumped at once, each by a CRIU that
+// then serves its memory from a page server on o.Lazy.Address (see
+// Lazy); once every page server is ready the manifest, which names each
+// container's page server, is written and the pod checkpoint published,
+// and o.Lazy.Published called. Checkpoint then returns when the restore
+// has fetched all the memory, and the containers' trees are gone. If ctx
+// ends or a dump fails first, the pod is thawed and runs on, and the pod
+// checkpoint, useless without its memory, is removed again.
 func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 	start := time.Now()
 	if o.Now == nil {
@@ -124,6 +157,9 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 	}
 	if o.ImageRef != nil && len(o.Criu.Seal.Recipients) > 0 {
 		return res, fmt.Errorf("pod %s/%s: a checkpoint image would hold the encrypted archives' plain text (make encrypted images of the archives with nodeshim checkpoint image --encryption-key): %w", p.Namespace, p.Name, errdefs.ErrInvalidArgument)
+	}
+	if err := o.Lazy.validate(p, o); err != nil {
+		return res, err
 	}
 	bin := o.Criu.Binary
 	ver, err := bin.Version(ctx)
@@ -167,6 +203,9 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 		}
 	}()
 
+	if o.Lazy != nil {
+		return checkpointLazy(ctx, p, o, work, m, start)
+	}
 	if err := dumpFrozen(ctx, p, o, work, &m, &res); err != nil {
 		return res, err
 	}
@@ -180,27 +219,37 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 	if err := m.Validate(); err != nil {
 		return res, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
+	if err := writeAndPublish(ctx, p, o, work, m, &res); err != nil {
+		return res, err
+	}
+	res.Total = time.Since(start)
+	return res, nil
+}
+
+// writeAndPublish writes m into work as the manifest, signs it, and
+// publishes work in o.Dir; it sets res's Path, Manifest and Size.
+func writeAndPublish(ctx context.Context, p Pod, o Options, work string, m Manifest, res *Result) error {
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
-		return res, fmt.Errorf("encode %s: %w", ManifestFile, err)
+		return fmt.Errorf("encode %s: %w", ManifestFile, err)
 	}
 	if err := atomicfile.WriteNew(filepath.Join(work, ManifestFile), b, 0o600); err != nil {
-		return res, err
+		return err
 	}
 	// The manifest's signature binds the pod to its archives (names,
 	// sizes), each signed on its own.
 	if err := seal.SignFile(filepath.Join(work, ManifestFile), seal.WriteOptions{Signer: o.Criu.Seal.Signer, Now: o.Now}); err != nil {
-		return res, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
 	if err := atomicfile.SyncDir(work); err != nil {
-		return res, err
+		return err
 	}
 	if err := ctx.Err(); err != nil {
-		return res, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}
-	res.Path, err = publish(o.Dir, work, func(attempt int) string { return Name(p.Namespace, p.Name, at, attempt) })
+	res.Path, err = publish(o.Dir, work, func(attempt int) string { return Name(p.Namespace, p.Name, m.CheckpointedAt, attempt) })
 	if err != nil {
-		return res, err
+		return err
 	}
 	res.Manifest = m
 	res.Size = int64(len(b))
@@ -212,8 +261,7 @@ func Checkpoint(ctx context.Context, p Pod, o Options) (res Result, err error) {
 			}
 		}
 	}
-	res.Total = time.Since(start)
-	return res, nil
+	return nil
 }
 
 // validate checks that p can be dumped and named.
@@ -256,39 +304,19 @@ func checkName(what, v string) error {
 // dumpFrozen freezes the pod, dumps each container into work and thaws
 // the pod, also when a dump fails or ctx ends.
 func dumpFrozen(ctx context.Context, p Pod, o Options, work string, m *Manifest, res *Result) (err error) {
-	var cgroups []string
-	for _, t := range p.Containers {
-		cgroups = append(cgroups, t.Container.FreezeCgroup)
-	}
-	// A nodeshim killed from the freeze to the thaw leaves this record
-	// behind, and the next one thaws the pod (workentry.ThawLeftFrozen).
-	record, err := workentry.RecordFrozen(o.Criu.LockDir, append(slices.Clone(cgroups), p.FreezeCgroup))
+	thawAll, err := freezeAll(ctx, p, o, m, res)
 	if err != nil {
-		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		return err
 	}
-	freezeStart := time.Now()
-	frozenAt, err := freezePod(ctx, p.FreezeCgroup, cgroups, o.FreezeTimeout)
-	if err != nil {
-		// freezePod thawed what it froze.
-		return errors.Join(fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err), record.Thawed())
-	}
-	res.Freezing = frozenAt.Sub(freezeStart)
-	m.FrozenAt = frozenAt.UTC()
+	frozenAt := m.FrozenAt
 	defer func() {
 		// Thaw once, whatever happened: the deferred call runs on every
 		// return path, an aborted dump's included.
-		terr := thawPod(p.FreezeCgroup, cgroups, o.FreezeTimeout)
+		terr := thawAll()
 		thawedAt := time.Now()
-		if terr == nil {
-			if rerr := record.Thawed(); rerr != nil {
-				err = errors.Join(err, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, rerr))
-			}
-		}
 		res.Frozen = thawedAt.Sub(frozenAt)
 		m.ThawedAt = thawedAt.UTC()
-		if terr != nil {
-			err = errors.Join(err, fmt.Errorf("pod %s/%s: thaw: %w: %w", p.Namespace, p.Name, terr, criu.ErrTargetLost))
-		}
+		err = errors.Join(err, terr)
 	}()
 	for i, t := range p.Containers {
 		co := o.Criu
@@ -313,6 +341,41 @@ func dumpFrozen(ctx context.Context, p Pod, o Options, work string, m *Manifest,
 			Archive: filepath.Base(r.Path), Size: r.Size, DumpStartedAt: started.UTC(), DumpFinishedAt: time.Now().UTC()})
 	}
 	return nil
+}
+
+// freezeAll freezes the pod (freezePod), recording the freeze for a
+// nodeshim that comes after a killed one, sets m.FrozenAt and
+// res.Freezing, and returns the function that thaws the pod again
+// (thawPod) and drops the record.
+func freezeAll(ctx context.Context, p Pod, o Options, m *Manifest, res *Result) (thawAll func() error, err error) {
+	var cgroups []string
+	for _, t := range p.Containers {
+		cgroups = append(cgroups, t.Container.FreezeCgroup)
+	}
+	// A nodeshim killed from the freeze to the thaw leaves this record
+	// behind, and the next one thaws the pod (workentry.ThawLeftFrozen).
+	record, err := workentry.RecordFrozen(o.Criu.LockDir, append(slices.Clone(cgroups), p.FreezeCgroup))
+	if err != nil {
+		return nil, fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+	}
+	freezeStart := time.Now()
+	frozenAt, err := freezePod(ctx, p.FreezeCgroup, cgroups, o.FreezeTimeout)
+	if err != nil {
+		// freezePod thawed what it froze.
+		return nil, errors.Join(fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err), record.Thawed())
+	}
+	res.Freezing = frozenAt.Sub(freezeStart)
+	m.FrozenAt = frozenAt.UTC()
+	return func() error {
+		if err := thawPod(p.FreezeCgroup, cgroups, o.FreezeTimeout); err != nil {
+			// The record stays: the next nodeshim tries again.
+			return fmt.Errorf("pod %s/%s: thaw: %w: %w", p.Namespace, p.Name, err, criu.ErrTargetLost)
+		}
+		if err := record.Thawed(); err != nil {
+			return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
+		}
+		return nil
+	}, nil
 }
 
 // writeImage writes c's OCI checkpoint image named ref beside its archive.

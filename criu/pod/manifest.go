@@ -26,6 +26,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 )
@@ -132,6 +133,12 @@ type Container struct {
 	// directory, and CheckpointImageRef the image's name.
 	CheckpointImage    string `json:"checkpointImage,omitempty"`
 	CheckpointImageRef string `json:"checkpointImageRef,omitempty"`
+	// PageServer, in a lazy pod checkpoint (Options.Lazy), is the
+	// HOST:PORT (criu.PageServer.String) of the page server that serves
+	// this container's memory: its archive holds every image but the
+	// memory, which a restore fetches from there
+	// (criu.RestoreOptions.LazyFrom). Empty in an ordinary checkpoint.
+	PageServer string `json:"pageServer,omitempty"`
 }
 
 // InitContainer is an init container that had finished.
@@ -210,7 +217,8 @@ func DecodeManifest(r io.Reader) (Manifest, error) {
 
 // Validate checks a manifest: its kind and version, the pod's names, and
 // that each container has a distinct valid name and an archive that is a
-// plain file name ending in ".tar".
+// plain file name ending in ".tar", and that a page server, where one is
+// named, is a HOST:PORT.
 func (m Manifest) Validate() error {
 	if m.Kind != Kind || m.Version != Version {
 		return fmt.Errorf("manifest kind %q version %d, want %q version %d: %w", m.Kind, m.Version, Kind, Version, ErrInvalid)
@@ -239,6 +247,11 @@ func (m Manifest) Validate() error {
 		for _, f := range files {
 			if !plainFile(f) || !strings.HasSuffix(f, ".tar") {
 				errs = append(errs, fmt.Errorf("container %q: file %q is not a plain .tar name", c.Name, f))
+			}
+		}
+		if c.PageServer != "" {
+			if _, err := criu.ParsePageServer(c.PageServer); err != nil {
+				errs = append(errs, fmt.Errorf("container %q: %w", c.Name, err))
 			}
 		}
 	}

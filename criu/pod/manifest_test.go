@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
 	"github.com/nodeshim/nodeshim/testenv/golden"
 )
@@ -88,9 +89,17 @@ func TestManifestValidate(t *testing.T) {
 		{"archive not a tar", func(m *Manifest) { m.Containers[0].Archive = "manifest.json" }},
 		{"image escapes", func(m *Manifest) { m.Containers[1].CheckpointImage = "../x.tar" }},
 		{"init container name", func(m *Manifest) { m.InitContainers[0].Name = "a b" }},
+		{"page server without a port", func(m *Manifest) { m.Containers[0].PageServer = "10.0.0.7" }},
+		{"page server port out of range", func(m *Manifest) { m.Containers[0].PageServer = "10.0.0.7:70000" }},
+		{"page server without a host", func(m *Manifest) { m.Containers[0].PageServer = ":7000" }},
 	}
 	if err := sample().Validate(); err != nil {
 		t.Fatalf("sample: %v", err)
+	}
+	lazy := sample()
+	lazy.Containers[0].PageServer, lazy.Containers[1].PageServer = "10.0.0.7:7001", "[fd00::7]:7002"
+	if err := lazy.Validate(); err != nil {
+		t.Fatalf("lazy sample: %v", err)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,13 +147,23 @@ func FuzzDecodeManifest(f *testing.F) {
 	f.Add(b)
 	f.Add([]byte(`{"kind":"nodeshim.io/pod-checkpoint","version":1}`))
 	f.Add([]byte(`null`))
+	lazy := sample()
+	lazy.Containers[0].PageServer = "10.0.0.7:7001"
+	b, _ = json.Marshal(lazy)
+	f.Add(b)
 	f.Fuzz(func(t *testing.T, data []byte) {
 		m, err := DecodeManifest(bytes.NewReader(data))
 		if err != nil {
 			return
 		}
-		// A manifest accepted names only plain files in the directory.
+		// A manifest accepted names only plain files in the directory,
+		// and page servers a restore can dial.
 		for _, c := range m.Containers {
+			if c.PageServer != "" {
+				if _, err := criu.ParsePageServer(c.PageServer); err != nil {
+					t.Fatalf("accepted page server %q: %v", c.PageServer, err)
+				}
+			}
 			for _, f := range []string{c.Archive, c.CheckpointImage} {
 				if strings.Contains(f, "/") || strings.HasPrefix(f, ".") {
 					t.Fatalf("accepted file name %q", f)

@@ -1,0 +1,226 @@
+package pod
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"errors"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nodeshim/nodeshim/criu"
+	"github.com/nodeshim/nodeshim/internal/errdefs"
+	"github.com/nodeshim/nodeshim/testenv/criutest"
+	"github.com/nodeshim/nodeshim/testenv/testutil"
+	"github.com/nodeshim/nodeshim/testenv/testworkload"
+)
+
+// testTLS writes a CA and, for each name, a certificate it issued for
+// 127.0.0.1 (server and client use) into dir, and returns the TLS files
+// of each name.
+func testTLS(t testing.TB, dir string, names ...string) map[string]*criu.TLS {
+	t.Helper()
+	write := func(path, typ string, der []byte) {
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(caDER)
+	if err != nil {
+		t.Fatal(err)
+	}
+	caFile := filepath.Join(dir, "ca.crt")
+	write(caFile, "CERTIFICATE", caDER)
+	out := map[string]*criu.TLS{}
+	for i, n := range names {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: n},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		kder, err := x509.MarshalPKCS8PrivateKey(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := &criu.TLS{CACert: caFile, Cert: filepath.Join(dir, n+".crt"), Key: filepath.Join(dir, n+".key")}
+		write(f.Cert, "CERTIFICATE", der)
+		write(f.Key, "PRIVATE KEY", kder)
+		out[n] = f
+	}
+	return out
+}
+
+// loopbackPort is a TCP port on 127.0.0.1 that nothing listened on a
+// moment ago.
+func loopbackPort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// requireLazy fails the test where the kernel should do lazy pages and
+// cannot, and skips it only where it provably lacks userfaultfd.
+func requireLazy(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/proc/sys/vm/unprivileged_userfaultfd"); err != nil {
+		testutil.Skip(t, "kernel without userfaultfd: %v", err)
+	}
+}
+
+// TestCheckpointLazyUnfetched checkpoints a two-container pod lazily on
+// each freezer this host has: the pod checkpoint is published with a
+// manifest that names a distinct page server per container and its
+// archives, the containers stay stopped while nobody fetches their
+// memory, and once ctx ends the pod is thawed and counts on and the pod
+// checkpoint, useless without its memory, is gone.
+func TestCheckpointLazyUnfetched(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := criutest.Require(t)
+	requireLazy(t)
+	certs := testTLS(t, t.TempDir(), "source")
+	for name, root := range hierarchies(t) {
+		t.Run(name, func(t *testing.T) {
+			p, dirs := fakePod(t, root)
+			dir := filepath.Join(t.TempDir(), "checkpoints")
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			published := make(chan string, 1)
+			ckErr := make(chan error, 1)
+			go func() {
+				_, err := Checkpoint(ctx, p, Options{Dir: dir, Criu: criu.Options{Binary: bin},
+					Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: certs["source"], Published: func(p string) { published <- p }}})
+				ckErr <- err
+			}()
+			var path string
+			select {
+			case path = <-published:
+			case err := <-ckErr:
+				t.Fatalf("lazy pod checkpoint ended before it was published: %v", err)
+			}
+			m, err := ReadManifest(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(m.Containers) != 2 || m.Containers[0].Name != "app" || m.Containers[1].Name != "sidecar" {
+				t.Fatalf("containers %+v", m.Containers)
+			}
+			servers := map[string]bool{}
+			for _, c := range m.Containers {
+				ps, err := criu.ParsePageServer(c.PageServer)
+				if err != nil || ps.Address != "127.0.0.1" || servers[c.PageServer] {
+					t.Errorf("container %s: page server %q (%v), want a distinct one on 127.0.0.1", c.Name, c.PageServer, err)
+				}
+				servers[c.PageServer] = true
+				if fi, err := os.Stat(filepath.Join(path, c.Archive)); err != nil || fi.Size() != c.Size {
+					t.Errorf("container %s: archive %s: %v (size %d in the manifest)", c.Name, c.Archive, err, c.Size)
+				}
+			}
+			// The containers' work directories are hidden work entries,
+			// which listings pass over.
+			if ents := visible(t, dir); len(ents) != 1 || ents[0] != filepath.Base(path) {
+				t.Errorf("%s holds %v, want the pod checkpoint alone", dir, ents)
+			}
+			// Nobody fetches: the containers stay stopped.
+			before := []int{len(testworkload.Counts(t, dirs[0])), len(testworkload.Counts(t, dirs[1]))}
+			time.Sleep(500 * time.Millisecond)
+			for i, d := range dirs {
+				if n := len(testworkload.Counts(t, d)); n > before[i]+1 {
+					t.Errorf("container %s counted from %d to %d while its memory was being served", p.Containers[i].Ref.Container, before[i], n)
+				}
+			}
+
+			cancel()
+			if err := <-ckErr; !errors.Is(err, context.Canceled) {
+				t.Errorf("cancelled lazy pod checkpoint: %v, want context.Canceled", err)
+			}
+			if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the pod checkpoint %s is left after the serve was cancelled: %v", path, err)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("%s holds %d entries after a cancelled lazy pod checkpoint", dir, len(ents))
+			}
+			assertThawed(t, p, dirs)
+		})
+	}
+}
+
+// visible are the names in dir that do not start with a dot.
+func visible(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), ".") {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}
+
+// TestCheckpointLazyRefuses: a lazy pod checkpoint without page server
+// TLS, or asked for checkpoint images that would hold no memory, is
+// refused before anything is frozen.
+func TestCheckpointLazyRefuses(t *testing.T) {
+	tls := &criu.TLS{CACert: "/ca.crt", Cert: "/node.crt", Key: "/node.key"}
+	pod := Pod{Namespace: "default", Name: "web-0", FreezeCgroup: "/cg/pod", Containers: []criu.Target{{Pid: os.Getpid(),
+		Ref: criu.ContainerRef{Namespace: "default", Pod: "web-0", Container: "a"}, Container: criu.ContainerOptions{FreezeCgroup: "/cg/pod/a"}}}}
+	tests := []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"no TLS", Options{Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort}}, "Lazy.TLS"},
+		{"image", Options{Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: tls}, ImageRef: func(c string) string { return "registry.example/" + c }}, "ImageRef"},
+		{"no address", Options{Lazy: &Lazy{Port: loopbackPort, TLS: tls}}, "Lazy.Address"},
+		{"no port", Options{Lazy: &Lazy{Address: "127.0.0.1", TLS: tls}}, "Lazy.Port"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			tt.o.Dir = dir
+			_, err := Checkpoint(context.Background(), pod, tt.o)
+			if !errors.Is(err, errdefs.ErrInvalidArgument) {
+				t.Fatalf("%v, want class InvalidArgument", err)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("%v does not name %s", err, tt.want)
+			}
+			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+				t.Errorf("%s holds %d entries", dir, len(ents))
+			}
+		})
+	}
+}
