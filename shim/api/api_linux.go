@@ -88,6 +88,16 @@ type PodCheckpointer interface {
 	PodCheckpoint(ctx context.Context, namespace, pod string, timeout time.Duration, imageRef string) (string, error)
 }
 
+// LazyPodCheckpointer takes lazy pod checkpoints for POST
+// /checkpoint/{namespace}/{pod}?lazy=true: the first half of a lazy pod
+// migration, whose path it returns once the pod checkpoint is published,
+// while the containers' memory is served on until a restore fetched it,
+// timeout ends or DELETE /checkpoints/{name} gives the pod back. A
+// Checkpoint that implements it serves ?lazy=true.
+type LazyPodCheckpointer interface {
+	LazyPodCheckpoint(ctx context.Context, namespace, pod string, timeout time.Duration) (string, error)
+}
+
 // Options configure a Handler.
 type Options struct {
 	// Auth decides what a request may do; UnixPeer(nil, nil, nil) (root
@@ -447,8 +457,9 @@ func serveRemoveCheckpoint(w http.ResponseWriter, r *http.Request, opts Options)
 
 // servePodCheckpoint serves a pod checkpoint as serveCheckpoint serves a
 // container's: 404 for an unknown pod or with the feature off, ?timeout=
-// in seconds, ?image= the checkpoint images' name, and
-// {"items":["<pod checkpoint path>"]} on success.
+// in seconds, ?image= the checkpoint images' name, ?lazy=true a lazy pod
+// checkpoint (LazyPodCheckpointer; 400 for a value that is no boolean,
+// with ?image=, or refused as invalid), and {"items":["<pod checkpoint path>"]} on success.
 func servePodCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
 	ns, name := r.PathValue("namespace"), r.PathValue("pod")
 	pc, ok := opts.Checkpoint.(PodCheckpointer)
@@ -461,7 +472,37 @@ func servePodCheckpoint(w http.ResponseWriter, r *http.Request, opts Options) {
 	if !ok {
 		return
 	}
-	path, err := pc.PodCheckpoint(r.Context(), ns, name, timeout, r.URL.Query().Get("image"))
+	lazy := false
+	if ls := r.URL.Query()["lazy"]; len(ls) > 0 {
+		v, err := strconv.ParseBool(ls[len(ls)-1])
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("lazy parameter %q is not true or false", ls[len(ls)-1])})
+			return
+		}
+		lazy = v
+	}
+	image := r.URL.Query().Get("image")
+	var path string
+	var err error
+	switch lc, ok := opts.Checkpoint.(LazyPodCheckpointer); {
+	case !lazy:
+		path, err = pc.PodCheckpoint(r.Context(), ns, name, timeout, image)
+	case image != "":
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "parameters lazy and image exclude each other: a checkpoint image would hold no memory"})
+		return
+	case !ok:
+		err := errdefs.New(errdefs.ErrNotFound, "lazy pod checkpoints are not available on this node")
+		writeJSON(w, statusCode(err), map[string]string{"error": err.Error()})
+		return
+	default:
+		path, err = lc.LazyPodCheckpoint(r.Context(), ns, name, timeout)
+		if errors.Is(err, errdefs.ErrInvalidArgument) {
+			// A node without page server settings, say: no kubelet
+			// compatibility to keep here.
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("lazy checkpoint of pod %s/%s refused: %v", ns, name, err)})
+			return
+		}
+	}
 	switch code := statusCode(err); {
 	case err == nil:
 		writeJSON(w, http.StatusOK, map[string][]string{"items": {path}})

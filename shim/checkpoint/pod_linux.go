@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,65 @@ type PodOptions struct {
 	// ImageRef, when set, asks for one OCI checkpoint image per container,
 	// named "<ImageRef>-<container>" (a tag of ImageRef is kept at the end).
 	ImageRef string
+	// Lazy makes the checkpoint the first half of a lazy pod migration
+	// (pod.Lazy): CheckpointPod returns once the pod checkpoint, without
+	// the containers' memory, is published, and the memory is served from
+	// a page server per container on the host of api.tcpAddress, over
+	// mutual TLS with the node's certificate (Settings.PageServer), in
+	// the background, while the pod stays frozen, until a restore has
+	// fetched it all or Timeout ends. Not with ImageRef.
+	Lazy bool
+}
+
+// PageServerSettings are what a lazy pod checkpoint's page servers need
+// of the node API's settings: they listen on the host of its TCP
+// address (the node's transfer address), present the node's certificate
+// and accept only a restoring node whose certificate the cluster's node
+// CA issued.
+type PageServerSettings struct {
+	// TCPAddress is api.tcpAddress; CertFile, KeyFile and CAFile are
+	// api.tlsCertFile, api.tlsKeyFile and api.clientCAFile.
+	TCPAddress, CertFile, KeyFile, CAFile string
+}
+
+// lazy returns the pod.Lazy of a lazy pod checkpoint with these
+// settings, or an error wrapping errdefs.ErrInvalidArgument that names
+// the settings missing.
+func (ps PageServerSettings) lazy() (*pod.Lazy, error) {
+	var missing []string
+	for _, f := range []struct{ name, v string }{{"api.tcpAddress", ps.TCPAddress}, {"api.tlsCertFile", ps.CertFile},
+		{"api.tlsKeyFile", ps.KeyFile}, {"api.clientCAFile", ps.CAFile}} {
+		if f.v == "" {
+			missing = append(missing, f.name)
+		}
+	}
+	if len(missing) > 0 {
+		return nil, fmt.Errorf("a lazy pod checkpoint serves the memory over mutual TLS on the node's transfer address: %s not configured: %w",
+			strings.Join(missing, ", "), errdefs.ErrInvalidArgument)
+	}
+	host, _, err := net.SplitHostPort(ps.TCPAddress)
+	if err != nil {
+		return nil, fmt.Errorf("api.tcpAddress %q: %w: %w", ps.TCPAddress, err, errdefs.ErrInvalidArgument)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		return nil, fmt.Errorf("api.tcpAddress %q names no host the restoring node can reach the page servers on (the node's IP): %w", ps.TCPAddress, errdefs.ErrInvalidArgument)
+	}
+	return &pod.Lazy{Address: host, TLS: &criu.TLS{CACert: ps.CAFile, Cert: ps.CertFile, Key: ps.KeyFile},
+		Port: func() (int, error) {
+			// A port the kernel picks for host, free a moment ago.
+			l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+			if err != nil {
+				return 0, fmt.Errorf("page server port on %s: %w", host, err)
+			}
+			defer l.Close()
+			return l.Addr().(*net.TCPAddr).Port, nil
+		}}, nil
+}
+
+// lazyServe is a lazy pod checkpoint being served in the background.
+type lazyServe struct {
+	cancel context.CancelFunc
+	done   <-chan struct{} // closed when the serve has ended
 }
 
 // ErrPodNotRunning: a container of the pod is not running (starting,
@@ -69,7 +129,103 @@ func podKey(p PodRef) criu.ContainerRef {
 // an unknown pod or the feature being off; ErrBusy a checkpoint of the
 // pod or of one of its containers in progress, or a container not
 // running.
+//
+// With opts.Lazy it returns once the pod checkpoint is published (its
+// Result has Path, Manifest, Size and Frozen), and serves the memory in
+// the background until a restore has fetched it, the timeout ends,
+// RemoveCheckpoint removes the pod checkpoint or Close is called; the
+// pod's busy marks, target locks and slot are held until then, and a
+// serve that ends unfetched thaws the pod and removes the pod checkpoint.
+// A request ctx that ends before the publication aborts the checkpoint.
 func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) (pod.Result, error) {
+	if !opts.Lazy {
+		return s.checkpointPod(ctx, p, opts, nil)
+	}
+	// The serve outlives the request once the pod checkpoint is
+	// published; until then the request may abort it.
+	bg, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	ended := make(chan struct{})
+	published := make(chan pod.Result, 1)
+	sv := &lazyServe{cancel: cancel, done: ended}
+	var res pod.Result
+	var err error
+	go func() {
+		defer close(ended)
+		defer cancel()
+		res, err = s.checkpointPod(bg, p, opts, func(path string) {
+			m, merr := pod.ReadManifest(path)
+			if merr != nil {
+				s.opts.Logger.Warn("lazy pod checkpoint: read back its manifest", "path", path, "err", merr)
+			}
+			r := pod.Result{Path: path, Manifest: m, Size: podCheckpointSize(path), Frozen: m.ThawedAt.Sub(m.FrozenAt)}
+			s.mu.Lock()
+			s.serving[filepath.Base(path)] = sv
+			s.mu.Unlock()
+			published <- r
+		})
+		s.mu.Lock()
+		for name, v := range s.serving {
+			if v == sv {
+				delete(s.serving, name)
+			}
+		}
+		s.mu.Unlock()
+	}()
+	select {
+	case r := <-published:
+		if stop() {
+			return r, nil
+		}
+		// The request ended just as the pod checkpoint was published:
+		// the serve was cancelled with it.
+		<-ended
+		if err == nil {
+			err = fmt.Errorf("checkpoint of pod %s: %w", p, ctx.Err())
+		}
+		return pod.Result{}, err
+	case <-ended:
+		stop()
+		return res, err
+	}
+}
+
+// podCheckpointSize sums the sizes of the files in the pod checkpoint
+// directory dir.
+func podCheckpointSize(dir string) int64 {
+	var n int64
+	files, _ := os.ReadDir(dir)
+	for _, f := range files {
+		if i, err := f.Info(); err == nil && i.Mode().IsRegular() {
+			n += i.Size()
+		}
+	}
+	return n
+}
+
+// stopServing ends the lazy serve of the pod checkpoint name, if one
+// runs, and waits until the pod is thawed and the pod checkpoint removed,
+// or ctx ends.
+func (s *Service) stopServing(ctx context.Context, name string) error {
+	s.mu.Lock()
+	sv := s.serving[name]
+	s.mu.Unlock()
+	if sv == nil {
+		return nil
+	}
+	sv.cancel()
+	select {
+	case <-sv.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("end the lazy serve of %s: %w", name, ctx.Err())
+	}
+}
+
+// checkpointPod is CheckpointPod; with published set, the checkpoint is
+// lazy, and published is called with the pod checkpoint's path once it
+// is published, while its memory is being served.
+func (s *Service) checkpointPod(ctx context.Context, p PodRef, opts PodOptions, published func(string)) (pod.Result, error) {
 	set := s.opts.Settings()
 	if !set.Enabled {
 		return pod.Result{}, ErrDisabled
@@ -86,6 +242,17 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 		if err := archive.CheckImageRef("request", "image", PodImageRef(opts.ImageRef, "c")); err != nil {
 			return pod.Result{}, fmt.Errorf("checkpoint of pod %s: %w: %w", p, err, errdefs.ErrInvalidArgument)
 		}
+	}
+	var lazy *pod.Lazy
+	if published != nil {
+		if opts.ImageRef != "" {
+			return pod.Result{}, fmt.Errorf("checkpoint of pod %s: image: a checkpoint image holds no memory of a lazy checkpoint: %w", p, errdefs.ErrInvalidArgument)
+		}
+		l, err := set.PageServer.lazy()
+		if err != nil {
+			return pod.Result{}, fmt.Errorf("lazy checkpoint of pod %s: %w", p, err)
+		}
+		lazy = l
 	}
 	// Each container's archive is sealed as a container checkpoint's is;
 	// the keys are read at each checkpoint, as there.
@@ -216,6 +383,15 @@ func (s *Service) CheckpointPod(ctx context.Context, p PodRef, opts PodOptions) 
 	}
 	if opts.ImageRef != "" {
 		o.ImageRef = func(c string) string { return PodImageRef(opts.ImageRef, c) }
+	}
+	if lazy != nil {
+		lazy.Published = func(path string) {
+			s.opts.Model.Set(condition.Progress(status.TypeCheckpoint, condition.ReasonInProgress,
+				fmt.Sprintf("%s: pod frozen, serving the memory of %d containers from %s to a lazy restore", what, len(target.Containers), filepath.Base(path)), 3, 3))
+			s.opts.Logger.Info("lazy pod checkpoint published; serving its memory", "pod", p.String(), "path", path)
+			published(path)
+		}
+		o.Lazy = lazy
 	}
 	res, err := pod.Checkpoint(ctx, target, o)
 	if err != nil {
@@ -462,5 +638,13 @@ func removePodCheckpoint(dir, name string) error {
 // it returns the pod checkpoint's path.
 func (s *Service) PodCheckpoint(ctx context.Context, namespace, name string, timeout time.Duration, imageRef string) (string, error) {
 	res, err := s.CheckpointPod(ctx, PodRef{Namespace: namespace, Name: name}, PodOptions{Timeout: timeout, ImageRef: imageRef})
+	return res.Path, err
+}
+
+// LazyPodCheckpoint is a lazy CheckpointPod for the node API
+// (api.LazyPodCheckpointer): it returns the pod checkpoint's path once
+// it is published, and its memory is served on.
+func (s *Service) LazyPodCheckpoint(ctx context.Context, namespace, name string, timeout time.Duration) (string, error) {
+	res, err := s.CheckpointPod(ctx, PodRef{Namespace: namespace, Name: name}, PodOptions{Timeout: timeout, Lazy: true})
 	return res.Path, err
 }

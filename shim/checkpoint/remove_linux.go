@@ -19,9 +19,11 @@ import (
 // retention's trash, so that a crash leaves it whole or in the trash.
 // name must be a base name that retention or criu/pod recognise
 // (errdefs.ErrInvalidArgument otherwise); one already gone is no error;
-// an archive a restore is reading is left (errdefs.ErrBusy). It is
+// an archive a restore is reading is left (errdefs.ErrBusy). A pod
+// checkpoint whose memory is being served lazily (PodOptions.Lazy) is
+// first given back: its serve ends, the pod thaws and runs on. It is
 // api.CheckpointRemover.
-func (s *Service) RemoveCheckpoint(_ context.Context, name string) error {
+func (s *Service) RemoveCheckpoint(ctx context.Context, name string) error {
 	set := s.opts.Settings()
 	if !set.Enabled || set.Dir == "" {
 		return errdefs.New(errdefs.ErrNotFound, "checkpoints are not enabled on this node")
@@ -30,6 +32,12 @@ func (s *Service) RemoveCheckpoint(_ context.Context, name string) error {
 	_, _, _, isArchive := retention.ParseName(name)
 	if filepath.Base(name) != name || (!isPod && !isArchive) {
 		return errdefs.New(errdefs.ErrInvalidArgument, fmt.Sprintf("%q is not the name of a checkpoint", name))
+	}
+	// Before pruneMu: the serve's end applies retention.
+	if isPod {
+		if err := s.stopServing(ctx, name); err != nil {
+			return fmt.Errorf("remove checkpoint: %w", err)
+		}
 	}
 	s.pruneMu.Lock()
 	defer s.pruneMu.Unlock()

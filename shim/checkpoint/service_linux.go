@@ -73,6 +73,10 @@ type Settings struct {
 	// configuration's checkpoint.preDumpRounds); elsewhere none run and
 	// the record says why.
 	PreDump int
+	// PageServer are the node API settings a lazy pod checkpoint's page
+	// servers use (PodOptions.Lazy); without them lazy pod checkpoints
+	// are refused.
+	PageServer PageServerSettings
 }
 
 // RetentionPolicy converts a ShimConfiguration's checkpoint.retention into
@@ -132,6 +136,9 @@ type Service struct {
 	inflight  sync.WaitGroup
 	busy      map[criu.ContainerRef]bool
 	resolvers map[string]resolverConn
+	// serving are the lazy pod checkpoints whose memory is being served,
+	// by name.
+	serving map[string]*lazyServe
 	// preDumpOK keeps criu.CheckPreDump's answer per criu binary path.
 	preDumpOK map[string]error
 
@@ -173,7 +180,7 @@ func New(opts Options) *Service {
 	}
 	base, cancel := context.WithCancel(context.Background())
 	return &Service{opts: opts, base: base, cancel: cancel, sem: make(chan struct{}, opts.Parallel),
-		busy: map[criu.ContainerRef]bool{}, resolvers: map[string]resolverConn{}}
+		busy: map[criu.ContainerRef]bool{}, resolvers: map[string]resolverConn{}, serving: map[string]*lazyServe{}}
 }
 
 // containerKey is how archive names group a container's archives.

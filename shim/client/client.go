@@ -235,8 +235,32 @@ func StatusAfterPath(gen int64, wait time.Duration) string {
 // one instant (POST /checkpoint/{namespace}/{pod}) and returns the pod
 // checkpoint's path on the node. imageRef, when set, asks for one
 // checkpoint image per container too. timeout and ctx work as for
-// Checkpoint.
+// Checkpoint. It is CheckpointPodWith with those options.
 func (c *Client) CheckpointPod(ctx context.Context, namespace, pod string, timeout time.Duration, imageRef string) (string, error) {
+	return c.CheckpointPodWith(ctx, namespace, pod, PodCheckpointOptions{Timeout: timeout, ImageRef: imageRef})
+}
+
+// PodCheckpointOptions are the options of a pod checkpoint asked with
+// CheckpointPodWith.
+type PodCheckpointOptions struct {
+	// Timeout bounds the checkpoint (rounded up to whole seconds); zero
+	// is the shim's configured default. The request waits as long.
+	Timeout time.Duration
+	// ImageRef, when set, asks for one checkpoint image per container.
+	ImageRef string
+	// Lazy asks for the first half of a lazy pod migration (?lazy=true):
+	// the answer comes once the pod checkpoint, without the containers'
+	// memory, is published, and the shim serves the memory from a page
+	// server per container, the pod frozen, until a restore has fetched
+	// it or Timeout ends; RemoveCheckpoint of the pod checkpoint ends the
+	// serve and lets the pod run on.
+	Lazy bool
+}
+
+// CheckpointPodWith asks the shim to checkpoint every container of a pod
+// at one instant with o (POST /checkpoint/{namespace}/{pod}) and returns
+// the pod checkpoint's path on the node.
+func (c *Client) CheckpointPodWith(ctx context.Context, namespace, pod string, o PodCheckpointOptions) (string, error) {
 	for _, p := range []struct{ what, v string }{{"namespace", namespace}, {"pod", pod}} {
 		if p.v == "" {
 			return "", fmt.Errorf("checkpoint pod: empty %s", p.what)
@@ -244,11 +268,14 @@ func (c *Client) CheckpointPod(ctx context.Context, namespace, pod string, timeo
 	}
 	path := "/checkpoint/" + url.PathEscape(namespace) + "/" + url.PathEscape(pod)
 	q := url.Values{}
-	if timeout > 0 {
-		q.Set("timeout", strconv.FormatInt(int64((timeout+time.Second-1)/time.Second), 10))
+	if o.Timeout > 0 {
+		q.Set("timeout", strconv.FormatInt(int64((o.Timeout+time.Second-1)/time.Second), 10))
 	}
-	if imageRef != "" {
-		q.Set("image", imageRef)
+	if o.ImageRef != "" {
+		q.Set("image", o.ImageRef)
+	}
+	if o.Lazy {
+		q.Set("lazy", "true")
 	}
 	if len(q) > 0 {
 		path += "?" + q.Encode()
@@ -256,7 +283,7 @@ func (c *Client) CheckpointPod(ctx context.Context, namespace, pod string, timeo
 	var out struct {
 		Items []string `json:"items"`
 	}
-	wait := timeout
+	wait := o.Timeout
 	if wait <= 0 {
 		wait = -1
 	}

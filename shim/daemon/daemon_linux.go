@@ -689,5 +689,7 @@ func (d *daemon) checkpointSettings() checkpoint.Settings {
 	return checkpoint.Settings{Enabled: a.Checkpoint.Enabled, Dir: a.Checkpoint.Dir,
 		DefaultTimeout: a.Checkpoint.DefaultTimeout.Duration, RuntimeEndpoint: endpoint,
 		Retention: checkpoint.RetentionPolicy(a.Checkpoint.Retention), Seal: a.Checkpoint.SealConfig(),
-		PreDump: int(a.Checkpoint.PreDumpRounds)}
+		PreDump: int(a.Checkpoint.PreDumpRounds),
+		PageServer: checkpoint.PageServerSettings{TCPAddress: a.API.TCPAddress, CertFile: a.API.TLSCertFile,
+			KeyFile: a.API.TLSKeyFile, CAFile: a.API.ClientCAFile}}
 }
