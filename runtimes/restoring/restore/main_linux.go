@@ -29,6 +29,9 @@ const maxSpecSize = 16 << 20
 // reason in the runtime's log and on stderr, exit code 1. exe is the
 // binary's path, which names the config (restoring.Load).
 func Main(exe string, args []string) int {
+	if len(args) == 2 && args[0] == superviseArg {
+		return superviseLazyPages(args[1])
+	}
 	cfg, rt, err := restoring.Load(exe)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "nodeshim-runc:", err)

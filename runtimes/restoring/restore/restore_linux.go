@@ -198,7 +198,7 @@ func (r *Restore) Run() (Timings, error) {
 	if err != nil {
 		return tm, err
 	}
-	f, name, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
+	f, name, pageServer, err := openCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
 	if errors.Is(err, ErrFinishedInit) {
 		// Runs again only if the manifest that says so is trusted.
 		if verr := verifyManifestFile(name, opts); verr != nil {
@@ -244,6 +244,12 @@ func (r *Restore) Run() (Timings, error) {
 	if err := r.checkReadiness(entries); err != nil {
 		return tm, fmt.Errorf("%s: %w", name, err)
 	}
+	var lazy *criu.PageServer
+	if pageServer != "" {
+		if lazy, err = r.lazySource(pageServer); err != nil {
+			return tm, fmt.Errorf("%s: %w", name, err)
+		}
+	}
 	tm.Validate = time.Since(start)
 
 	start = time.Now()
@@ -255,7 +261,15 @@ func (r *Restore) Run() (Timings, error) {
 	if err != nil {
 		return tm, fmt.Errorf("create a work directory in %s: %w", r.Config.WorkDir, err)
 	}
-	defer os.RemoveAll(work)
+	// A lazy restore hands the work directory, with its lock and its
+	// tmpfs, to the lazy-pages supervisor, which removes it once the
+	// memory is here.
+	handedOver := false
+	defer func() {
+		if !handedOver {
+			os.RemoveAll(work)
+		}
+	}()
 	// Held until the restore ends, so that a sweep never takes a live one.
 	lock, err := lockDir(work, false)
 	if err != nil {
@@ -268,7 +282,11 @@ func (r *Restore) Run() (Timings, error) {
 		if err != nil {
 			return tm, fmt.Errorf("restore %s: %w", name, err)
 		}
-		defer release() //nolint:errcheck // the work directory goes with it
+		defer func() {
+			if !handedOver {
+				_ = release() // the work directory goes with it
+			}
+		}()
 	}
 	images := filepath.Join(work, "archive")
 	if err := os.Mkdir(images, 0o700); err != nil {
@@ -305,7 +323,17 @@ func (r *Restore) Run() (Timings, error) {
 	tm.Rootfs = time.Since(start)
 
 	start = time.Now()
-	if err := r.runtimeRestore(images, work); err != nil {
+	var sup *lazySupervisor
+	if lazy != nil {
+		if sup, err = r.startLazyPages(*lazy, images, work, lock); err != nil {
+			return tm, fmt.Errorf("%s: %w", name, err)
+		}
+		// Until it is told to go on, the supervisor stops the daemon
+		// and removes the work directory when this process lets go of
+		// it (returns, or dies).
+		defer sup.abort()
+	}
+	if err := r.runtimeRestore(images, work, lazy != nil); err != nil {
 		return tm, fmt.Errorf("%s: %w", name, err)
 	}
 	tm.Runtime = time.Since(start)
@@ -314,6 +342,13 @@ func (r *Restore) Run() (Timings, error) {
 		// shim's create fails whole.
 		_ = exec.Command(r.Runtime, append(r.globalArgs(), "delete", "--force", r.Call.ID)...).Run()
 		return tm, err
+	}
+	if sup != nil {
+		if err := sup.handOver(r.restoredPid()); err != nil {
+			_ = exec.Command(r.Runtime, append(r.globalArgs(), "delete", "--force", r.Call.ID)...).Run()
+			return tm, fmt.Errorf("%s: %w", name, err)
+		}
+		handedOver = true
 	}
 	return tm, nil
 }
@@ -343,51 +378,60 @@ var ErrFinishedInit = errors.New("an init container that had finished runs again
 // init container that had finished in a pod checkpoint it returns no file,
 // the path of the manifest and an error wrapping ErrFinishedInit.
 func OpenCheckpoint(dir, value, container string) (*os.File, string, error) {
+	f, name, _, err := openCheckpoint(dir, value, container)
+	return f, name, err
+}
+
+// openCheckpoint is OpenCheckpoint that also returns, for a container of
+// a lazy pod checkpoint, the page server that serves its memory
+// (pod.Container.PageServer; "" otherwise).
+func openCheckpoint(dir, value, container string) (*os.File, string, string, error) {
 	if value == "" {
-		return nil, "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
+		return nil, "", "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
 	}
-	rel := value
+	rel, pageServer := value, ""
 	if filepath.IsAbs(value) {
 		r, err := filepath.Rel(dir, filepath.Clean(value))
 		if err != nil || r == ".." || strings.HasPrefix(r, "../") {
-			return nil, "", fmt.Errorf("%w: %s %q is not under the checkpoint directory %s", ErrRefused, restoring.AnnotationCheckpoint, value, dir)
+			return nil, "", "", fmt.Errorf("%w: %s %q is not under the checkpoint directory %s", ErrRefused, restoring.AnnotationCheckpoint, value, dir)
 		}
 		rel = r
 	}
 	root, err := os.OpenRoot(dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("open the checkpoint directory %s: %w", dir, err)
+		return nil, "", "", fmt.Errorf("open the checkpoint directory %s: %w", dir, err)
 	}
 	defer root.Close()
 	if fi, err := root.Stat(rel); err == nil && fi.IsDir() {
 		mf, err := archive.OpenMember(root, filepath.Join(rel, pod.ManifestFile), 4<<20)
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
+			return nil, "", "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
 		}
 		m, err := pod.DecodeManifest(mf)
 		mf.Close()
 		if err != nil {
-			return nil, "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
+			return nil, "", "", fmt.Errorf("%w: pod checkpoint %q: %w", ErrRefused, value, err)
 		}
 		i := slices.IndexFunc(m.Containers, func(c pod.Container) bool { return c.Name == container })
 		if i < 0 && slices.ContainsFunc(m.InitContainers, func(c pod.InitContainer) bool { return c.Name == container && c.ExitCode == 0 }) {
-			return nil, filepath.Join(dir, rel, pod.ManifestFile), fmt.Errorf("%w: %q in pod checkpoint %q", ErrFinishedInit, container, value)
+			return nil, filepath.Join(dir, rel, pod.ManifestFile), "", fmt.Errorf("%w: %q in pod checkpoint %q", ErrFinishedInit, container, value)
 		}
 		if i < 0 {
 			names := make([]string, len(m.Containers))
 			for j, c := range m.Containers {
 				names[j] = c.Name
 			}
-			return nil, "", fmt.Errorf("%w: pod checkpoint %q of %s/%s has no container %q, only %q", ErrRefused, value, m.Namespace, m.Name, container, names)
+			return nil, "", "", fmt.Errorf("%w: pod checkpoint %q of %s/%s has no container %q, only %q", ErrRefused, value, m.Namespace, m.Name, container, names)
 		}
 		// A plain file name (Manifest.Validate), beside the manifest.
 		rel = filepath.Join(rel, m.Containers[i].Archive)
+		pageServer = m.Containers[i].PageServer
 	}
 	f, err := archive.OpenMember(root, rel, 1<<62)
 	if err != nil {
-		return nil, "", fmt.Errorf("%w: %s %q: %w", ErrRefused, restoring.AnnotationCheckpoint, value, err)
+		return nil, "", "", fmt.Errorf("%w: %s %q: %w", ErrRefused, restoring.AnnotationCheckpoint, value, err)
 	}
-	return f, filepath.Join(dir, rel), nil
+	return f, filepath.Join(dir, rel), pageServer, nil
 }
 
 // CheckContainer refuses a checkpoint that is not of the container spec
@@ -648,9 +692,15 @@ func (r *Restore) runtimeEnv(env []string) []string {
 // (descriptors.json, CRIU's inherit-fd), which are the shim's pipes, and
 // the pod's namespaces named by path in the spec to the checkpoint's
 // external ones (extRootNetNS, extRootPidNS).
-func (r *Restore) runtimeRestore(images, work string) error {
+func (r *Restore) runtimeRestore(images, work string, lazy bool) error {
 	args := append(r.globalArgs(), "restore", "--detach", "--bundle", r.bundle(),
 		"--image-path", filepath.Join(images, archive.ImagesDir), "--work-path", filepath.Join(work, "work"))
+	if lazy {
+		// CRIU's restore hands the memory's userfaultfds to the
+		// lazy-pages daemon through lazy-pages.socket in its work
+		// directory, where startLazyPages has it listen.
+		args = append(args, "--lazy-pages")
+	}
 	if r.Call.PidFile != "" {
 		args = append(args, "--pid-file", r.Call.PidFile)
 	}
@@ -677,13 +727,7 @@ func (r *Restore) runtimeRestore(images, work string) error {
 // mark writes MarkerName into the runtime's state directory of the
 // container.
 func (r *Restore) mark(checkpoint string) error {
-	pid := 0
-	if r.Call.PidFile != "" {
-		if b, err := os.ReadFile(r.Call.PidFile); err == nil {
-			pid, _ = strconv.Atoi(strings.TrimSpace(string(b)))
-		}
-	}
-	b, err := json.Marshal(restoring.Marker{Checkpoint: checkpoint, RestoredAt: time.Now().UTC(), Pid: pid})
+	b, err := json.Marshal(restoring.Marker{Checkpoint: checkpoint, RestoredAt: time.Now().UTC(), Pid: r.restoredPid()})
 	if err != nil {
 		return err
 	}
@@ -700,6 +744,20 @@ func (r *Restore) mark(checkpoint string) error {
 		return errors.Join(fmt.Errorf("write %s: %w", p, err), os.Remove(p))
 	}
 	return nil
+}
+
+// restoredPid is the pid the runtime wrote into the shim's pid file; 0
+// when there is none.
+func (r *Restore) restoredPid() int {
+	if r.Call.PidFile == "" {
+		return 0
+	}
+	b, err := os.ReadFile(r.Call.PidFile)
+	if err != nil {
+		return 0
+	}
+	pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid
 }
 
 // criuErrors picks CRIU's error lines from a log, the last five.
