@@ -71,6 +71,7 @@ func do(t *testing.T, url, method, path string) (int, []byte) {
 // nobody fetches their memory. DELETE /checkpoints/{name}, as a failed
 // migration sends it, ends the serve: the pod checkpoint is gone, both
 // counters run on, untraced and thawed, and the record says aborted.
+// Close ends a second serve the same way.
 func TestCheckpointPodLazy(t *testing.T) {
 	c := rt.Containerd2(t)
 	bin := criutest.Require(t)
@@ -147,6 +148,31 @@ func TestCheckpointPodLazy(t *testing.T) {
 	recs := model.Snapshot().Checkpoints
 	if len(recs) == 0 || recs[len(recs)-1].Result != status.CheckpointAborted {
 		t.Errorf("records %+v, want the last aborted", recs)
+	}
+
+	// nodeshim stopping ends a serve too: Close gives the pod back. (The
+	// counts are read before: an exec into a frozen container waits.)
+	for i, ctr := range ctrs {
+		before[i] = count(t, ctr)
+	}
+	res, err := svc.CheckpointPod(context.Background(), PodRef{Namespace: ns, Name: name}, PodOptions{Lazy: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Path == "" || len(res.Manifest.Containers) != 2 || res.Manifest.Containers[0].PageServer == "" || res.Frozen <= 0 {
+		t.Errorf("lazy result %+v, want the published pod checkpoint with its page servers", res)
+	}
+	if err := svc.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(res.Path); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("pod checkpoint %s after Close: %v", res.Path, err)
+	}
+	for i, ctr := range ctrs {
+		if f := frozen(t, pids[i]); f != "" {
+			t.Errorf("container %s after Close: %s", ctr.Name, f)
+		}
+		waitCount(t, ctr, before[i])
 	}
 }
 

@@ -26,6 +26,7 @@ type Fake struct {
 	mu       sync.Mutex
 	timeouts []time.Duration
 	images   []string
+	lazy     []bool
 }
 
 // ArchivePath is the archive Fake reports for container app of pod in ns.
@@ -64,7 +65,7 @@ func (f *Fake) Timeouts() []time.Duration {
 func (f *Fake) Reset() {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	f.timeouts, f.images = nil, nil
+	f.timeouts, f.images, f.lazy = nil, nil, nil
 }
 
 // PodCheckpointPath is the pod checkpoint Fake reports for pod in ns.
@@ -81,7 +82,32 @@ func (f *Fake) PodCheckpoint(_ context.Context, ns, pod string, timeout time.Dur
 	f.mu.Lock()
 	f.timeouts = append(f.timeouts, timeout)
 	f.images = append(f.images, imageRef)
+	f.lazy = append(f.lazy, false)
 	f.mu.Unlock()
+	return podAnswer(ns, pod)
+}
+
+// LazyPodCheckpoint answers a lazy pod checkpoint as PodCheckpoint
+// answers an ordinary one, and records the timeout.
+func (f *Fake) LazyPodCheckpoint(_ context.Context, ns, pod string, timeout time.Duration) (string, error) {
+	f.mu.Lock()
+	f.timeouts = append(f.timeouts, timeout)
+	f.images = append(f.images, "")
+	f.lazy = append(f.lazy, true)
+	f.mu.Unlock()
+	return podAnswer(ns, pod)
+}
+
+// Lazy returns, for each pod checkpoint asked for since the last Reset,
+// whether it was lazy.
+func (f *Fake) Lazy() []bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.lazy)
+}
+
+// podAnswer is the answer of a pod checkpoint of pod in ns.
+func podAnswer(ns, pod string) (string, error) {
 	switch pod {
 	case "web":
 		return PodCheckpointPath(ns, pod), nil
