@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 )
 
@@ -89,6 +91,9 @@ type lazySupervisor struct {
 	goPipe *os.File
 	exited chan struct{}
 	handed bool
+	// reason is what the supervisor wrote after "ok": why its daemon
+	// ended before the restore was handed over; read once exited.
+	reason chan string
 }
 
 // startLazyPages starts the supervisor of a lazy restore of images in
@@ -130,9 +135,9 @@ func (r *Restore) startLazyPages(from criu.PageServer, images, work string, lock
 	if err != nil {
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
-	defer readyR.Close()
 	goR, goW, err := os.Pipe()
 	if err != nil {
+		readyR.Close()
 		readyW.Close()
 		return nil, fmt.Errorf("pipe: %w", err)
 	}
@@ -147,22 +152,27 @@ func (r *Restore) startLazyPages(from criu.PageServer, images, work string, lock
 	readyW.Close()
 	goR.Close()
 	if err != nil {
+		readyR.Close()
 		goW.Close()
 		return nil, fmt.Errorf("start the lazy-pages supervisor: %w", err)
 	}
-	s := &lazySupervisor{cmd: cmd, goPipe: goW, exited: make(chan struct{})}
+	s := &lazySupervisor{cmd: cmd, goPipe: goW, exited: make(chan struct{}), reason: make(chan string, 1)}
 	go func() {
 		_ = cmd.Wait()
 		close(s.exited)
 	}()
 	msg := make(chan string, 1)
 	go func() {
-		b, _ := io.ReadAll(io.LimitReader(readyR, 64<<10))
-		msg <- string(b)
+		defer readyR.Close()
+		br := bufio.NewReader(io.LimitReader(readyR, 64<<10))
+		line, _ := br.ReadString('\n')
+		msg <- line
+		rest, _ := io.ReadAll(br)
+		s.reason <- strings.TrimSpace(string(rest))
 	}()
 	select {
 	case m := <-msg:
-		if m == "ok" {
+		if m == "ok\n" {
 			return s, nil
 		}
 		s.abort()
@@ -173,6 +183,23 @@ func (r *Restore) startLazyPages(from criu.PageServer, images, work string, lock
 	case <-time.After(lazyStartTimeout):
 		s.abort()
 		return nil, fmt.Errorf("fetch the memory from %s: criu lazy-pages not ready after %s", from, lazyStartTimeout)
+	}
+}
+
+// failed returns a channel closed when the supervisor has ended before
+// the hand-over (its daemon failed: the restore cannot get the memory),
+// and why.
+func (s *lazySupervisor) failed() (<-chan struct{}, func() string) {
+	return s.exited, func() string {
+		select {
+		case r := <-s.reason:
+			if r == "" {
+				r = "the lazy-pages supervisor ended"
+			}
+			return r
+		case <-time.After(time.Second):
+			return "the lazy-pages supervisor ended"
+		}
 	}
 }
 
@@ -233,10 +260,34 @@ func superviseLazyPages(arg string) int {
 		fmt.Fprint(ready, err.Error())
 		return 1
 	}
-	fmt.Fprint(ready, "ok")
-	ready.Close()
+	fmt.Fprint(ready, "ok\n")
 
-	line, _ := bufio.NewReader(io.LimitReader(goPipe, 64)).ReadString('\n')
+	fctx, fcancel := context.WithTimeout(context.Background(), p.Timeout)
+	defer fcancel()
+	waited := make(chan error, 1)
+	go func() { waited <- d.Wait(fctx) }()
+	lines := make(chan string, 1)
+	go func() {
+		line, _ := bufio.NewReader(io.LimitReader(goPipe, 64)).ReadString('\n')
+		lines <- line
+	}()
+	var line string
+	var derr error
+	daemonDone := false
+	select {
+	case line = <-lines:
+	case derr = <-waited:
+		daemonDone = true
+		if derr != nil {
+			// CRIU's restore waits for a daemon that is gone: the
+			// parent stops it and removes the work directory.
+			fmt.Fprint(ready, derr.Error())
+			ready.Close()
+			return 1
+		}
+		line = <-lines
+	}
+	ready.Close()
 	goPipe.Close()
 	rest, ok := strings.CutPrefix(strings.TrimSpace(line), "go ")
 	pid, perr := strconv.Atoi(rest)
@@ -258,9 +309,10 @@ func superviseLazyPages(arg string) int {
 		}
 	}
 	start := time.Now()
-	ctx, cancel = context.WithTimeout(context.Background(), p.Timeout)
-	err = d.Wait(ctx)
-	cancel()
+	err = derr
+	if !daemonDone {
+		err = <-waited
+	}
 	code := 0
 	if err != nil {
 		code = 1
@@ -299,6 +351,11 @@ func removeWork(dir string) error {
 	if err := unix.Lstat(filepath.Dir(dir), &parent); err != nil {
 		return fmt.Errorf("stat %s: %w", filepath.Dir(dir), err)
 	}
+	// CRIU's restore mounts its cgroup yard in its work directory; one
+	// killed mid-restore leaves it mounted.
+	if err := unmountBelow(dir); err != nil {
+		return err
+	}
 	if st.Dev != parent.Dev {
 		if err := unix.Unmount(dir, 0); err != nil {
 			if errors.Is(err, unix.EBUSY) {
@@ -313,4 +370,60 @@ func removeWork(dir string) error {
 		return fmt.Errorf("remove %s: %w", dir, err)
 	}
 	return nil
+}
+
+// unmountBelow detaches every mount below dir, the deepest first, so
+// that removing dir never reaches into another filesystem.
+func unmountBelow(dir string) error {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return fmt.Errorf("read mountinfo: %w", err)
+	}
+	ents, err := mountinfo.Parse(b)
+	if err != nil {
+		return fmt.Errorf("parse mountinfo: %w", err)
+	}
+	var points []string
+	for _, e := range ents {
+		if strings.HasPrefix(e.Point, dir+"/") {
+			points = append(points, e.Point)
+		}
+	}
+	slices.SortFunc(points, func(a, b string) int { return len(b) - len(a) })
+	for _, mp := range points {
+		if err := unix.Unmount(mp, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
+			return fmt.Errorf("unmount %s: %w", mp, err)
+		}
+	}
+	return nil
+}
+
+// runLazy runs the runtime's lazy restore cmd in a process group of its
+// own: CRIU's restore waits for the lazy-pages daemon, so when the daemon
+// ends first (its fetch refused: another CA, the page server gone) the
+// runtime and its CRIU are killed, and the half-made container deleted.
+func (r *Restore) runLazy(cmd *exec.Cmd, sup *lazySupervisor) error {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	failed, reason := sup.failed()
+	select {
+	case err := <-done:
+		return err
+	case <-failed:
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
+		<-done
+		_ = exec.Command(r.Runtime, append(r.globalArgs(), "delete", "--force", r.Call.ID)...).Run()
+		// runc mounts the rootfs at criu-root in the container's state
+		// directory for CRIU; a restore killed midway leaves it, and
+		// the directory, which delete does not know yet.
+		state := filepath.Dir(restoring.MarkerPath(r.Call.Root, r.Runtime, r.Call.ID))
+		if err := unmountBelow(state); err == nil {
+			_ = os.RemoveAll(state)
+		}
+		return fmt.Errorf("%w: fetching the memory failed: %s", ErrRefused, reason())
+	}
 }

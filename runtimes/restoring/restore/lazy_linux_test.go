@@ -3,7 +3,6 @@ package restore_test
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -189,9 +188,6 @@ func TestLazyPodMigration(t *testing.T) {
 	})
 
 	t.Run("stranger refused", func(t *testing.T) {
-		if os.Getenv("NODESHIM_LAZY_STRANGER") == "" {
-			t.Skip("a restore whose daemon fails its TLS handshake hangs runc restore: not bounded yet")
-		}
 		withLazyTLS(t, stranger)
 		ctr, _ := runCounter(t, c)
 		lc := startLazyCheckpoint(t, c, bin, ctr.Pod, "counter", source)
@@ -211,9 +207,10 @@ func TestLazyPodMigration(t *testing.T) {
 			t.Errorf("the runtime keeps state of the refused container")
 		}
 		checkNothingLeft(t)
+		// The source's CRIU fails the handshake too, or the cancel ends it.
 		lc.cancel()
-		if err := <-lc.done; !errors.Is(err, context.Canceled) {
-			t.Errorf("cancelled lazy pod checkpoint: %v, want context.Canceled", err)
+		if err := <-lc.done; err == nil {
+			t.Error("the lazy pod checkpoint succeeded although nobody fetched its memory")
 		}
 		// The original is left running, as it was.
 		waitCount(t, ctr, count(t, ctr))

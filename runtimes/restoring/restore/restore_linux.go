@@ -267,6 +267,11 @@ func (r *Restore) Run() (Timings, error) {
 	handedOver := false
 	defer func() {
 		if !handedOver {
+			if lazy != nil {
+				// A CRIU restore stopped midway leaves its cgroup yard
+				// mounted in its work directory.
+				_ = removeWork(work)
+			}
 			os.RemoveAll(work)
 		}
 	}()
@@ -333,7 +338,7 @@ func (r *Restore) Run() (Timings, error) {
 		// it (returns, or dies).
 		defer sup.abort()
 	}
-	if err := r.runtimeRestore(images, work, lazy != nil); err != nil {
+	if err := r.runtimeRestore(images, work, sup); err != nil {
 		return tm, fmt.Errorf("%s: %w", name, err)
 	}
 	tm.Runtime = time.Since(start)
@@ -692,7 +697,8 @@ func (r *Restore) runtimeEnv(env []string) []string {
 // (descriptors.json, CRIU's inherit-fd), which are the shim's pipes, and
 // the pod's namespaces named by path in the spec to the checkpoint's
 // external ones (extRootNetNS, extRootPidNS).
-func (r *Restore) runtimeRestore(images, work string, lazy bool) error {
+func (r *Restore) runtimeRestore(images, work string, sup *lazySupervisor) error {
+	lazy := sup != nil
 	args := append(r.globalArgs(), "restore", "--detach", "--bundle", r.bundle(),
 		"--image-path", filepath.Join(images, archive.ImagesDir), "--work-path", filepath.Join(work, "work"))
 	if lazy {
@@ -714,7 +720,13 @@ func (r *Restore) runtimeRestore(images, work string, lazy bool) error {
 	cmd := exec.Command(r.Runtime, args...)
 	cmd.Env = r.runtimeEnv(os.Environ())
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = r.Stdin, r.Stdout, r.Stderr
-	if err := cmd.Run(); err != nil {
+	var err error
+	if lazy {
+		err = r.runLazy(cmd, sup)
+	} else {
+		err = cmd.Run()
+	}
+	if err != nil {
 		msg := ""
 		if b, rerr := os.ReadFile(filepath.Join(work, "work", archive.RestoreLog)); rerr == nil {
 			msg = ": " + criuErrors(string(b))
