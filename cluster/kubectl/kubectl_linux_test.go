@@ -20,6 +20,7 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/podcheckpoint"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
+	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -32,7 +33,7 @@ type nodeShim struct {
 	removed []string
 }
 
-func (s *nodeShim) CheckpointPod(_ context.Context, ns, pod string, _ time.Duration, _ string) (string, error) {
+func (s *nodeShim) CheckpointPodWith(_ context.Context, ns, pod string, _ client.PodCheckpointOptions) (string, error) {
 	return filepath.Join("/var/lib/nodeshim/checkpoints", "checkpoint-"+pod+"_"+ns+"-2026-11-28T04:00:00Z"), nil
 }
 
@@ -172,6 +173,7 @@ func TestPlugin(t *testing.T) {
 		{[]string{"migrate", "cart", "-n", "shop", "--selector", "pool"}, true, `--selector "pool"`},
 		{[]string{"migrate", "cart", "-n", "shop", "--to", "Node_B"}, true, `--to "Node_B"`},
 		{[]string{"migrate", "cart", "-n", "shop", "--to", "node-b", "--mode", "Teleport"}, true, `--mode "Teleport"`},
+		{[]string{"migrate", "cart", "-n", "shop", "--to", "node-b", "--mode", "Lazy"}, true, "--mode Lazy moves the pod's memory"},
 		{[]string{"migrate", "-n", "shop", "--to", "node-b"}, true, "one POD"},
 		{[]string{"checkpoint"}, true, "one POD"},
 		{[]string{"checkpoint", "Bad_Pod", "-n", "shop"}, true, "pod \"Bad_Pod\""},

@@ -42,6 +42,9 @@ func migrationSpec(pod, to, selector, mode string, deleteOriginal bool) (v1alpha
 	default:
 		return spec, usagef("--mode %q: want %s, %s or %s", mode, v1alpha1.ModeStopAndCopy, v1alpha1.ModePreCopy, v1alpha1.ModeLazy)
 	}
+	if spec.Mode == v1alpha1.ModeLazy && !deleteOriginal {
+		return spec, usagef("--mode %s moves the pod's memory, and the original's containers end once it is fetched: add --delete-original", v1alpha1.ModeLazy)
+	}
 	return spec, nil
 }
 

@@ -34,6 +34,7 @@ type API interface {
 	PatchPodAnnotations(ctx context.Context, namespace, name string, annotations map[string]*string, fieldManager string) error
 	GetPodCheckpoint(ctx context.Context, namespace, name string) (*v1alpha1.PodCheckpoint, error)
 	CreatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error)
+	DeletePodCheckpoint(ctx context.Context, namespace, name string) error
 	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
 	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 }
@@ -56,6 +57,7 @@ const (
 	ReasonTargetNotCapable = "TargetNotCapable"
 	ReasonNoTarget         = "NoTarget"
 	ReasonModeNotBuilt     = "ModeNotBuilt"
+	ReasonKeepsOriginal    = "LazyKeepsNoOriginal"
 	ReasonCheckpointing    = "Checkpointing"
 	ReasonCheckpointed     = "Checkpointed"
 	ReasonCheckpointFailed = "CheckpointFailed"
@@ -176,6 +178,14 @@ func (c *Controller) Sync(ctx context.Context, m *v1alpha1.PodMigration) error {
 	if err != nil || apiequality.Semantic.DeepEqual(before.Status, m.Status) {
 		return err // nothing new to write while a step waits
 	}
+	if m.Status.Phase == v1alpha1.MigrationFailed && m.Spec.Mode == v1alpha1.ModeLazy && m.Status.PodCheckpoint != "" {
+		// The source keeps the pod frozen while it serves the memory:
+		// deleting the lazy PodCheckpoint has its node give the pod back
+		// now rather than when the checkpoint's timeout passes.
+		if err := c.o.API.DeletePodCheckpoint(ctx, m.Namespace, m.Status.PodCheckpoint); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("delete the lazy pod checkpoint %s/%s: %w", m.Namespace, m.Status.PodCheckpoint, err)
+		}
+	}
 	_, err = c.o.API.UpdatePodMigrationStatus(ctx, m, FieldManager)
 	return err
 }
@@ -233,8 +243,14 @@ func (c *Controller) start(ctx context.Context, m *v1alpha1.PodMigration) error 
 		c.fail(m, v1alpha1.ConditionCheckpointed, reason, "%s", why)
 		return nil
 	}
-	if mode := m.Spec.Mode; mode != "" && mode != v1alpha1.ModeStopAndCopy {
-		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonModeNotBuilt, "both nodes could run %s, but a pod's %s migration is not built yet: use StopAndCopy", mode, mode)
+	if mode := m.Spec.Mode; mode == v1alpha1.ModePreCopy {
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonModeNotBuilt, "both nodes could run %s, but a pod's %s migration is not built yet: use %s or %s", mode, mode, v1alpha1.ModeLazy, v1alpha1.ModeStopAndCopy)
+		return nil
+	}
+	lazy := m.Spec.Mode == v1alpha1.ModeLazy
+	if lazy && !m.Spec.DeleteOriginal {
+		// The CustomResourceDefinition refuses it too.
+		c.fail(m, v1alpha1.ConditionCheckpointed, ReasonKeepsOriginal, "a %s migration moves the pod's memory and the original's containers end once it is fetched: set deleteOriginal", v1alpha1.ModeLazy)
 		return nil
 	}
 	m.Status.SourceNode, m.Status.TargetNode, m.Status.PodUID = source.Name, target.Name, string(pod.UID)
@@ -242,7 +258,12 @@ func (c *Controller) start(ctx context.Context, m *v1alpha1.PodMigration) error 
 		ObjectMeta: metav1.ObjectMeta{Namespace: m.Namespace, Name: m.Name,
 			OwnerReferences: []metav1.OwnerReference{{APIVersion: v1alpha1.GroupVersion().String(), Kind: "PodMigration",
 				Name: m.Name, UID: m.UID, Controller: ptr.To(true)}}},
-		Spec: v1alpha1.PodCheckpointSpec{PodName: pod.Name},
+		Spec: v1alpha1.PodCheckpointSpec{PodName: pod.Name, Lazy: lazy},
+	}
+	if lazy {
+		// The source serves the memory at most until the controller
+		// would give up on the transfer and the restore.
+		pc.Spec.Timeout = &metav1.Duration{Duration: c.o.CheckpointTimeout + c.o.TransferTimeout + c.o.RestoreTimeout}
 	}
 	_, err = c.o.API.CreatePodCheckpoint(ctx, pc, FieldManager)
 	if apierrors.IsAlreadyExists(err) {

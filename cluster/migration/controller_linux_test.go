@@ -55,7 +55,7 @@ import (
 // handler and the controller are real here).
 type nodeShim struct{ node *transfertest.Node }
 
-func (s nodeShim) CheckpointPod(_ context.Context, namespace, pod string, _ time.Duration, _ string) (string, error) {
+func (s nodeShim) CheckpointPodWith(_ context.Context, namespace, pod string, _ client.PodCheckpointOptions) (string, error) {
 	name, _ := transfertest.PodCheckpoint(testingTB{}, s.node.Dir, namespace, pod, 256<<10)
 	return filepath.Join(s.node.Dir, name), nil
 }
@@ -219,6 +219,8 @@ func TestPodMigrations(t *testing.T) {
 	t.Run("refused before anything is frozen", func(t *testing.T) { testRefused(t, e) })
 	t.Run("moved to the node the selector allows", func(t *testing.T) { testMoved(t, e) })
 	t.Run("target refuses the transfer", func(t *testing.T) { testTransferRefused(t, e) })
+	t.Run("a lazy migration keeps no original", func(t *testing.T) { testLazyNeedsDeleteOriginal(t, e) })
+	t.Run("a lazy migration refused gives the pod back", func(t *testing.T) { testLazyTransferRefused(t, e) })
 	t.Run("target receives no transfers", func(t *testing.T) { testTargetReceivesNone(t, e, capable) })
 	t.Run("target lost mid-transfer", func(t *testing.T) { testTargetLost(t, e) })
 	t.Run("source restarted mid-checkpoint", func(t *testing.T) { testSourceRestarted(t, e, reporterAPI, capable) })
@@ -483,8 +485,8 @@ func testRefused(t *testing.T, e *env) {
 			"node node-c lacks " + v1alpha1.LabelRestoreRuntimeClass + "=true (absent)"},
 		{"no-pre-copy", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-b", Mode: v1alpha1.ModePreCopy}, ReasonTargetNotCapable,
 			"node node-b lacks " + v1alpha1.LabelPreCopy + "=true (is false)"},
-		{"lazy-not-built", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-e", Mode: v1alpha1.ModeLazy}, ReasonModeNotBuilt,
-			"Lazy migration is not built yet"},
+		{"pre-copy-not-built", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-e", Mode: v1alpha1.ModePreCopy}, ReasonModeNotBuilt,
+			"PreCopy migration is not built yet"},
 		{"same-node", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-a"}, ReasonTargetNotCapable, "node-a is the pod's node"},
 		{"cordoned", v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-g"}, ReasonTargetNotCapable, "node node-g is cordoned"},
 		{"statefulset", v1alpha1.PodMigrationSpec{PodName: "db-0", TargetNode: "node-b"}, ReasonOwnedBy, "StatefulSet db's"},
@@ -508,6 +510,44 @@ func testRefused(t *testing.T, e *env) {
 				t.Errorf("the user's PodCheckpoint: %v %+v", err, pc)
 			}
 		})
+	}
+}
+
+// testLazyNeedsDeleteOriginal: the API server refuses a Lazy migration
+// that would keep the original, whose containers end once their memory
+// is fetched.
+func testLazyNeedsDeleteOriginal(t *testing.T, e *env) {
+	_, err := e.adminAPI.CreatePodMigration(context.Background(), &v1alpha1.PodMigration{
+		ObjectMeta: metav1.ObjectMeta{Namespace: "shop", Name: "lazy-keeps"},
+		Spec:       v1alpha1.PodMigrationSpec{PodName: "cart", TargetNode: "node-b", Mode: v1alpha1.ModeLazy}}, "test")
+	if !apierrors.IsInvalid(err) || !strings.Contains(err.Error(), "set deleteOriginal") {
+		t.Fatalf("create a Lazy PodMigration without deleteOriginal: %v, want Invalid saying to set deleteOriginal", err)
+	}
+}
+
+// testLazyTransferRefused: a Lazy migration whose target refuses the
+// transfer fails, and its lazy PodCheckpoint is deleted at once, so that
+// the source node gives the frozen pod back without waiting for the
+// checkpoint's timeout.
+func testLazyTransferRefused(t *testing.T, e *env) {
+	e.pod(t, "store", "lazy-api", "node-a")
+	e.migrate(t, "store", "lazy-api", v1alpha1.PodMigrationSpec{PodName: "lazy-api", TargetNode: "node-e", Mode: v1alpha1.ModeLazy, DeleteOriginal: true})
+	m := e.wait(t, "store", "lazy-api", v1alpha1.MigrationFailed)
+	if tr := cond(t, m, v1alpha1.ConditionTransferred); tr.Status != condition.False || tr.Reason != ReasonTransferFailed {
+		t.Fatalf("Transferred %+v, want False TransferFailed", tr)
+	}
+	testutil.Eventually(t, "the lazy PodCheckpoint is deleted", func() error {
+		pc, err := e.adminAPI.GetPodCheckpoint(context.Background(), "store", m.Status.PodCheckpoint)
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err == nil && !pc.Spec.Lazy {
+			t.Fatalf("the migration's PodCheckpoint is not lazy: %+v", pc.Spec)
+		}
+		return fmt.Errorf("still there: %v", err)
+	})
+	if p, err := e.admin.CoreV1().Pods("store").Get(context.Background(), "lazy-api", metav1.GetOptions{}); err != nil || p.DeletionTimestamp != nil {
+		t.Fatalf("original pod %v (%v)", p, err)
 	}
 }
 
@@ -668,7 +708,7 @@ func testTargetLost(t *testing.T, e *env) {
 // caller gives up: the reporter is stopped in the middle of it.
 type blockedShim struct{ started chan struct{} }
 
-func (s blockedShim) CheckpointPod(ctx context.Context, _, _ string, _ time.Duration, _ string) (string, error) {
+func (s blockedShim) CheckpointPodWith(ctx context.Context, _, _ string, _ client.PodCheckpointOptions) (string, error) {
 	close(s.started)
 	<-ctx.Done()
 	return "", ctx.Err()

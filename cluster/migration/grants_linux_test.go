@@ -94,6 +94,12 @@ func (a *recordingAPI) CreatePodCheckpoint(ctx context.Context, pc *v1alpha1.Pod
 	return out, err
 }
 
+func (a *recordingAPI) DeletePodCheckpoint(ctx context.Context, ns, name string) error {
+	err := a.API.DeletePodCheckpoint(ctx, ns, name)
+	a.note("podcheckpoints/delete", err)
+	return err
+}
+
 func (a *recordingAPI) ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error) {
 	l, err := a.API.ListPodMigrations(ctx, opts)
 	a.note("podmigrations/list", err)
@@ -136,7 +142,9 @@ func shippedGrants(t *testing.T) []rbacv1.PolicyRule {
 // nodeshim-controller-migrations but one, the controller is refused where
 // it uses that one and nowhere else, so no grant is broader than needed.
 // The migration moves a ReplicaSet's pod through a node selector with
-// deleteOriginal, which uses every grant.
+// deleteOriginal, which uses every grant but the delete of a PodCheckpoint:
+// that one is a Lazy migration's whose transfer is refused (node-e), which
+// deletes its lazy PodCheckpoint to have the source thaw the pod.
 func testEveryGrantNeeded(t *testing.T, e *env) {
 	ctx := context.Background()
 	grants := shippedGrants(t)
@@ -157,7 +165,11 @@ func testEveryGrantNeeded(t *testing.T, e *env) {
 			}
 			pod := fmt.Sprintf("pay-%d", i)
 			e.pod(t, "grants", pod, "node-a", rs)
-			e.migrate(t, "grants", name, v1alpha1.PodMigrationSpec{PodName: pod, NodeSelector: map[string]string{"pool": "spare"}, DeleteOriginal: true})
+			spec := v1alpha1.PodMigrationSpec{PodName: pod, NodeSelector: map[string]string{"pool": "spare"}, DeleteOriginal: true}
+			if key == "podcheckpoints/delete" {
+				spec = v1alpha1.PodMigrationSpec{PodName: pod, TargetNode: "node-e", Mode: v1alpha1.ModeLazy, DeleteOriginal: true}
+			}
+			e.migrate(t, "grants", name, spec)
 			defer e.adminAPI.DeletePodMigration(ctx, "grants", name) //nolint:errcheck // the next subtest's controller then skips it
 			api := &recordingAPI{API: kube, forbidden: map[string]bool{}}
 			c, err := New(Options{API: api, Interval: 50 * time.Millisecond})

@@ -17,6 +17,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/condition"
+	"github.com/nodeshim/nodeshim/shim/client"
 )
 
 // API is what the handler asks of the API server (kubeapi.Client).
@@ -30,9 +31,11 @@ type API interface {
 
 // Shim is what the handler asks of its node's shim (shim/client.Client).
 type Shim interface {
-	// CheckpointPod checkpoints every container of a pod at one instant
-	// and returns the pod checkpoint's path on the node.
-	CheckpointPod(ctx context.Context, namespace, pod string, timeout time.Duration, imageRef string) (string, error)
+	// CheckpointPodWith checkpoints every container of a pod at one
+	// instant and returns the pod checkpoint's path on the node; a lazy
+	// one's once it is published, the pod frozen while its memory is
+	// served.
+	CheckpointPodWith(ctx context.Context, namespace, pod string, o client.PodCheckpointOptions) (string, error)
 	// RemoveCheckpoint removes the checkpoint named name (a base name in
 	// the node's checkpoint directory); one already gone is no error.
 	RemoveCheckpoint(ctx context.Context, name string) error
@@ -88,6 +91,8 @@ type Handler struct {
 type outcome struct {
 	location, reason string
 	cause            error
+	// lazy: the pod checkpoint's memory is served from the node.
+	lazy bool
 }
 
 // New returns a Handler; it does nothing until Run.
@@ -354,11 +359,11 @@ func (h *Handler) checkpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, po
 	if pc.Spec.Timeout != nil {
 		timeout = pc.Spec.Timeout.Duration
 	}
-	loc, cerr := h.o.Shim.CheckpointPod(ctx, pod.Namespace, pod.Name, timeout, pc.Spec.Image)
+	loc, cerr := h.o.Shim.CheckpointPodWith(ctx, pod.Namespace, pod.Name, client.PodCheckpointOptions{Timeout: timeout, ImageRef: pc.Spec.Image, Lazy: pc.Spec.Lazy})
 	if cerr != nil {
 		return h.finish(ctx, claimed, outcome{reason: ReasonFailed, cause: cerr})
 	}
-	return h.finish(ctx, claimed, outcome{location: loc, reason: ReasonStored})
+	return h.finish(ctx, claimed, outcome{location: loc, reason: ReasonStored, lazy: pc.Spec.Lazy})
 }
 
 // finish records out in pc's status: Stored at its location, or Failed
@@ -368,8 +373,11 @@ func (h *Handler) checkpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, po
 func (h *Handler) finish(ctx context.Context, pc *v1alpha1.PodCheckpoint, out outcome) error {
 	end := metav1.NewTime(h.o.Now())
 	pc.Status.CompletionTime = &end
-	stored := condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.True, Reason: out.reason,
-		Message: "pod checkpoint " + filepath.Base(out.location) + " on node " + h.o.NodeName}
+	msg := "pod checkpoint " + filepath.Base(out.location) + " on node " + h.o.NodeName
+	if out.lazy {
+		msg += "; the pod stays frozen there while its page servers serve its memory to the one restore that fetches it"
+	}
+	stored := condition.Condition{Type: v1alpha1.ConditionStored, Status: condition.True, Reason: out.reason, Message: msg}
 	pc.Status.Phase = v1alpha1.PhaseStored
 	pc.Status.Location = out.location
 	if out.cause != nil {

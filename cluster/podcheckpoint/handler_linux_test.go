@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/deploy"
+	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/testenv/kubetest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 )
@@ -84,10 +86,14 @@ type fakeShim struct {
 	removed []string
 }
 
-func (s *fakeShim) CheckpointPod(_ context.Context, namespace, pod string, _ time.Duration, _ string) (string, error) {
+func (s *fakeShim) CheckpointPodWith(_ context.Context, namespace, pod string, o client.PodCheckpointOptions) (string, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.calls = append(s.calls, namespace+"/"+pod)
+	call := namespace + "/" + pod
+	if o.Lazy {
+		call += " lazy"
+	}
+	s.calls = append(s.calls, call)
 	if err := s.fail[pod]; err != nil {
 		return "", err
 	}
@@ -233,6 +239,21 @@ func testCheckpointOnThePodsNode(t *testing.T, e *env) {
 	})
 	if _, removed := a.snapshot(); len(removed) != 1 || removed[0] != filepath.Base(pc.Status.Location) {
 		t.Errorf("node-a removed %v, want %s", removed, filepath.Base(pc.Status.Location))
+	}
+
+	// A lazy one (a Lazy PodMigration's) asks the shim for a lazy pod
+	// checkpoint, and says that the pod stays frozen on its node.
+	e.pod(t, "team-a", "cache", "node-a")
+	if _, err := e.adminAPI.CreatePodCheckpoint(context.Background(), &v1alpha1.PodCheckpoint{ObjectMeta: metav1.ObjectMeta{Namespace: "team-a", Name: "cache-lazy"},
+		Spec: v1alpha1.PodCheckpointSpec{PodName: "cache", Lazy: true}}, "test"); err != nil {
+		t.Fatal(err)
+	}
+	lz := e.waitPhase(t, "team-a", "cache-lazy", v1alpha1.PhaseStored)
+	if c := cond(t, lz, v1alpha1.ConditionStored); !strings.Contains(c.Message, "stays frozen") {
+		t.Errorf("Stored %+v: want the frozen pod said", c)
+	}
+	if calls, _ := a.snapshot(); !slices.Contains(calls, "team-a/cache lazy") {
+		t.Errorf("node-a's shim was asked %v, want team-a/cache lazy", calls)
 	}
 }
 

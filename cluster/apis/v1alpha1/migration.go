@@ -22,8 +22,14 @@ const (
 	// ModePreCopy would copy memory in rounds while the pod runs
 	// (LabelPreCopy on both nodes); refused: not built for pods yet.
 	ModePreCopy MigrationMode = "PreCopy"
-	// ModeLazy would restore at once and fetch pages on demand
-	// (LabelLazyPages on both nodes); refused: not built for pods yet.
+	// ModeLazy (post-copy) checkpoints the pod without its memory
+	// (PodCheckpointSpec.Lazy), sends that, and restores it at once: the
+	// restored pod fetches its memory from the source node's page servers
+	// over mutual TLS, on its page faults first and the rest in the
+	// background, while the original stays frozen; the original's
+	// containers end once their memory is fetched, so nothing forks. It
+	// needs LabelLazyPages on both nodes and DeleteOriginal. If the move
+	// fails first, the original is thawed and runs on.
 	ModeLazy MigrationMode = "Lazy"
 )
 

@@ -91,8 +91,17 @@ type PodCheckpointSpec struct {
 	// too, named from this repository (e.g. "registry.local/ckpt/web").
 	Image string `json:"image,omitempty"`
 	// Timeout bounds the checkpoint on the node; unset takes the node's
-	// default.
+	// default. For a Lazy one it bounds the serving of the memory too.
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// Lazy leaves the pod's memory out of the checkpoint: the node keeps
+	// the pod frozen and serves each container's memory from a page
+	// server over mutual TLS (its node certificate) to the one restore
+	// that fetches it, on its page faults first; once all of it is
+	// fetched the containers end, as they run on over there. A PodMigration
+	// of mode Lazy sets it. Deleting the PodCheckpoint, or its timeout
+	// passing, before the memory is fetched gives the pod back: thawed,
+	// running on. Not with Image.
+	Lazy bool `json:"lazy,omitempty"`
 }
 
 // PodCheckpointStatus is what became of a PodCheckpoint.
