@@ -7,15 +7,21 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/hex"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/internal/errdefs"
@@ -220,6 +226,204 @@ func TestCheckpointLazyRefuses(t *testing.T) {
 			}
 			if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 				t.Errorf("%s holds %d entries", dir, len(ents))
+			}
+		})
+	}
+}
+
+// nsCounter is a counting shell that is the init of its own PID
+// namespace, as a container's init is: a restore on this same host gets
+// a new namespace and does not collide with the pids of the original,
+// which a lazy migration keeps, stopped, until its memory is fetched.
+type nsCounter struct {
+	pid   int
+	count string // the file it writes its count to
+}
+
+// nsPod makes a pod cgroup with two container cgroups under root and a
+// counter holding 8 MiB in each, in its own PID namespace, that moves
+// itself into its container's cgroup before it counts. Everything is
+// removed when t ends.
+func nsPod(t *testing.T, root string) (Pod, []nsCounter) {
+	t.Helper()
+	unshare := testutil.RequireBinary(t, "unshare")
+	var b [6]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		t.Fatal(err)
+	}
+	top := filepath.Join(root, "nodeshim-podtest-"+hex.EncodeToString(b[:]))
+	p := Pod{Namespace: "default", Name: "web-0", UID: "u1", FreezeCgroup: filepath.Join(top, "pod")}
+	t.Cleanup(func() {
+		for _, d := range []string{p.FreezeCgroup, top} {
+			testutil.Eventually(t, "remove "+d, func() error { return os.Remove(d) })
+		}
+	})
+	var out []nsCounter
+	for _, name := range []string{"app", "sidecar"} {
+		cg := filepath.Join(p.FreezeCgroup, name)
+		if err := os.MkdirAll(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			testutil.Eventually(t, "remove "+cg, func() error { return os.Remove(cg) })
+		})
+		count := filepath.Join(t.TempDir(), "count")
+		// Writing 0 to cgroup.procs moves the writer (cgroup-v2.rst,
+		// cgroups.txt of v1).
+		script := fmt.Sprintf(`echo 0 > %s; x=$(head -c %d /dev/zero | tr '\000' a); i=0
+while :; do i=$((i+1)); echo $i > %s; sleep 0.02; done`, filepath.Join(cg, "cgroup.procs"), 8<<20, count)
+		cmd := exec.Command(unshare, "--pid", "--fork", "setsid", "sh", "-c", script)
+		// A working directory of its own: the /proc the counter sees
+		// is the host's, not its namespace's, so CRIU's parasite makes
+		// a directory in the task's working directory to mount a proc
+		// there (criu/pie/parasite.c, parasite_get_proc_fd), and the
+		// two containers' dumps, which run at once, failed with
+		// "Can't create a directory (-17)" (EEXIST) in a shared one. A
+		// container has a /proc of its own namespace.
+		cmd.Dir = filepath.Dir(count)
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		})
+		var pid int
+		testutil.Eventually(t, "the counter of "+name+" counts", func() error {
+			c, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(cmd.Process.Pid), "task", strconv.Itoa(cmd.Process.Pid), "children"))
+			if len(c) == 0 {
+				return errors.New("no child yet")
+			}
+			if n, err := readCount(count); err != nil || n < 3 {
+				return fmt.Errorf("count %d, %v", n, err)
+			}
+			var err error
+			pid, err = strconv.Atoi(strings.Fields(string(c))[0])
+			return err
+		})
+		t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
+		tg, err := criu.PIDTarget("/proc", pid, time.Now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		tg.Ref = criu.ContainerRef{Namespace: p.Namespace, Pod: p.Name, Container: name}
+		tg.Container.FreezeCgroup = cg
+		p.Containers = append(p.Containers, tg)
+		out = append(out, nsCounter{pid: pid, count: count})
+	}
+	return p, out
+}
+
+func readCount(path string) (int, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(strings.TrimSpace(string(b)))
+}
+
+// TestCheckpointLazyFetched moves a two-container pod lazily on this
+// host, on each freezer it has: once the pod checkpoint is published,
+// each container's archive is restored with criu.Restore from the page
+// server its manifest names, over mutual TLS with a certificate of the
+// same CA. Checkpoint returns once both restores fetched all the memory,
+// the originals are gone, both restored counters count on from where
+// they were, and the pod checkpoint stays.
+func TestCheckpointLazyFetched(t *testing.T) {
+	testutil.RequireRoot(t)
+	bin := criutest.Require(t)
+	requireLazy(t)
+	certs := testTLS(t, t.TempDir(), "source", "target")
+	for name, root := range hierarchies(t) {
+		t.Run(name, func(t *testing.T) {
+			p, counters := nsPod(t, root)
+			dir := filepath.Join(t.TempDir(), "checkpoints")
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			published := make(chan string, 1)
+			ckErr := make(chan error, 1)
+			var res Result
+			go func() {
+				var err error
+				res, err = Checkpoint(ctx, p, Options{Dir: dir, Criu: criu.Options{Binary: bin},
+					Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: certs["source"], Published: func(p string) { published <- p }}})
+				ckErr <- err
+			}()
+			var path string
+			select {
+			case path = <-published:
+			case err := <-ckErr:
+				t.Fatalf("lazy pod checkpoint ended before it was published: %v", err)
+			}
+			m, err := ReadManifest(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var before []int
+			for _, c := range counters {
+				n, err := readCount(c.count)
+				if err != nil {
+					t.Fatal(err)
+				}
+				before = append(before, n)
+			}
+			type restored struct {
+				rst criu.RestoreResult
+				err error
+			}
+			rsts := make([]chan restored, len(m.Containers))
+			for i, c := range m.Containers {
+				rsts[i] = make(chan restored, 1)
+				ps, err := criu.ParsePageServer(c.PageServer)
+				if err != nil {
+					t.Fatal(err)
+				}
+				go func() {
+					r, err := criu.Restore(ctx, filepath.Join(path, c.Archive), criu.RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps, LazyTLS: certs["target"]})
+					rsts[i] <- restored{r, err}
+				}()
+			}
+			cerr := <-ckErr
+			var pids []int
+			for i := range rsts {
+				r := <-rsts[i]
+				if r.err != nil {
+					t.Errorf("restore of %s: %v", m.Containers[i].Name, r.err)
+					continue
+				}
+				pids = append(pids, r.rst.Pid)
+				t.Cleanup(func() {
+					_ = unix.Kill(r.rst.Pid, unix.SIGKILL)
+					var ws unix.WaitStatus
+					_, _ = unix.Wait4(r.rst.Pid, &ws, 0, nil)
+				})
+			}
+			if cerr != nil {
+				t.Fatalf("lazy pod checkpoint: %v", cerr)
+			}
+			if t.Failed() {
+				t.FailNow()
+			}
+			t.Logf("%s: frozen %s until published, total %s", res.Path, res.Frozen, res.Total)
+			if res.Path != path || len(res.Containers) != 2 {
+				t.Errorf("result %s with %d containers, want %s with 2", res.Path, len(res.Containers), path)
+			}
+			if _, err := os.Stat(filepath.Join(path, ManifestFile)); err != nil {
+				t.Errorf("the pod checkpoint of a finished lazy migration: %v", err)
+			}
+			for i, c := range counters {
+				testutil.Eventually(t, fmt.Sprintf("the original %s (pid %d) is gone", p.Containers[i].Ref.Container, c.pid), func() error {
+					if st, err := criu.ReadProcState("/proc", c.pid); err == nil && !st.Gone() {
+						return fmt.Errorf("still there: %s", st)
+					}
+					return nil
+				})
+				testutil.Eventually(t, fmt.Sprintf("the restored %s (pid %d) counts past %d", p.Containers[i].Ref.Container, pids[i], before[i]), func() error {
+					if n, err := readCount(c.count); err != nil || n <= before[i]+2 {
+						return fmt.Errorf("count %d, %v", n, err)
+					}
+					return nil
+				})
 			}
 		})
 	}

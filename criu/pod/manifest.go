@@ -74,7 +74,10 @@ type Manifest struct {
 
 	// CheckpointedAt is when the checkpoint started; FrozenAt and ThawedAt
 	// bound the one interval in which the whole pod was frozen, and every
-	// container's dump lies within it.
+	// container's dump lies within it. In a lazy pod checkpoint ThawedAt
+	// is when every page server was ready and the manifest was written:
+	// from then on the pod runs where it is restored (DumpFinishedAt is
+	// when the container's archive was written).
 	CheckpointedAt time.Time `json:"checkpointedAt"`
 	FrozenAt       time.Time `json:"frozenAt"`
 	ThawedAt       time.Time `json:"thawedAt"`
