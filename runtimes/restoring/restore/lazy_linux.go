@@ -401,8 +401,11 @@ func unmountBelow(dir string) error {
 // runLazy runs the runtime's lazy restore cmd in a process group of its
 // own: CRIU's restore waits for the lazy-pages daemon, so when the daemon
 // ends first (its fetch refused: another CA, the page server gone) the
-// runtime and its CRIU are killed, and the half-made container deleted.
+// runtime and its CRIU are killed, then the tasks CRIU had half restored
+// in the container's cgroups (containerCgroups.kill), and the half-made
+// container deleted.
 func (r *Restore) runLazy(cmd *exec.Cmd, sup *lazySupervisor) error {
+	cg := r.snapshotCgroups()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
 		return err
@@ -416,6 +419,11 @@ func (r *Restore) runLazy(cmd *exec.Cmd, sup *lazySupervisor) error {
 	case <-failed:
 		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 		<-done
+		// The restored tasks are in a session of their own, which the
+		// process group's kill does not reach.
+		if err := cg.kill(cgroupKillTimeout); err != nil {
+			restoring.Log(r.Call, "error", fmt.Sprintf("nodeshim-runc: %s: %v", r.Call.ID, err))
+		}
 		_ = exec.Command(r.Runtime, append(r.globalArgs(), "delete", "--force", r.Call.ID)...).Run()
 		// runc mounts the rootfs at criu-root in the container's state
 		// directory for CRIU; a restore killed midway leaves it, and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/pod"
+	"github.com/nodeshim/nodeshim/internal/mountinfo"
 	"github.com/nodeshim/nodeshim/runtimes/cri"
 	"github.com/nodeshim/nodeshim/runtimes/restoring"
 	"github.com/nodeshim/nodeshim/shim/transfer/transfertest"
@@ -206,6 +208,12 @@ func TestLazyPodMigration(t *testing.T) {
 		if _, err := os.Stat(filepath.Join(c.RuntimeRoot(Handler), rctr.ID)); err == nil {
 			t.Errorf("the runtime keeps state of the refused container")
 		}
+		// CRIU killed mid-restore leaves the tasks it was restoring in
+		// the container's cgroup; the refusal kills them.
+		cgroup := restored.Config.Linux.CgroupParent + "/" + rctr.ID
+		testutil.Eventually(t, "no process is left in the refused container's cgroup "+cgroup, func() error {
+			return cgroupEmpty(t, cgroup)
+		})
 		checkNothingLeft(t)
 		// The source's CRIU fails the handshake too, or the cancel ends it.
 		lc.cancel()
@@ -232,4 +240,38 @@ func TestLazyPodMigration(t *testing.T) {
 		}
 		checkNothingLeft(t)
 	})
+}
+
+// cgroupEmpty fails when a process is in the cgroup rel (a path below
+// each hierarchy's root) or below it, in any cgroup hierarchy mounted on
+// this host; a hierarchy without the cgroup holds none.
+func cgroupEmpty(t *testing.T, rel string) error {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, err := mountinfo.Parse(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var busy []string
+	for _, m := range mounts {
+		if m.FSType != "cgroup" && m.FSType != "cgroup2" || m.Root != "/" {
+			continue
+		}
+		_ = filepath.WalkDir(filepath.Join(m.Point, rel), func(p string, d fs.DirEntry, err error) error {
+			if err != nil || !d.IsDir() {
+				return nil
+			}
+			if procs, err := os.ReadFile(filepath.Join(p, "cgroup.procs")); err == nil && len(strings.TrimSpace(string(procs))) > 0 {
+				busy = append(busy, fmt.Sprintf("%s: %s", p, strings.Join(strings.Fields(string(procs)), " ")))
+			}
+			return nil
+		})
+	}
+	if len(busy) > 0 {
+		return fmt.Errorf("processes left: %s", strings.Join(busy, "; "))
+	}
+	return nil
 }

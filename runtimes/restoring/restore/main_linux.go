@@ -26,7 +26,11 @@ const maxSpecSize = 16 << 20
 // config.json mentions restoring.AnnotationCheckpoint. A pod's sandbox,
 // or a spec without the annotation after all, goes to the runtime by
 // exec(2); any other container is restored (Restore.Run) or refused, the
-// reason in the runtime's log and on stderr, exit code 1. exe is the
+// reason in the runtime's log and on stderr, exit code 1. A lazy
+// container's memory is fetched by a `criu lazy-pages` daemon that a copy
+// of this binary supervises (started with a hidden first argument,
+// superviseArg): the supervisor outlives the create, which returns once
+// the container runs, and ends when the memory is here. exe is the
 // binary's path, which names the config (restoring.Load).
 func Main(exe string, args []string) int {
 	if len(args) == 2 && args[0] == superviseArg {

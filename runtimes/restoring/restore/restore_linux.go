@@ -186,8 +186,14 @@ type Timings struct {
 // bundle's root, and runs `<runtime> restore --detach` with the shim's
 // pid file and stdio, so that the process runs when create returns. The
 // unpacked images are removed when Run returns, whatever happened: once
-// CRIU has restored the pages they are not needed. A refusal writes
-// nothing anywhere.
+// CRIU has restored the pages they are not needed. A container of a lazy
+// pod checkpoint (its manifest names a page server) is the exception: it
+// restores with --lazy-pages while its memory is fetched over mutual TLS
+// (Config.LazyTLS) by a `criu lazy-pages` daemon under a supervisor that
+// outlives the create and removes the work directory once the memory is
+// here; a fetch that fails before the container runs takes down the
+// runtime, the tasks CRIU had half restored in the container's cgroups
+// and the half-made container. A refusal writes nothing anywhere.
 func (r *Restore) Run() (Timings, error) {
 	var tm Timings
 	start := time.Now()
