@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"filippo.io/age"
+	"go.uber.org/goleak"
 
 	"github.com/nodeshim/nodeshim/criu"
 	"github.com/nodeshim/nodeshim/criu/archive"
@@ -29,7 +31,16 @@ func TestMain(m *testing.M) {
 		testworkload.RunCounter(os.Getenv(testworkload.EnvDir), os.Getenv(testworkload.EnvMiB), false)
 		return
 	}
-	os.Exit(m.Run())
+	// A lazy pod checkpoint dumps its containers in goroutines of its
+	// own: none may outlive a passing run.
+	code := m.Run()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // fakePod makes a pod cgroup with two container cgroups under root (a
