@@ -64,7 +64,8 @@ type Options struct {
 	Dir string
 	// Criu are the options of each container's dump (Binary, ProcRoot,
 	// Logger, KillGrace, the dump flags, Seal); its ArchiveDir, Frozen,
-	// Now and Progress are set by Checkpoint. With Criu.Seal every
+	// Now, Progress, Lazy, PageServerTLS and Published are set by
+	// Checkpoint (the last three from Options.Lazy). With Criu.Seal every
 	// container's archive is encrypted and signed as a container
 	// checkpoint's is, and its signer also signs the manifest
 	// (ManifestFile + seal.SignatureSuffix beside it).
