@@ -105,10 +105,16 @@ func thawPod(pod string, containers []string, limit time.Duration) error {
 	return errors.Join(errs...)
 }
 
-// thaw thaws the cgroup dir.
+// thaw thaws the cgroup dir. A cgroup that is gone has nothing left to
+// thaw: a lazy pod checkpoint's containers end once their memory is
+// fetched, and their pod may be deleted before the thaw.
 func thaw(dir string) error {
 	ctl, _, off, _, _ := freezerFiles(dir)
-	return writeCgroupFile(ctl, off)
+	err := writeCgroupFile(ctl, off)
+	if _, serr := os.Stat(dir); err != nil && errors.Is(serr, os.ErrNotExist) {
+		return nil
+	}
+	return err
 }
 
 // writeCgroupFile writes v to the cgroup control file p, which exists.

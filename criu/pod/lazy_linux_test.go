@@ -428,3 +428,16 @@ func TestCheckpointLazyFetched(t *testing.T) {
 		})
 	}
 }
+
+// TestThawGoneCgroup: a cgroup that is gone (a lazy checkpoint's
+// container ended, its pod deleted) has nothing to thaw; one that is
+// there but cannot be thawed is an error.
+func TestThawGoneCgroup(t *testing.T) {
+	dir := t.TempDir()
+	if err := thaw(filepath.Join(dir, "gone")); err != nil {
+		t.Errorf("thaw of a cgroup that is gone: %v", err)
+	}
+	if err := thaw(dir); err == nil {
+		t.Error("thaw of a directory with no freezer file succeeded")
+	}
+}
