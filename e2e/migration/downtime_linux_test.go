@@ -94,12 +94,13 @@ func BenchmarkPodMigrationDowntime(b *testing.B) {
 			var sum sums
 			for b.Loop() {
 				bench.seq++
-				m := bench.migrate(b, mib)
+				m := bench.migrate(b, mib, v1alpha1.ModeStopAndCopy)
+				lz := bench.migrate(b, mib, v1alpha1.ModeLazy)
 				c := bench.coldStart(b, mib)
 				pr := downtime.MoveContainer(b, bench.podmanA, bench.podmanB, fmt.Sprintf("dt-podman-%d", bench.seq), mib, downtime.MoveOptions{Runtime: bench.runc})
 				b.Logf("podman dt-podman-%d: %d MiB anonymous; count %d on A, %d on B; checkpoint %s (frozen %s), archive %d bytes, restore %s, downtime %s",
 					bench.seq, pr.AnonBytes>>20, pr.Before, pr.After, ms(pr.Checkpoint), ms(pr.Frozen), pr.ArchiveBytes, ms(pr.Restore), ms(pr.Downtime))
-				sum.add(m, c, pr)
+				sum.add(m, lz, c, pr)
 			}
 			sum.report(b)
 		})
@@ -168,13 +169,17 @@ type coldMove struct {
 type sums struct {
 	n      int
 	pod    podMove
+	lazy   podMove
 	cold   coldMove
 	podman downtime.Move
 }
 
-func (s *sums) add(m podMove, c coldMove, pr downtime.Move) {
+func (s *sums) add(m, lz podMove, c coldMove, pr downtime.Move) {
 	s.n++
 	for _, f := range []struct{ to, from *time.Duration }{
+		{&s.lazy.Downtime, &lz.Downtime}, {&s.lazy.Status, &lz.Status}, {&s.lazy.Frozen, &lz.Frozen},
+		{&s.lazy.Transfer, &lz.Transfer}, {&s.lazy.ToProcess, &lz.ToProcess}, {&s.lazy.ToCount, &lz.ToCount},
+		{&s.lazy.Stored, &lz.Stored}, {&s.lazy.ToTransfer, &lz.ToTransfer}, {&s.lazy.ToPod, &lz.ToPod},
 		{&s.pod.Downtime, &m.Downtime}, {&s.pod.Status, &m.Status}, {&s.pod.Frozen, &m.Frozen},
 		{&s.pod.ToCheckpoint, &m.ToCheckpoint}, {&s.pod.Stored, &m.Stored}, {&s.pod.ToTransfer, &m.ToTransfer},
 		{&s.pod.Transfer, &m.Transfer}, {&s.pod.ToPod, &m.ToPod}, {&s.pod.ToProcess, &m.ToProcess},
@@ -186,6 +191,7 @@ func (s *sums) add(m podMove, c coldMove, pr downtime.Move) {
 		*f.to += *f.from
 	}
 	s.pod.CheckpointBytes += m.CheckpointBytes
+	s.lazy.CheckpointBytes += lz.CheckpointBytes
 	s.pod.AnonBytes += m.AnonBytes
 	s.podman.ArchiveBytes += pr.ArchiveBytes
 }
@@ -198,6 +204,16 @@ func (s *sums) report(b *testing.B) {
 	msf := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) / n }
 	mib := func(v int64) float64 { return float64(v) / (1 << 20) / n }
 	b.ReportMetric(msf(s.pod.Downtime), "nodeshim-ms")
+	b.ReportMetric(msf(s.lazy.Downtime), "lazy-ms")
+	if s.pod.Downtime > 0 {
+		b.ReportMetric(float64(s.lazy.Downtime)/float64(s.pod.Downtime), "lazy/stop-and-copy")
+	}
+	b.ReportMetric(msf(s.lazy.Status), "lazy-status-downtime-ms")
+	b.ReportMetric(msf(s.lazy.Frozen), "lazy-frozen-ms")
+	b.ReportMetric(msf(s.lazy.waits()), "lazy-waits-ms")
+	b.ReportMetric(msf(s.lazy.Transfer), "lazy-transfer-ms")
+	b.ReportMetric(msf(s.lazy.ToProcess+s.lazy.ToCount), "lazy-restore-ms")
+	b.ReportMetric(mib(s.lazy.CheckpointBytes), "lazy-checkpoint-MiB")
 	b.ReportMetric(msf(s.cold.Downtime), "coldstart-ms")
 	b.ReportMetric(msf(s.podman.Downtime), "podman-ms")
 	b.ReportMetric(msf(s.pod.Status), "status-downtime-ms")
@@ -277,13 +293,18 @@ func (pb *podBench) start(b *testing.B, name string, mib int) (int64, *downtime.
 }
 
 // migrate moves a workload Pod with `kubectl nodeshim migrate
-// --delete-original`, measures it, and removes the PodMigration (and with
-// it the checkpoint's files on both nodes) and the restored Pod.
-func (pb *podBench) migrate(b *testing.B, mib int) podMove {
+// --delete-original --mode mode`, measures it, and removes the
+// PodMigration (and with it the checkpoint's files on both nodes) and the
+// restored Pod.
+func (pb *podBench) migrate(b *testing.B, mib int, mode v1alpha1.MigrationMode) podMove {
 	b.Helper()
 	p := pb.p
 	ctx := b.Context()
+	lazy := mode == v1alpha1.ModeLazy
 	name := fmt.Sprintf("dt-%d", pb.seq)
+	if lazy {
+		name += "-lazy"
+	}
 	mname := name + "-move"
 	var m podMove
 	var w *downtime.Watcher
@@ -293,7 +314,7 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 	tl := watchMigration(ctx, p, mname)
 	var out bytes.Buffer
 	t0 := time.Now()
-	err := kubectl.Run(ctx, []string{"migrate", name, "--to", p.Target.Name, "--delete-original", "--name", mname},
+	err := kubectl.Run(ctx, []string{"migrate", name, "--to", p.Target.Name, "--delete-original", "--name", mname, "--mode", string(mode)},
 		kubectl.Env{Stdout: &out, Stderr: &out, Config: p.Cluster.API.AdminConfig(), Namespace: "default", Poll: 100 * time.Millisecond})
 	if err != nil {
 		b.Fatalf("kubectl nodeshim migrate: %v\n%s\n%s\n%s", err, out.String(), p.Source.Logs(), p.Target.Logs())
@@ -315,7 +336,19 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 	}
 	// The freeze is A's longest pause within the checkpoint; the
 	// original counts on after the thaw until the controller, having
-	// seen the restored pod run, deletes it.
+	// seen the restored pod run, deletes it. A lazy checkpoint's pod is
+	// never thawed: its counter stops for good at the freeze.
+	// ready is when the source was done with the pod: its thaw, or for
+	// a lazy checkpoint the last page server ready.
+	ready := man.ThawedAt
+	if lazy {
+		ready = man.FrozenAt
+		for _, c := range man.Containers {
+			if c.DumpFinishedAt.After(ready) {
+				ready = c.DumpFinishedAt
+			}
+		}
+	}
 	var freeze, first, resumed downtime.Reading
 	testutil.Eventually(b, "the original gone from A and the restored pod counting on B", func() error {
 		if pids, err := downtime.Counting(proc, pb.aDir); err != nil || len(pids) > 0 {
@@ -323,7 +356,11 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 		}
 		rs := w.Readings()
 		var ok bool
-		if freeze, ok = downtime.Freeze(rs, downtime.OnSource(0), man.CheckpointedAt, man.ThawedAt); !ok {
+		to := man.ThawedAt
+		if lazy {
+			to = time.Now()
+		}
+		if freeze, ok = downtime.Freeze(rs, downtime.OnSource(0), man.CheckpointedAt, to); !ok {
 			return fmt.Errorf("no pause of A's counter seen (%d readings)", len(rs))
 		}
 		if first, resumed, ok = downtime.Resumed(rs, downtime.OnSource(0), freeze.N); !ok {
@@ -336,7 +373,7 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 	seen := tl.stop()
 	m.Downtime = resumed.At.Sub(freeze.At)
 
-	m.Frozen = man.ThawedAt.Sub(man.FrozenAt)
+	m.Frozen = ready.Sub(man.FrozenAt)
 	for _, c := range man.Containers {
 		m.CheckpointBytes += c.Size
 	}
@@ -351,7 +388,7 @@ func (pb *podBench) migrate(b *testing.B, mib int) podMove {
 		}
 	}
 	m.ToCheckpoint = man.CheckpointedAt.Sub(t0)
-	m.Stored = seen[seenStored].Sub(man.ThawedAt)
+	m.Stored = seen[seenStored].Sub(ready)
 	sendStart := seen[seenTransferred].Add(-m.Transfer)
 	m.ToTransfer = sendStart.Sub(seen[seenStored])
 	m.ToPod = seen[seenRestoring].Sub(seen[seenTransferred])

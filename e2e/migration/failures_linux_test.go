@@ -30,11 +30,11 @@ import (
 // why, and leaves nothing half-written on either node.
 
 // migrateAsync creates the PodMigration name of pod to the target with
-// the plugin, without waiting.
-func migrateAsync(t *testing.T, p *migrationtest.Pair, pod, name string) {
+// the plugin, without waiting; args are more of the plugin's flags.
+func migrateAsync(t *testing.T, p *migrationtest.Pair, pod, name string, args ...string) {
 	t.Helper()
 	var out bytes.Buffer
-	if err := kubectl.Run(context.Background(), []string{"migrate", pod, "--to", p.Target.Name, "--delete-original", "--name", name, "--wait=false"},
+	if err := kubectl.Run(context.Background(), append([]string{"migrate", pod, "--to", p.Target.Name, "--delete-original", "--name", name, "--wait=false"}, args...),
 		kubectl.Env{Stdout: &out, Stderr: &out, Config: p.Cluster.API.AdminConfig(), Namespace: "default"}); err != nil {
 		t.Fatalf("kubectl nodeshim migrate: %v\n%s", err, out.String())
 	}
@@ -211,7 +211,9 @@ func testTargetKilled(t *testing.T, p *migrationtest.Pair) {
 // testTargetKeyRefused: the target's serve comes back with a new
 // identity, which its reporter publishes, and which the source is not
 // configured to encrypt to. The source's shim refuses to send; the pod
-// runs on.
+// runs on. The same for a Lazy move, whose source keeps the pod frozen
+// while it serves the memory: the failed migration's lazy PodCheckpoint
+// is deleted, and the source gives the pod back, thawed.
 func testTargetKeyRefused(t *testing.T, p *migrationtest.Pair) {
 	other, err := age.GenerateX25519Identity()
 	if err != nil {
@@ -227,17 +229,20 @@ func testTargetKeyRefused(t *testing.T, p *migrationtest.Pair) {
 		waitLabel(t, p, v1alpha1.LabelTransferRecipient, p.Target.Keys.Recipient)
 	}()
 	waitLabel(t, p, v1alpha1.LabelTransferRecipient, other.Recipient().String())
-	pod := migrationtest.CounterPod("kiosk", p.Source.Name)
-	p.RunPod(t, pod)
-	migrateAsync(t, p, pod.Name, "kiosk-move")
-	c := failedAt(t, p, "kiosk-move")
-	t.Logf("%s: %s: %s", c.Type, c.Reason, c.Message)
-	if c.Type != v1alpha1.ConditionTransferred || !strings.Contains(c.Message, "is not among this node's checkpoint.encryption.recipients") {
-		t.Errorf("failed at %s: %s", c.Type, c.Message)
+	for _, mode := range []v1alpha1.MigrationMode{v1alpha1.ModeStopAndCopy, v1alpha1.ModeLazy} {
+		pod := migrationtest.CounterPod("kiosk-"+strings.ToLower(string(mode)), p.Source.Name)
+		p.RunPod(t, pod)
+		name := pod.Name + "-move"
+		migrateAsync(t, p, pod.Name, name, "--mode", string(mode))
+		c := failedAt(t, p, name)
+		t.Logf("%s: %s: %s: %s", mode, c.Type, c.Reason, c.Message)
+		if c.Type != v1alpha1.ConditionTransferred || !strings.Contains(c.Message, "is not among this node's checkpoint.encryption.recipients") {
+			t.Errorf("%s: failed at %s: %s", mode, c.Type, c.Message)
+		}
+		runsOn(t, p, pod.Name, migrationtest.Containers[0], name)
+		p.DeleteMigration(t, name)
+		clustertest.DeletePod(t, p.Clients, pod.Name)
 	}
-	runsOn(t, p, pod.Name, migrationtest.Containers[0], "kiosk-move")
-	p.DeleteMigration(t, "kiosk-move")
-	clustertest.DeletePod(t, p.Clients, pod.Name)
 }
 
 // waitLabel waits until the target's Node carries label=value.

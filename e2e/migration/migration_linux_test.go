@@ -10,13 +10,16 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
 	"github.com/nodeshim/nodeshim/cluster/kubectl"
+	"github.com/nodeshim/nodeshim/criu/pod"
 	"github.com/nodeshim/nodeshim/testenv/clustertest"
 	"github.com/nodeshim/nodeshim/testenv/migrationtest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
@@ -47,7 +50,8 @@ func run(m *testing.M) int {
 // TestPodMigrations runs the moves below on one two-node cluster.
 func TestPodMigrations(t *testing.T) {
 	p := migrationtest.Start(t, bins)
-	t.Run("moved between nodes", func(t *testing.T) { testPodMovedBetweenNodes(t, p) })
+	t.Run("moved between nodes", func(t *testing.T) { testPodMovedBetweenNodes(t, p, v1alpha1.ModeStopAndCopy) })
+	t.Run("moved lazily between nodes", func(t *testing.T) { testPodMovedBetweenNodes(t, p, v1alpha1.ModeLazy) })
 	t.Run("source's shim killed mid-checkpoint", func(t *testing.T) { testSourceKilled(t, p) })
 	t.Run("target's shim killed mid-transfer", func(t *testing.T) { testTargetKilled(t, p) })
 	t.Run("target's key not the source's to encrypt to", func(t *testing.T) { testTargetKeyRefused(t, p) })
@@ -62,11 +66,18 @@ func TestPodMigrations(t *testing.T) {
 // target's kubelet runs with both containers' tokens kept and counters
 // going on; the original is gone. Deleting the PodMigration removes the
 // checkpoint's files from both nodes.
-func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
+//
+// Lazy: the pod checkpoint holds no memory; the source keeps the pod
+// frozen and serves each container's memory from a page server over
+// mutual TLS, which the restoring RuntimeClass on the target fetches from
+// as the restored pod runs; the original's containers end once it is
+// fetched.
+func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair, mode v1alpha1.MigrationMode) {
 	ctx := t.Context()
 	src, dst := p.Source, p.Target
+	mname := "shop-move-" + strings.ToLower(string(mode))
 
-	orig := migrationtest.CounterPod("shop", src.Name)
+	orig := migrationtest.CounterPod("shop-"+strings.ToLower(string(mode)), src.Name)
 	p.RunPod(t, orig)
 	var tokens []string
 	var before []int
@@ -75,12 +86,12 @@ func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
 		before = append(before, p.Cluster.Count(t, orig.Name, ctr, 5))
 	}
 	var out bytes.Buffer
-	if err := kubectl.Run(ctx, []string{"migrate", orig.Name, "--to", dst.Name, "--delete-original", "--name", "shop-move"},
+	if err := kubectl.Run(ctx, []string{"migrate", orig.Name, "--to", dst.Name, "--delete-original", "--name", mname, "--mode", string(mode)},
 		kubectl.Env{Stdout: &out, Stderr: &out, Config: p.Cluster.API.AdminConfig(), Namespace: "default", Poll: 100 * time.Millisecond}); err != nil {
 		t.Fatalf("kubectl nodeshim migrate: %v\n%s\n%s\n%s", err, out.String(), src.Logs(), dst.Logs())
 	}
 	t.Logf("kubectl nodeshim migrate:\n%s", out.String())
-	m, err := p.Admin.GetPodMigration(ctx, "default", "shop-move")
+	m, err := p.Admin.GetPodMigration(ctx, "default", mname)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +101,7 @@ func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rp.Spec.NodeName != dst.Name || rp.Spec.RuntimeClassName == nil || *rp.Spec.RuntimeClassName != migrationtest.Handler || rp.Labels["app"] != "shop" {
+	if rp.Spec.NodeName != dst.Name || rp.Spec.RuntimeClassName == nil || *rp.Spec.RuntimeClassName != migrationtest.Handler || rp.Labels["app"] != orig.Name {
 		t.Errorf("restored pod %s: node %s, runtime class %v, labels %v", restored, rp.Spec.NodeName, rp.Spec.RuntimeClassName, rp.Labels)
 	}
 	for i, ctr := range migrationtest.Containers {
@@ -115,13 +126,28 @@ func testPodMovedBetweenNodes(t *testing.T, p *migrationtest.Pair) {
 	}
 	t.Logf("downtime %v", m.Status.Downtime)
 
+	pc, err := p.Admin.GetPodCheckpoint(ctx, "default", m.Status.PodCheckpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	man, err := pod.ReadManifest(pc.Status.Location)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range man.Containers {
+		if lazy := c.PageServer != ""; lazy != (mode == v1alpha1.ModeLazy) || pc.Spec.Lazy != lazy {
+			t.Errorf("%s: container %s's page server %q, PodCheckpoint spec.lazy %v", mode, c.Name, c.PageServer, pc.Spec.Lazy)
+		}
+		t.Logf("%s: archive %s, %d bytes; page server %q", c.Name, c.Archive, c.Size, c.PageServer)
+	}
+
 	name := m.Status.Checkpoint
 	for _, n := range []*migrationtest.Node{src, dst} {
 		if !slices.Contains(n.Checkpoints(t), name) {
 			t.Fatalf("%s not on node %s: %v", name, n.Name, n.Checkpoints(t))
 		}
 	}
-	p.DeleteMigration(t, "shop-move")
+	p.DeleteMigration(t, mname)
 	// The restored pod outlives the objects: it was made of the
 	// checkpoint, and needs it no more.
 	if _, err := p.Clients.CoreV1().Pods("default").Get(ctx, restored, metav1.GetOptions{}); err != nil {

@@ -144,7 +144,10 @@ func Start(t testing.TB, bins string) *Pair {
 	p.Cluster = env.Cluster(t)
 	p.TargetNode = env.Node(t, clustertest.NodeOptions{Name: TargetName, Handlers2: handlers(dstBin)})
 	c := p.Cluster
-	p.Source = newNode(t, p.Dir, ca, c.NodeName, "127.0.0.1", srcBin, bins)
+	// The source listens on this machine's end of the second node's
+	// veth pair, which the second node reaches: a lazy migration's
+	// target fetches the memory from the source's page servers there.
+	p.Source = newNode(t, p.Dir, ca, c.NodeName, p.TargetNode.HostIP, srcBin, bins)
 	p.Source.Runtime = c.Containerd
 	p.Target = newNode(t, p.Dir, ca, TargetName, p.TargetNode.IP, dstBin, bins)
 	p.Target.NetNS, p.Target.Runtime = p.TargetNode.NetNS, p.TargetNode.Containerd
@@ -269,7 +272,9 @@ func (n *Node) trusting(t testing.TB, from ...*Node) string {
 	}
 	cfg := restoring.Config{Runtime: runc, CheckpointDir: n.Dir, WorkDir: filepath.Join(filepath.Dir(n.Root), "work"),
 		Criu: os.Getenv("NODESHIM_CRIU"), TrustPolicy: path, Identities: []string{n.Keys.IdentityFile},
-		ReportCache: filepath.Join(n.Root, "report-cache")}
+		ReportCache: filepath.Join(n.Root, "report-cache"),
+		// Its node certificate fetches lazy checkpoints' memory.
+		LazyTLS: &restoring.LazyTLS{CACert: n.CAFile, Cert: n.CertFile, Key: n.KeyFile}}
 	b, err := json.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
