@@ -137,9 +137,10 @@ type Result struct {
 // work directory that a crash interrupted, which the sweep of leftovers
 // removes.
 //
-// With o.Lazy, every container is dumped at once, each by a CRIU that
-// then serves its memory from a page server on o.Lazy.Address (see
-// Lazy); once every page server is ready the manifest, which names each
+// With o.Lazy, the containers are dumped one after the other while the
+// pod stays frozen, each by a CRIU that then serves its memory from a
+// page server on o.Lazy.Address (see Lazy) while the next is dumped; once
+// every page server is ready the manifest, which names each
 // container's page server, is written and the pod checkpoint published,
 // and o.Lazy.Published called. Checkpoint then returns when the restore
 // has fetched all the memory, and the containers' trees are gone. If ctx

@@ -111,6 +111,29 @@ func checkpointLazy(ctx context.Context, p Pod, o Options, work string, m Manife
 
 	dctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	started := 0
+	// wait ends every dump started and returns their errors.
+	wait := func() error {
+		var errs []error
+		for i, d := range dumps[:started] {
+			<-d.done
+			if d.err != nil {
+				errs = append(errs, fmt.Errorf("pod %s/%s: container %s (%d of %d): %w", p.Namespace, p.Name, p.Containers[i].Ref.Container, i+1, len(dumps), d.err))
+			}
+		}
+		return errors.Join(errs...)
+	}
+	abort := func(why error) error {
+		cancel()
+		return errors.Join(why, wait())
+	}
+	// One container at a time until its page server is ready: CRIU
+	// seizes a container's tasks by thawing its cgroup under their
+	// ptrace stop (freezePod), and two CRIUs doing so at once in one pod
+	// were seen to find a task in uninterruptible sleep ("Unseizable
+	// non-zombie"). The pod stays frozen throughout, so the containers
+	// are still dumped at one instant; each then serves while the next
+	// is dumped.
 	for i, t := range p.Containers {
 		d := dumps[i]
 		co := o.Criu
@@ -127,33 +150,16 @@ func checkpointLazy(ctx context.Context, p Pod, o Options, work string, m Manife
 			co.Progress = func(pr criu.Progress) { o.Progress(i, name, pr) }
 		}
 		d.started = time.Now()
+		started++
 		go func() {
 			defer close(d.done)
 			d.res, d.err = criu.Checkpoint(dctx, t, co)
 		}()
-	}
-	// wait ends every dump and returns their errors.
-	wait := func() error {
-		var errs []error
-		for i, d := range dumps {
-			<-d.done
-			if d.err != nil {
-				errs = append(errs, fmt.Errorf("pod %s/%s: container %s (%d of %d): %w", p.Namespace, p.Name, p.Containers[i].Ref.Container, i+1, len(dumps), d.err))
-			}
-		}
-		return errors.Join(errs...)
-	}
-	abort := func(why error) error {
-		cancel()
-		return errors.Join(why, wait())
-	}
-
-	for i, d := range dumps {
 		select {
 		case <-d.published:
 		case <-d.done:
 			cancel()
-			return res, errors.Join(fmt.Errorf("pod %s/%s: container %s ended before its page server was ready", p.Namespace, p.Name, p.Containers[i].Ref.Container), wait())
+			return res, errors.Join(fmt.Errorf("pod %s/%s: container %s ended before its page server was ready", p.Namespace, p.Name, t.Ref.Container), wait())
 		case <-ctx.Done():
 			return res, abort(fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, ctx.Err()))
 		}
