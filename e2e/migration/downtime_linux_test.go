@@ -40,7 +40,7 @@ const workContainer = "work"
 // namespace.
 const proc = "/proc"
 
-// BenchmarkPodMigrationDowntime moves the same workload three ways in each
+// BenchmarkPodMigrationDowntime moves the same workload four ways in each
 // iteration, for each working set (NODESHIM_MIGRATION_MIB, "64,1024" by
 // default): testenv/downtime's busybox shell, holding N MiB of random
 // bytes as anonymous memory and counting in /count every 20 ms.
@@ -56,6 +56,11 @@ const proc = "/proc"
 //     checkpoint's frozen time and size (its manifest on the source),
 //     and where the time went, from the objects' transitions as a 50 ms
 //     poll saw them.
+//   - lazy: the same, with `--mode Lazy`: the pod checkpoint without its
+//     memory, the restored pod running on B before its memory has
+//     arrived (fetched from A's page servers on its faults and in the
+//     background), the original frozen on A until then. Measured the
+//     same way; A's counter stops for good at the freeze.
 //   - coldstart: the same Pod deleted on A and created again on node-b;
 //     from the delete to the counter's first value on B (which starts
 //     from 1: the state is lost, and the working set is made again).
