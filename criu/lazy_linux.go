@@ -270,9 +270,6 @@ func StartLazyPages(ctx context.Context, o LazyPagesOptions) (*LazyPages, error)
 	return d, nil
 }
 
-// Pid is the daemon's pid.
-func (d *LazyPages) Pid() int { return d.cmd.Process.Pid }
-
 // Wait waits until the daemon has fetched all the memory and exited; an
 // ended ctx kills it.
 func (d *LazyPages) Wait(ctx context.Context) error {

@@ -204,7 +204,7 @@ func (r *Restore) Run() (Timings, error) {
 	if err != nil {
 		return tm, err
 	}
-	f, name, pageServer, err := openCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
+	f, name, pageServer, err := OpenCheckpoint(r.Config.CheckpointDir, r.Checkpoint, r.Spec.Annotations[annotationContainerName])
 	if errors.Is(err, ErrFinishedInit) {
 		// Runs again only if the manifest that says so is trusted.
 		if verr := verifyManifestFile(name, opts); verr != nil {
@@ -385,18 +385,12 @@ var ErrFinishedInit = errors.New("an init container that had finished runs again
 // taken. Every component is resolved beneath dir (os.Root: no "..", no
 // symlink leads out), and only a regular file is opened; anything else is
 // refused with ErrRefused, so that a Pod's annotation never makes the node
-// read an arbitrary host path. It returns the file and its path. For an
-// init container that had finished in a pod checkpoint it returns no file,
-// the path of the manifest and an error wrapping ErrFinishedInit.
-func OpenCheckpoint(dir, value, container string) (*os.File, string, error) {
-	f, name, _, err := openCheckpoint(dir, value, container)
-	return f, name, err
-}
-
-// openCheckpoint is OpenCheckpoint that also returns, for a container of
-// a lazy pod checkpoint, the page server that serves its memory
-// (pod.Container.PageServer; "" otherwise).
-func openCheckpoint(dir, value, container string) (*os.File, string, string, error) {
+// read an arbitrary host path. It returns the file, its path and, for a
+// container of a lazy pod checkpoint, the page server that serves its
+// memory (pod.Container.PageServer; "" otherwise). For an init container
+// that had finished in a pod checkpoint it returns no file, the path of
+// the manifest and an error wrapping ErrFinishedInit.
+func OpenCheckpoint(dir, value, container string) (*os.File, string, string, error) {
 	if value == "" {
 		return nil, "", "", fmt.Errorf("%w: %s is empty", ErrRefused, restoring.AnnotationCheckpoint)
 	}

@@ -276,7 +276,7 @@ func TestOpenCheckpointRefusesOutside(t *testing.T) {
 			tc.ctr = "app"
 		}
 		t.Run(tc.value+"/"+tc.ctr, func(t *testing.T) {
-			f, _, err := OpenCheckpoint(dir, tc.value, tc.ctr)
+			f, _, _, err := OpenCheckpoint(dir, tc.value, tc.ctr)
 			if errors.Is(err, ErrFinishedInit) {
 				t.Fatalf("OpenCheckpoint(%q, %q) = %v, for a container that is no finished init container", tc.value, tc.ctr, err)
 			}
@@ -482,11 +482,11 @@ func TestOpenCheckpointFinishedInit(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	f, name, err := OpenCheckpoint(dir, "done", "setup")
+	f, name, _, err := OpenCheckpoint(dir, "done", "setup")
 	if f != nil || !errors.Is(err, ErrFinishedInit) || name != filepath.Join(dir, "done", "manifest.json") {
 		t.Fatalf("OpenCheckpoint(done, setup) = %v, %q, %v; want no file, the manifest, ErrFinishedInit", f, name, err)
 	}
-	if _, _, err := OpenCheckpoint(dir, "failed", "setup"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `has no container "setup"`) {
+	if _, _, _, err := OpenCheckpoint(dir, "failed", "setup"); !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), `has no container "setup"`) {
 		t.Fatalf("OpenCheckpoint(failed, setup) = %v; want ErrRefused", err)
 	}
 }
