@@ -2,14 +2,7 @@ package criu
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nodeshim/nodeshim/testenv/certtest"
 	"github.com/nodeshim/nodeshim/testenv/testutil"
 	"github.com/nodeshim/nodeshim/testenv/testworkload"
 )
@@ -130,33 +124,42 @@ type lazyMove struct {
 	archived time.Time // the archive was published
 }
 
+// publishLazily starts a lazy Checkpoint of tg (its page server on
+// 127.0.0.1, over tls when set) and returns its archive once published,
+// the page server, and the channel of Checkpoint's error.
+func publishLazily(ctx context.Context, t testing.TB, bin Binary, tg Target, tls *TLS, o *Result) (string, PageServer, <-chan error) {
+	t.Helper()
+	ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
+	published := make(chan string, 1)
+	ckErr := make(chan error, 1)
+	go func() {
+		res, err := Checkpoint(ctx, tg, Options{Binary: bin, RootDir: t.TempDir(), Lazy: &ps, PageServerTLS: tls,
+			Published: func(p string) { published <- p }})
+		if o != nil {
+			*o = res
+		}
+		ckErr <- err
+	}()
+	select {
+	case archive := <-published:
+		return archive, ps, ckErr
+	case err := <-ckErr:
+		t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
+		return "", ps, nil
+	}
+}
+
 func moveLazily(t testing.TB, bin Binary, pid int) lazyMove {
 	t.Helper()
 	tg, err := PIDTarget("/proc", pid, time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
-	ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
-	root := t.TempDir()
-	published := make(chan string, 1)
 	var m lazyMove
-	ckErr := make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	go func() {
-		var err error
-		m.ck, err = Checkpoint(ctx, tg, Options{Binary: bin, RootDir: root, Lazy: &ps, Published: func(p string) {
-			m.archived = time.Now()
-			published <- p
-		}})
-		ckErr <- err
-	}()
-	var archive string
-	select {
-	case archive = <-published:
-	case err := <-ckErr:
-		t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
-	}
+	archive, ps, ckErr := publishLazily(ctx, t, bin, tg, nil, &m.ck)
+	m.archived = time.Now()
 	var rerr error
 	m.rst, rerr = Restore(ctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps})
 	if err := <-ckErr; err != nil || rerr != nil {
@@ -278,50 +281,11 @@ func BenchmarkLazyMigration(b *testing.B) {
 // of each name.
 func testTLS(t testing.TB, dir string, names ...string) map[string]*TLS {
 	t.Helper()
-	write := func(path, typ string, der []byte) {
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "ca"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, err := x509.ParseCertificate(caDER)
-	if err != nil {
-		t.Fatal(err)
-	}
-	caFile := filepath.Join(dir, "ca.crt")
-	write(caFile, "CERTIFICATE", caDER)
+	ca := certtest.NewCA(t, dir, "ca")
 	out := map[string]*TLS{}
-	for i, n := range names {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(i + 2)), Subject: pkix.Name{CommonName: n},
-			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-			IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)}}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
-		if err != nil {
-			t.Fatal(err)
-		}
-		kder, err := x509.MarshalPKCS8PrivateKey(key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f := &TLS{CACert: caFile, Cert: filepath.Join(dir, n+".crt"), Key: filepath.Join(dir, n+".key")}
-		write(f.Cert, "CERTIFICATE", der)
-		write(f.Key, "PRIVATE KEY", kder)
-		out[n] = f
+	for _, n := range names {
+		cert, key := ca.NodeCert(t, dir, n)
+		out[n] = &TLS{CACert: ca.File, Cert: cert, Key: key}
 	}
 	return out
 }
@@ -343,22 +307,9 @@ func TestLazyMigrationTLS(t *testing.T) {
 	}
 
 	t.Run("stranger refused", func(t *testing.T) {
-		ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		defer cancel()
-		published := make(chan string, 1)
-		ckErr := make(chan error, 1)
-		go func() {
-			_, err := Checkpoint(ctx, tg, Options{Binary: bin, RootDir: t.TempDir(), Lazy: &ps, PageServerTLS: certs["source"],
-				Published: func(p string) { published <- p }})
-			ckErr <- err
-		}()
-		var archive string
-		select {
-		case archive = <-published:
-		case err := <-ckErr:
-			t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
-		}
+		archive, ps, ckErr := publishLazily(ctx, t, bin, tg, certs["source"], nil)
 		rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
 		_, rerr := Restore(rctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps, LazyTLS: stranger})
 		rcancel()
@@ -381,22 +332,9 @@ func TestLazyMigrationTLS(t *testing.T) {
 	})
 
 	t.Run("same CA", func(t *testing.T) {
-		ps := PageServer{Address: "127.0.0.1", Port: freePort(t)}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
-		published := make(chan string, 1)
-		ckErr := make(chan error, 1)
-		go func() {
-			_, err := Checkpoint(ctx, tg, Options{Binary: bin, RootDir: t.TempDir(), Lazy: &ps, PageServerTLS: certs["source"],
-				Published: func(p string) { published <- p }})
-			ckErr <- err
-		}()
-		var archive string
-		select {
-		case archive = <-published:
-		case err := <-ckErr:
-			t.Fatalf("lazy checkpoint ended before publishing its archive: %v", err)
-		}
+		archive, ps, ckErr := publishLazily(ctx, t, bin, tg, certs["source"], nil)
 		rst, rerr := Restore(ctx, archive, RestoreOptions{Binary: bin, WorkRoot: t.TempDir(), LazyFrom: &ps, LazyTLS: certs["target"]})
 		if err := <-ckErr; err != nil || rerr != nil {
 			t.Fatalf("lazy move over TLS: checkpoint: %v; restore: %v", err, rerr)
