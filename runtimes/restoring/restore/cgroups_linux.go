@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/nodeshim/nodeshim/internal/mountinfo"
+	"github.com/nodeshim/nodeshim/runtimes/cri"
 )
 
 // cgroupKillTimeout bounds how long a failed restore waits for the
@@ -45,28 +46,11 @@ func cgroupRelPath(p, id string, systemd bool, own string) string {
 			p = "system.slice:runc:" + id
 		}
 		if parts := strings.Split(p, ":"); len(parts) == 3 && !strings.Contains(p, "/") {
-			slice, prefix, name := parts[0], parts[1], parts[2]
-			if slice == "" {
-				slice = "system.slice"
+			if parts[0] == "" {
+				// runc's default slice.
+				p = "system.slice" + p
 			}
-			var dirs []string
-			if slice != "-.slice" {
-				base := strings.TrimSuffix(slice, ".slice")
-				for i := range base {
-					if base[i] == '-' {
-						dirs = append(dirs, base[:i]+".slice")
-					}
-				}
-				dirs = append(dirs, slice)
-			}
-			unit := name
-			if !strings.HasSuffix(name, ".slice") {
-				unit = name + ".scope"
-				if prefix != "" {
-					unit = prefix + "-" + name + ".scope"
-				}
-			}
-			return "/" + strings.Join(append(dirs, unit), "/")
+			return cri.CgroupRelPath(p)
 		}
 	}
 	if p == "" {
