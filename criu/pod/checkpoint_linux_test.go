@@ -43,11 +43,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// fakePod makes a pod cgroup with two container cgroups under root (a
-// cgroup hierarchy with the freezer) and a counter in each, as kubelet and
-// runc lay out a pod; it returns the pod as Checkpoint takes it and the
-// counters' directories. Everything is removed when t ends.
-func fakePod(t *testing.T, root string) (Pod, []string) {
+// podContainers are the containers of a test pod, in order.
+var podContainers = []string{"app", "sidecar"}
+
+// podCgroups makes a pod cgroup under root (a cgroup hierarchy with the
+// freezer) with a cgroup for each of podContainers, all removed when t
+// ends, after what runs in them (cleanups run last first); it returns the
+// pod, without containers, and the containers' cgroups.
+func podCgroups(t *testing.T, root string) (Pod, []string) {
 	t.Helper()
 	var b [6]byte
 	if _, err := rand.Read(b[:]); err != nil {
@@ -55,23 +58,35 @@ func fakePod(t *testing.T, root string) (Pod, []string) {
 	}
 	top := filepath.Join(root, "nodeshim-podtest-"+hex.EncodeToString(b[:]))
 	p := Pod{Namespace: "default", Name: "web-0", UID: "u1", FreezeCgroup: filepath.Join(top, "pod")}
-	// Cleanups run last first: this one after the containers' cgroups
-	// are gone.
 	t.Cleanup(func() {
 		for _, d := range []string{p.FreezeCgroup, top} {
 			testutil.Eventually(t, "remove "+d, func() error { return os.Remove(d) })
 		}
 	})
-	var dirs []string
-	for _, name := range []string{"app", "sidecar"} {
+	var cgroups []string
+	for _, name := range podContainers {
 		cg := filepath.Join(p.FreezeCgroup, name)
 		if err := os.MkdirAll(cg, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		// Runs after the counters are killed (cleanups run last first).
 		t.Cleanup(func() {
 			testutil.Eventually(t, "remove "+cg, func() error { return os.Remove(cg) })
 		})
+		cgroups = append(cgroups, cg)
+	}
+	return p, cgroups
+}
+
+// fakePod makes a pod cgroup with two container cgroups under root (a
+// cgroup hierarchy with the freezer) and a counter in each, as kubelet and
+// runc lay out a pod; it returns the pod as Checkpoint takes it and the
+// counters' directories. Everything is removed when t ends.
+func fakePod(t *testing.T, root string) (Pod, []string) {
+	t.Helper()
+	p, cgroups := podCgroups(t, root)
+	var dirs []string
+	for i, name := range podContainers {
+		cg := cgroups[i]
 		pid, dir := testworkload.Start(t, "count", 4)
 		if err := os.WriteFile(filepath.Join(cg, "cgroup.procs"), []byte(strconv.Itoa(pid)), 0); err != nil {
 			t.Fatal(err)

@@ -2,8 +2,6 @@ package pod
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -76,19 +74,7 @@ func TestCheckpointLazyUnfetched(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "checkpoints")
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
-			published := make(chan string, 1)
-			ckErr := make(chan error, 1)
-			go func() {
-				_, err := Checkpoint(ctx, p, Options{Dir: dir, Criu: criu.Options{Binary: bin},
-					Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: certs["source"], Published: func(p string) { published <- p }}})
-				ckErr <- err
-			}()
-			var path string
-			select {
-			case path = <-published:
-			case err := <-ckErr:
-				t.Fatalf("lazy pod checkpoint ended before it was published: %v", err)
-			}
+			path, ckErr := publishLazily(ctx, t, p, dir, bin, certs["source"], nil)
 			m, err := ReadManifest(path)
 			if err != nil {
 				t.Fatal(err)
@@ -187,6 +173,31 @@ func TestCheckpointLazyRefuses(t *testing.T) {
 	}
 }
 
+// publishLazily starts a lazy Checkpoint of p into dir (its page servers
+// on 127.0.0.1 over tls) and returns the pod checkpoint's path once it is
+// published, and the channel of Checkpoint's error; res, when set,
+// receives Checkpoint's result before the error is sent.
+func publishLazily(ctx context.Context, t *testing.T, p Pod, dir string, bin criu.Binary, tls *criu.TLS, res *Result) (string, <-chan error) {
+	t.Helper()
+	published := make(chan string, 1)
+	ckErr := make(chan error, 1)
+	go func() {
+		r, err := Checkpoint(ctx, p, Options{Dir: dir, Criu: criu.Options{Binary: bin},
+			Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: tls, Published: func(p string) { published <- p }}})
+		if res != nil {
+			*res = r
+		}
+		ckErr <- err
+	}()
+	select {
+	case path := <-published:
+		return path, ckErr
+	case err := <-ckErr:
+		t.Fatalf("lazy pod checkpoint ended before it was published: %v", err)
+		return "", nil
+	}
+}
+
 // nsCounter is a counting shell that is the init of its own PID
 // namespace, as a container's init is: a restore on this same host gets
 // a new namespace and does not collide with the pids of the original,
@@ -203,26 +214,10 @@ type nsCounter struct {
 func nsPod(t *testing.T, root string) (Pod, []nsCounter) {
 	t.Helper()
 	unshare := testutil.RequireBinary(t, "unshare")
-	var b [6]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		t.Fatal(err)
-	}
-	top := filepath.Join(root, "nodeshim-podtest-"+hex.EncodeToString(b[:]))
-	p := Pod{Namespace: "default", Name: "web-0", UID: "u1", FreezeCgroup: filepath.Join(top, "pod")}
-	t.Cleanup(func() {
-		for _, d := range []string{p.FreezeCgroup, top} {
-			testutil.Eventually(t, "remove "+d, func() error { return os.Remove(d) })
-		}
-	})
+	p, cgroups := podCgroups(t, root)
 	var out []nsCounter
-	for _, name := range []string{"app", "sidecar"} {
-		cg := filepath.Join(p.FreezeCgroup, name)
-		if err := os.MkdirAll(cg, 0o755); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			testutil.Eventually(t, "remove "+cg, func() error { return os.Remove(cg) })
-		})
+	for i, name := range podContainers {
+		cg := cgroups[i]
 		count := filepath.Join(t.TempDir(), "count")
 		// Writing 0 to cgroup.procs moves the writer (cgroup-v2.rst,
 		// cgroups.txt of v1).
@@ -309,21 +304,8 @@ func TestCheckpointLazyFetched(t *testing.T) {
 			dir := filepath.Join(t.TempDir(), "checkpoints")
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 			defer cancel()
-			published := make(chan string, 1)
-			ckErr := make(chan error, 1)
 			var res Result
-			go func() {
-				var err error
-				res, err = Checkpoint(ctx, p, Options{Dir: dir, Criu: criu.Options{Binary: bin},
-					Lazy: &Lazy{Address: "127.0.0.1", Port: loopbackPort, TLS: certs["source"], Published: func(p string) { published <- p }}})
-				ckErr <- err
-			}()
-			var path string
-			select {
-			case path = <-published:
-			case err := <-ckErr:
-				t.Fatalf("lazy pod checkpoint ended before it was published: %v", err)
-			}
+			path, ckErr := publishLazily(ctx, t, p, dir, bin, certs["source"], &res)
 			m, err := ReadManifest(path)
 			if err != nil {
 				t.Fatal(err)
