@@ -2,7 +2,6 @@ package restore_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io/fs"
 	"net"
@@ -44,27 +43,8 @@ func lazyTLS(t *testing.T) (source, target, stranger *criu.TLS) {
 // (Config.LazyTLS) until t ends.
 func withLazyTLS(t *testing.T, tls *criu.TLS) {
 	t.Helper()
-	p := restoring.ConfigPath(filepath.Join(bins, "nodeshim-runc"))
-	old, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg restoring.Config
-	if err := json.Unmarshal(old, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg.LazyTLS = &restoring.LazyTLS{CACert: tls.CACert, Cert: tls.Cert, Key: tls.Key}
-	b, err := json.Marshal(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := os.WriteFile(p, old, 0o600); err != nil {
-			t.Error(err)
-		}
+	editRestoreConfig(t, func(c *restoring.Config) {
+		c.LazyTLS = &restoring.LazyTLS{CACert: tls.CACert, Cert: tls.Cert, Key: tls.Key}
 	})
 }
 

@@ -34,9 +34,9 @@ func sealKeys(t *testing.T, dir string) (recipient, identity, signingKey, policy
 	return k.Recipient, k.IdentityFile, k.SigningKeyFile, k.PolicyFile
 }
 
-// setRestoreConfig rewrites the handler's config with the trust policy
-// and identities given; the test's end puts the plain one back.
-func setRestoreConfig(t *testing.T, policy string, identities ...string) {
+// editRestoreConfig rewrites the handler's config with edit; the test's
+// end puts the one before back.
+func editRestoreConfig(t *testing.T, edit func(*restoring.Config)) {
 	t.Helper()
 	p := restoring.ConfigPath(filepath.Join(bins, "nodeshim-runc"))
 	old, err := os.ReadFile(p)
@@ -47,12 +47,26 @@ func setRestoreConfig(t *testing.T, policy string, identities ...string) {
 	if err := json.Unmarshal(old, &cfg); err != nil {
 		t.Fatal(err)
 	}
-	cfg.TrustPolicy, cfg.Identities = policy, identities
-	b, _ := json.Marshal(cfg)
+	edit(&cfg)
+	b, err := json.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(p, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { os.WriteFile(p, old, 0o600) }) //nolint:errcheck // best effort
+	t.Cleanup(func() {
+		if err := os.WriteFile(p, old, 0o600); err != nil {
+			t.Error(err)
+		}
+	})
+}
+
+// setRestoreConfig rewrites the handler's config with the trust policy
+// and identities given until the test ends.
+func setRestoreConfig(t *testing.T, policy string, identities ...string) {
+	t.Helper()
+	editRestoreConfig(t, func(c *restoring.Config) { c.TrustPolicy, c.Identities = policy, identities })
 }
 
 // refusedStart creates container name in a pod restoring from ckpt and
