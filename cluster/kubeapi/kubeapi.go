@@ -391,6 +391,16 @@ func (c *Client) ListPodMigrations(ctx context.Context, opts metav1.ListOptions)
 	return &l, err
 }
 
+// WatchPodMigrations watches the PodMigrations of every namespace.
+func (c *Client) WatchPodMigrations(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	if c.nodeshim == nil {
+		return nil, errNoNodeshim
+	}
+	opts.Watch = true
+	return c.nodeshim.Get().Resource("podmigrations").VersionedParams(&opts, c.params()).
+		Timeout(timeout(opts)).Watch(ctx)
+}
+
 // GetPodMigration reads the PodMigration namespace/name.
 func (c *Client) GetPodMigration(ctx context.Context, namespace, name string) (*v1alpha1.PodMigration, error) {
 	if c.nodeshim == nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -17,9 +18,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/cluster/kubectl"
 	"github.com/nodeshim/nodeshim/condition"
 )
@@ -36,6 +39,8 @@ type API interface {
 	CreatePodCheckpoint(ctx context.Context, pc *v1alpha1.PodCheckpoint, fieldManager string) (*v1alpha1.PodCheckpoint, error)
 	DeletePodCheckpoint(ctx context.Context, namespace, name string) error
 	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
+	WatchPodMigrations(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
+	WatchPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 }
 
@@ -122,11 +127,35 @@ func New(o Options) (*Controller, error) {
 	return &Controller{o: o}, nil
 }
 
-// Run takes every unfinished PodMigration a step further each Interval
-// until ctx is done. It runs while the controller leads.
+// Run takes every unfinished PodMigration a step further each Interval,
+// and at once when a PodMigration or a PodCheckpoint changes (a watch of
+// each wakes it: a step that the source's reporter finished is taken up
+// without waiting for the next tick), until ctx is done. It runs while
+// the controller leads.
 func (c *Controller) Run(ctx context.Context) error {
 	t := time.NewTicker(c.o.Interval)
 	defer t.Stop()
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	kick := make(chan struct{}, 1)
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for what, open := range map[string]func(context.Context) (watch.Interface, error){
+		"PodMigrations": func(ctx context.Context) (watch.Interface, error) {
+			return c.o.API.WatchPodMigrations(ctx, metav1.ListOptions{})
+		},
+		"PodCheckpoints": func(ctx context.Context) (watch.Interface, error) {
+			return c.o.API.WatchPodCheckpoints(ctx, metav1.ListOptions{})
+		},
+	} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			kubeapi.Wake(wctx, what, open, kick, 0, func(err error) {
+				c.o.Logger.Warn("watch ended; the controller steps on its interval until it is open again", "what", what, "err", err)
+			})
+		}()
+	}
 	for {
 		if err := c.SyncAll(ctx); err != nil && ctx.Err() == nil {
 			c.o.Logger.Warn("sync pod migrations", "err", err)
@@ -135,6 +164,7 @@ func (c *Controller) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-kick:
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
@@ -104,6 +105,18 @@ func (a *recordingAPI) ListPodMigrations(ctx context.Context, opts metav1.ListOp
 	l, err := a.API.ListPodMigrations(ctx, opts)
 	a.note("podmigrations/list", err)
 	return l, err
+}
+
+func (a *recordingAPI) WatchPodMigrations(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := a.API.WatchPodMigrations(ctx, opts)
+	a.note("podmigrations/watch", err)
+	return w, err
+}
+
+func (a *recordingAPI) WatchPodCheckpoints(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+	w, err := a.API.WatchPodCheckpoints(ctx, opts)
+	a.note("podcheckpoints/watch", err)
+	return w, err
 }
 
 func (a *recordingAPI) UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fm string) (*v1alpha1.PodMigration, error) {

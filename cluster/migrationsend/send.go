@@ -41,8 +41,10 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/nodeshim/nodeshim/cluster/apis/v1alpha1"
+	"github.com/nodeshim/nodeshim/cluster/kubeapi"
 	"github.com/nodeshim/nodeshim/condition"
 	"github.com/nodeshim/nodeshim/shim/client"
 	"github.com/nodeshim/nodeshim/shim/transfer"
@@ -52,6 +54,7 @@ import (
 type API interface {
 	GetNode(ctx context.Context, name string) (*corev1.Node, error)
 	ListPodMigrations(ctx context.Context, opts metav1.ListOptions) (*v1alpha1.PodMigrationList, error)
+	WatchPodMigrations(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error)
 	GetPodMigration(ctx context.Context, namespace, name string) (*v1alpha1.PodMigration, error)
 	UpdatePodMigration(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
 	UpdatePodMigrationStatus(ctx context.Context, m *v1alpha1.PodMigration, fieldManager string) (*v1alpha1.PodMigration, error)
@@ -139,6 +142,21 @@ func (s *Sender) Run(ctx context.Context) error {
 	defer s.wg.Wait()
 	t := time.NewTicker(s.o.Interval)
 	defer t.Stop()
+	// A watch of the PodMigrations wakes the loop at once when one
+	// changes (the controller asks for the send); the interval stays
+	// the resync.
+	kick := make(chan struct{}, 1)
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		kubeapi.Wake(wctx, "PodMigrations", func(ctx context.Context) (watch.Interface, error) {
+			return s.o.API.WatchPodMigrations(ctx, metav1.ListOptions{})
+		}, kick, 0, func(err error) {
+			s.o.Logger.Warn("watch ended; the PodMigrations are listed on the interval until it is open again", "err", err)
+		})
+	}()
 	for {
 		if err := s.SyncAll(ctx); err != nil && ctx.Err() == nil {
 			s.o.Logger.Warn("list pod migrations", "err", err)
@@ -147,6 +165,7 @@ func (s *Sender) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
+		case <-kick:
 		}
 	}
 }
