@@ -37,9 +37,37 @@ func (r Root) Run(tb testing.TB, args ...string) string {
 	tb.Helper()
 	out, err := r.Command(args...).CombinedOutput()
 	if err != nil {
-		tb.Fatalf("podman %s: %v: %s", strings.Join(args, " "), err, out)
+		tb.Fatalf("podman %s: %v: %s%s", strings.Join(args, " "), err, out, criuLogErrors(string(out)))
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// criuLogErrors returns the error lines of the CRIU log a failed podman
+// command names ("log file: PATH", runc's message), which is gone with the
+// container's storage once the test ends; "" when it names none.
+func criuLogErrors(out string) string {
+	_, rest, ok := strings.Cut(out, "log file: ")
+	if !ok {
+		return ""
+	}
+	path := strings.Fields(rest)
+	if len(path) == 0 {
+		return ""
+	}
+	b, err := os.ReadFile(path[0])
+	if err != nil {
+		return fmt.Sprintf("\n(%v)", err)
+	}
+	var lines []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.Contains(l, "Error") || strings.Contains(l, "error") || strings.Contains(l, "Warn") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	return "\n" + path[0] + ":\n" + strings.Join(lines, "\n")
 }
 
 // Count reads /count in container name; ok is false while it cannot.
